@@ -1,0 +1,772 @@
+//! The embedded broker: the pure [`BrokerState`] behind a lock, a durable [`Journal`],
+//! a clock, metrics, and the async APIs of the KIP contract.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use tokio::sync::Notify;
+
+use super::clock::{Clock, SystemClock};
+use super::journal::Journal;
+use super::log::LogRecord;
+use super::metrics::{Metrics, MetricsSnapshot};
+use super::share_partition::MemberKey;
+use super::state::{BrokerState, Command, Entry, Outcome, RecordStatus};
+use crate::error::{Error, Result};
+use crate::share::{
+    validate_group_id, validate_prefix, AcknowledgeType, AcknowledgementMode, IsolationLevel, MemberId,
+    PendingTransaction, ProducerEpoch, ProducerRecord, Record, RecordState, ShareAcknowledgements, ShareConfig,
+    ShareConsumer, ShareTransactionCoordinator, ShareTransactionalProducer, TopicPartition, TransactionHandle,
+    TransactionId, TransactionState,
+};
+
+/// Where the broker keeps its journal, what clock it reads, and group defaults.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    clock: Arc<dyn Clock>,
+    default_config: ShareConfig,
+}
+
+impl BrokerOptions {
+    /// A journal in a fresh in-memory store: nothing survives the process.
+    pub fn in_memory() -> Self {
+        Self::with_store(Arc::new(InMemory::new()), Path::from("broker"))
+    }
+
+    /// A journal under `root` in `store`. Reopening on the same store recovers.
+    pub fn with_store(store: Arc<dyn ObjectStore>, root: Path) -> Self {
+        Self { store, root, clock: Arc::new(SystemClock), default_config: ShareConfig::default() }
+    }
+
+    /// A journal in a local directory (created if missing).
+    pub fn local_dir(dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::storage(dir.display(), format!("cannot create the broker directory: {e}"), None))?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| Error::storage(dir.display(), "cannot open the broker directory", Some(e)))?;
+        Ok(Self::with_store(Arc::new(store), Path::from("broker")))
+    }
+
+    /// From a URL: `memory://` or `file:///absolute/dir`.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = url::Url::parse(url).map_err(|e| Error::InvalidConfig {
+            key: "broker.url".into(),
+            value: url.into(),
+            rule: format!("must be memory:// or file:///absolute/dir ({e})"),
+        })?;
+        match parsed.scheme() {
+            "memory" => Ok(Self::in_memory()),
+            "file" => {
+                let dir = parsed.to_file_path().map_err(|()| Error::InvalidConfig {
+                    key: "broker.url".into(),
+                    value: url.into(),
+                    rule: "file:// URLs need an absolute path, like file:///var/lib/shareflow".into(),
+                })?;
+                Self::local_dir(dir)
+            }
+            other => Err(Error::InvalidConfig {
+                key: "broker.url".into(),
+                value: url.into(),
+                rule: format!(
+                    "scheme {other}:// is not supported for the embedded broker journal; use memory:// or file://"
+                ),
+            }),
+        }
+    }
+
+    /// The clock for lock and transaction timeouts.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The configuration of groups that are not configured explicitly.
+    pub fn default_config(mut self, config: ShareConfig) -> Self {
+        self.default_config = config;
+        self
+    }
+}
+
+/// A record read by a plain (non-share) fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedRecord {
+    /// Offset.
+    pub offset: i64,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Option<Bytes>,
+    /// Create time, ms.
+    pub timestamp_ms: i64,
+}
+
+/// Size figures of one share partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharePartitionInfo {
+    /// One past the highest offset ever delivered.
+    pub fetched_end: i64,
+    /// ACQUIRED plus LOCKED records (what `group.share.partition.max.record.locks` caps).
+    pub in_flight: u64,
+    /// Runs of equal state the partition stores; memory follows this, not the records.
+    pub run_count: usize,
+}
+
+/// A transaction as the broker sees it, for inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionInfo {
+    /// Id.
+    pub id: TransactionId,
+    /// State.
+    pub state: TransactionState,
+    /// Epoch that began it.
+    pub epoch: ProducerEpoch,
+    /// Acknowledged offsets staged (0 once decided).
+    pub pending_ack_records: u64,
+    /// Records produced into it.
+    pub produced_records: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<BrokerState>,
+    journal: Journal,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+    wake: Notify,
+    round_robin: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// An in-process broker implementing KIP-932 share groups and KIP-1289 transactional
+/// acknowledgements, durable through its journal. Cheap to clone.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use std::time::Duration;
+/// use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
+/// use shareflow_connector::share::*;
+///
+/// let broker = EmbeddedBroker::open(BrokerOptions::in_memory()).await?;
+/// broker.create_topic("in", 1).await?;
+/// broker.create_topic("out", 1).await?;
+/// broker.produce(vec![ProducerRecord::new("in", 0, "hello")]).await?;
+///
+/// let config = ShareConfig::builder().acknowledgement_mode(AcknowledgementMode::Transactional).build()?;
+/// let mut consumer = broker.consumer("group", config).await?;
+/// consumer.subscribe(&["in"]).await?;
+/// let coordinator = broker.transaction_coordinator("group", "job").await?;
+///
+/// let txn = coordinator.begin_transaction(&TransactionId::new("group", "job", 1)?, Duration::from_secs(60)).await?;
+/// let records = consumer.poll(500, Duration::from_secs(1)).await?;
+/// coordinator.send(&txn, vec![ProducerRecord::new("out", 0, "HELLO")]).await?;
+/// consumer.acknowledge_batches_transactional(&ShareAcknowledgements::from_records(&records, AcknowledgeType::Accept)?, &txn).await?;
+/// coordinator.prepare_transaction(&txn.id).await?;
+/// coordinator.commit_transaction(&txn.id).await?;
+///
+/// assert_eq!(broker.record_status("group", &TopicPartition::new("in", 0), 0)?.state, RecordState::Acknowledged);
+/// assert_eq!(broker.fetch(&TopicPartition::new("out", 0), 0, 10, IsolationLevel::ReadCommitted)?.len(), 1);
+/// # Ok::<(), shareflow_connector::Error>(()) }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct EmbeddedBroker {
+    inner: Arc<Inner>,
+}
+
+impl EmbeddedBroker {
+    /// Opens the broker, recovering whatever its journal holds. Records that were
+    /// ACQUIRED when it stopped come back AVAILABLE; everything else is as it was.
+    pub async fn open(options: BrokerOptions) -> Result<Self> {
+        let fresh = BrokerState::new(options.default_config.clone());
+        let (journal, recovered) = Journal::recover(options.store, options.root, fresh).await?;
+        if let Some(tail) = &recovered.truncated_tail {
+            tracing::warn!(%tail, "embedded broker recovered after truncating a torn journal tail");
+        }
+        let broker = EmbeddedBroker {
+            inner: Arc::new(Inner {
+                state: Mutex::new(recovered.state),
+                journal,
+                clock: options.clock,
+                metrics: Metrics::default(),
+                wake: Notify::new(),
+                round_robin: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        };
+        broker.execute(Command::Restarted).await?;
+        Ok(broker)
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, BrokerState>> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed { what: "embedded broker".into() });
+        }
+        self.inner.state.lock().map_err(|_| Error::Internal("broker state lock poisoned".into()))
+    }
+
+    /// Runs one command: expire by time, apply, journal, wait until durable.
+    async fn execute(&self, command: Command) -> Result<Outcome> {
+        let (result, lsn, events) = {
+            let mut st = self.state()?;
+            let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
+            let mut lsn = None;
+            if st.expire(now_ms) {
+                lsn = Some(self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?);
+            }
+            let result = st.exec(&command, now_ms);
+            if matches!(&result, Ok(outcome) if outcome.changed_state()) {
+                lsn = Some(self.inner.journal.append(&Entry { now_ms, command })?);
+            }
+            (result, lsn, std::mem::take(&mut st.events))
+        };
+        self.inner.metrics.record(&events);
+        if events.wake {
+            self.inner.wake.notify_waiters();
+        }
+        if let Some(lsn) = lsn {
+            self.inner.journal.sync(lsn).await?;
+            self.maybe_snapshot().await?;
+        }
+        result
+    }
+
+    async fn maybe_snapshot(&self) -> Result<()> {
+        if !self.inner.journal.wants_snapshot() || !self.inner.journal.begin_snapshot() {
+            return Ok(());
+        }
+        let encoded = {
+            let st = self.state()?;
+            Journal::encode_state(&st).map(|bytes| (self.inner.journal.next_lsn() - 1, bytes))
+        };
+        match encoded {
+            Ok((lsn, bytes)) => self.inner.journal.write_snapshot(lsn, bytes).await,
+            Err(e) => {
+                self.inner.journal.write_snapshot(0, Vec::new()).await.ok();
+                Err(e)
+            }
+        }
+    }
+
+    /// Processes timeouts now (lock expiry, transaction timeout) without other work.
+    pub async fn tick(&self) -> Result<()> {
+        self.execute(Command::Tick).await.map(|_| ())
+    }
+
+    /// Stops the broker; later calls fail with [`Error::Closed`]. Everything acknowledged
+    /// to a caller is already durable, so there is nothing to flush.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.wake.notify_waiters();
+    }
+
+    /// Creates a topic; creating it again with the same partition count is a no-op.
+    pub async fn create_topic(&self, name: &str, partitions: u32) -> Result<()> {
+        self.execute(Command::CreateTopic { name: name.to_string(), partitions }).await.map(|_| ())
+    }
+
+    /// Sets a group's configuration (lock duration, delivery limit, caps).
+    pub async fn configure_group(&self, group: &str, config: ShareConfig) -> Result<()> {
+        validate_group_id(group)?;
+        self.execute(Command::ConfigureGroup { group: group.to_string(), config }).await.map(|_| ())
+    }
+
+    fn partition_for(&self, record: &ProducerRecord, partitions: usize) -> i32 {
+        match (&record.partition, &record.key) {
+            (Some(p), _) => *p,
+            (None, Some(key)) => (crc32c_of(key) % partitions as u32) as i32,
+            (None, None) => (self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % partitions as u64) as i32,
+        }
+    }
+
+    async fn produce_inner(
+        &self,
+        records: Vec<ProducerRecord>,
+        txn: Option<&TransactionHandle>,
+    ) -> Result<Vec<(TopicPartition, i64)>> {
+        // Group consecutive records by partition, keeping order within each partition.
+        let mut batches: Vec<(TopicPartition, Vec<LogRecord>, Vec<usize>)> = Vec::new();
+        {
+            let st = self.state()?;
+            for (i, r) in records.into_iter().enumerate() {
+                let n = st
+                    .partition_count(&r.topic)
+                    .ok_or_else(|| Error::UnknownTopicPartition { topic: r.topic.to_string(), partition: -1 })?;
+                let tp = TopicPartition::new(r.topic.clone(), self.partition_for(&r, n));
+                let rec = LogRecord { key: r.key, value: r.value, timestamp_ms: r.timestamp_ms };
+                match batches.iter_mut().find(|(t, _, _)| *t == tp) {
+                    Some((_, recs, idx)) => {
+                        recs.push(rec);
+                        idx.push(i);
+                    }
+                    None => batches.push((tp, vec![rec], vec![i])),
+                }
+            }
+        }
+        let total: usize = batches.iter().map(|b| b.2.len()).sum();
+        let mut out = vec![(TopicPartition::new("", 0), 0); total];
+        for (tp, recs, idx) in batches {
+            let txn = txn.map(|h| (h.id.clone(), h.epoch));
+            match self.execute(Command::Produce { tp: tp.clone(), records: recs, txn }).await? {
+                Outcome::Produced { base_offset } => {
+                    for (k, i) in idx.into_iter().enumerate() {
+                        out[i] = (tp.clone(), base_offset + k as i64);
+                    }
+                }
+                other => return Err(Error::Internal(format!("produce returned {other:?}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Appends records outside any transaction; returns each one's partition and offset.
+    pub async fn produce(&self, records: Vec<ProducerRecord>) -> Result<Vec<(TopicPartition, i64)>> {
+        self.produce_inner(records, None).await
+    }
+
+    /// A plain fetch from `offset`: up to `max` records, read_committed or not.
+    pub fn fetch(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        max: usize,
+        isolation: IsolationLevel,
+    ) -> Result<Vec<FetchedRecord>> {
+        let st = self.state()?;
+        let (records, _) = st.read(tp, offset, max, isolation)?;
+        Ok(records
+            .into_iter()
+            .map(|(offset, r)| FetchedRecord {
+                offset,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                timestamp_ms: r.timestamp_ms,
+            })
+            .collect())
+    }
+
+    /// Reads a whole partition from the start (read_committed or not). For checkers.
+    pub fn fetch_all(&self, tp: &TopicPartition, isolation: IsolationLevel) -> Result<Vec<FetchedRecord>> {
+        let st = self.state()?;
+        let (records, _) = st.read(tp, 0, usize::MAX, isolation)?;
+        Ok(records
+            .into_iter()
+            .map(|(offset, r)| FetchedRecord {
+                offset,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                timestamp_ms: r.timestamp_ms,
+            })
+            .collect())
+    }
+
+    /// One past the last offset of a partition.
+    pub fn end_offset(&self, tp: &TopicPartition) -> Result<i64> {
+        Ok(self.state()?.log(tp)?.end())
+    }
+
+    /// The last stable offset: read_committed readers stop before open transactions.
+    pub fn last_stable_offset(&self, tp: &TopicPartition) -> Result<i64> {
+        Ok(self.state()?.log(tp)?.last_stable_offset())
+    }
+
+    /// Number of partitions of a topic.
+    pub fn partition_count(&self, topic: &str) -> Result<usize> {
+        self.state()?
+            .partition_count(topic)
+            .ok_or_else(|| Error::UnknownTopicPartition { topic: topic.to_string(), partition: -1 })
+    }
+
+    /// The state of one record in a group; `None` when the offset does not exist.
+    pub fn record_status(&self, group: &str, tp: &TopicPartition, offset: i64) -> Result<RecordStatus> {
+        self.state()?.record_status(group, tp, offset).ok_or_else(|| Error::UnknownTopicPartition {
+            topic: format!("{} (offset {offset} does not exist in)", tp.topic),
+            partition: tp.partition,
+        })
+    }
+
+    /// The runs of equal state of one share partition: `(first, last, state)`.
+    pub fn share_partition_runs(&self, group: &str, tp: &TopicPartition) -> Result<Vec<(i64, i64, RecordState)>> {
+        Ok(self.state()?.share_partition_runs(group, tp))
+    }
+
+    /// Size figures of one share partition; `None` if the group never fetched from it.
+    pub fn share_partition_info(&self, group: &str, tp: &TopicPartition) -> Result<Option<SharePartitionInfo>> {
+        Ok(self.state()?.share_partition(group, tp).map(|sp| SharePartitionInfo {
+            fetched_end: sp.fetched_end(),
+            in_flight: sp.in_flight(),
+            run_count: sp.run_count(),
+        }))
+    }
+
+    /// Every transaction the broker knows, decided ones included.
+    pub fn transactions(&self) -> Result<Vec<TransactionInfo>> {
+        Ok(self
+            .state()?
+            .txns()
+            .map(|t| TransactionInfo {
+                id: t.id.clone(),
+                state: t.state,
+                epoch: t.epoch,
+                pending_ack_records: t.acks.record_count(),
+                produced_records: t.produced_records,
+            })
+            .collect())
+    }
+
+    /// The state of one transaction (`Empty` if unknown).
+    pub fn transaction_state(&self, id: &TransactionId) -> Result<TransactionState> {
+        Ok(self.state()?.txn(id).map_or(TransactionState::Empty, |t| t.state))
+    }
+
+    /// A snapshot of the metrics.
+    pub fn metrics(&self) -> Result<MetricsSnapshot> {
+        let st = self.state()?;
+        let active = st.txns().filter(|t| t.state.is_pending()).count() as u64;
+        let prepared = st.txns().filter(|t| t.state == TransactionState::Prepare).count() as u64;
+        Ok(self.inner.metrics.snapshot(active, prepared))
+    }
+
+    /// A new member of `group`. `config` supplies the acknowledgement mode.
+    pub async fn consumer(&self, group: &str, config: ShareConfig) -> Result<EmbeddedShareConsumer> {
+        validate_group_id(group)?;
+        let member = match self.execute(Command::Join { group: group.to_string(), topics: Vec::new() }).await? {
+            Outcome::Joined { member } => member,
+            other => return Err(Error::Internal(format!("join returned {other:?}"))),
+        };
+        Ok(EmbeddedShareConsumer {
+            broker: self.clone(),
+            group: group.to_string(),
+            mode: config.acknowledgement_mode(),
+            member,
+            member_id: MemberId(format!("member-{member}")),
+            pending: ShareAcknowledgements::new(),
+            implicit: Vec::new(),
+            cursor: member as u32,
+            closed: false,
+        })
+    }
+
+    /// The transaction coordinator for `(group, prefix)`. Creating it bumps the
+    /// prefix's epoch: older coordinators and their transactions' writers are fenced,
+    /// and their ONGOING transactions are aborted. PREPARE ones are left for this one to
+    /// decide.
+    pub async fn transaction_coordinator(&self, group: &str, prefix: &str) -> Result<EmbeddedTransactionCoordinator> {
+        validate_group_id(group)?;
+        validate_prefix(prefix)?;
+        match self.execute(Command::InitProducer { group: group.to_string(), prefix: prefix.to_string() }).await? {
+            Outcome::Epoch(epoch) => Ok(EmbeddedTransactionCoordinator {
+                broker: self.clone(),
+                group: group.to_string(),
+                prefix: prefix.to_string(),
+                epoch,
+            }),
+            other => Err(Error::Internal(format!("init returned {other:?}"))),
+        }
+    }
+
+    fn pending(&self, group: &str) -> Result<Vec<PendingTransaction>> {
+        Ok(self
+            .state()?
+            .txns()
+            .filter(|t| t.state.is_pending() && t.id.group_id() == group)
+            .map(|t| PendingTransaction {
+                id: t.id.clone(),
+                state: t.state,
+                epoch: t.epoch,
+                create_time_ms: t.create_time_ms,
+                prepare_time_ms: t.prepare_time_ms,
+                pending_acks: t.acks.clone(),
+                produced_records: t.produced_records,
+            })
+            .collect())
+    }
+
+    fn member_key(&self, group: &str, member: &MemberId) -> Result<MemberKey> {
+        member
+            .0
+            .strip_prefix("member-")
+            .and_then(|n| n.parse().ok())
+            .filter(|&k| self.state().is_ok_and(|st| st.is_member(group, k)))
+            .ok_or_else(|| Error::InvalidRequest(format!("{member} is not a member of share group {group}")))
+    }
+}
+
+fn crc32c_of(bytes: &[u8]) -> u32 {
+    // A stable hash, so a key always maps to the same partition across restarts.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in bytes {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// A member of a share group on the embedded broker.
+#[derive(Debug)]
+pub struct EmbeddedShareConsumer {
+    broker: EmbeddedBroker,
+    group: String,
+    mode: AcknowledgementMode,
+    member: MemberKey,
+    member_id: MemberId,
+    /// Explicit acknowledgements waiting for the next poll or commit.
+    pending: ShareAcknowledgements,
+    /// Implicit mode: what the last poll returned, accepted by the next one.
+    implicit: Vec<Record>,
+    cursor: u32,
+    closed: bool,
+}
+
+impl EmbeddedShareConsumer {
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::Closed { what: format!("share consumer {} of group {}", self.member_id, self.group) });
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        if self.mode == AcknowledgementMode::Implicit && !self.implicit.is_empty() {
+            let acks = ShareAcknowledgements::from_records(&self.implicit, AcknowledgeType::Accept)?;
+            self.implicit.clear();
+            self.send(acks).await?;
+        }
+        if !self.pending.is_empty() {
+            let acks = std::mem::take(&mut self.pending);
+            self.send(acks).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&self, acks: ShareAcknowledgements) -> Result<()> {
+        self.broker
+            .execute(Command::Acknowledge { group: self.group.clone(), member: self.member, acks })
+            .await
+            .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl ShareConsumer for EmbeddedShareConsumer {
+    fn member_id(&self) -> &MemberId {
+        &self.member_id
+    }
+
+    async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.check_open()?;
+        let topics = topics.iter().map(|t| t.to_string()).collect();
+        self.broker
+            .execute(Command::Subscribe { group: self.group.clone(), member: self.member, topics })
+            .await
+            .map(|_| ())
+    }
+
+    async fn poll(&mut self, max_records: usize, timeout: Duration) -> Result<Vec<Record>> {
+        self.check_open()?;
+        self.flush().await?;
+        if max_records == 0 {
+            return Err(Error::InvalidRequest("poll needs max_records >= 1".into()));
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.broker.inner.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let command = Command::Acquire {
+                group: self.group.clone(),
+                member: self.member,
+                max_records: max_records as u64,
+                start_partition: self.cursor,
+            };
+            self.cursor = self.cursor.wrapping_add(1);
+            let ranges = match self.broker.execute(command).await? {
+                Outcome::Acquired(ranges) => ranges,
+                other => return Err(Error::Internal(format!("acquire returned {other:?}"))),
+            };
+            if !ranges.is_empty() {
+                let mut records = Vec::with_capacity(max_records.min(4096));
+                {
+                    let st = self.broker.state()?;
+                    for (tp, range) in &ranges {
+                        st.delivered_records(tp, range, &mut records);
+                    }
+                }
+                if self.mode == AcknowledgementMode::Implicit {
+                    self.implicit = records.clone();
+                }
+                return Ok(records);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            // Lock expiry makes records available without a wake-up, so look again
+            // at least every 50 ms.
+            let wait = (deadline - now).min(Duration::from_millis(50));
+            let _ = tokio::time::timeout(wait, notified).await;
+            self.check_open()?;
+        }
+    }
+
+    async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()> {
+        self.check_open()?;
+        match (self.mode, ack_type) {
+            (AcknowledgementMode::Implicit, _) => Err(Error::InvalidRequest(format!(
+                "acknowledge({}-{} offset {}) is not allowed in implicit mode: the next poll accepts every record",
+                record.topic, record.partition, record.offset
+            ))),
+            (AcknowledgementMode::Transactional, AcknowledgeType::Accept) => Err(Error::InvalidRequest(format!(
+                "ACCEPT of {}-{} offset {} outside a transaction is refused in transactional mode; use acknowledge_transactional",
+                record.topic, record.partition, record.offset
+            ))),
+            _ => self.pending.add(record.topic_partition(), crate::share::AcknowledgementBatch::new(record.offset, record.offset, ack_type)),
+        }
+    }
+
+    async fn acknowledge_batches_transactional(
+        &mut self,
+        acks: &ShareAcknowledgements,
+        txn: &TransactionHandle,
+    ) -> Result<()> {
+        self.check_open()?;
+        if self.mode != AcknowledgementMode::Transactional {
+            return Err(Error::InvalidRequest(format!(
+                "transactional acknowledgement into {} needs share.acknowledgement.mode=transactional, this consumer is {}",
+                txn.id, self.mode
+            )));
+        }
+        if txn.id.group_id() != self.group {
+            return Err(Error::InvalidRequest(format!(
+                "transaction {} belongs to another group than {}",
+                txn.id, self.group
+            )));
+        }
+        if acks.is_empty() {
+            return Ok(());
+        }
+        self.broker
+            .execute(Command::AckInTxn {
+                id: txn.id.clone(),
+                epoch: txn.epoch,
+                member: self.member,
+                acks: acks.clone(),
+            })
+            .await
+            .map(|_| ())
+    }
+
+    async fn commit(&mut self) -> Result<()> {
+        self.check_open()?;
+        self.flush().await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let flushed = self.flush().await;
+        self.closed = true;
+        let left = self.broker.execute(Command::Leave { group: self.group.clone(), member: self.member }).await;
+        flushed.and(left.map(|_| ()))
+    }
+}
+
+/// The KIP-1289 coordinator for one `(group, prefix)` at one epoch, also the producer
+/// that binds output to its transactions.
+#[derive(Debug, Clone)]
+pub struct EmbeddedTransactionCoordinator {
+    broker: EmbeddedBroker,
+    group: String,
+    prefix: String,
+    epoch: ProducerEpoch,
+}
+
+impl EmbeddedTransactionCoordinator {
+    fn check_id(&self, id: &TransactionId) -> Result<()> {
+        if id.group_id() != self.group || id.prefix() != self.prefix {
+            return Err(Error::InvalidRequest(format!(
+                "transaction {id} does not belong to this coordinator (group {}, prefix {})",
+                self.group, self.prefix
+            )));
+        }
+        Ok(())
+    }
+
+    async fn step(&self, id: &TransactionId, command: Command) -> Result<bool> {
+        self.check_id(id)?;
+        match self.broker.execute(command).await? {
+            Outcome::Txn { applied, .. } => Ok(applied),
+            other => Err(Error::Internal(format!("transaction step returned {other:?}"))),
+        }
+    }
+}
+
+#[async_trait]
+impl ShareTransactionCoordinator for EmbeddedTransactionCoordinator {
+    fn epoch(&self) -> ProducerEpoch {
+        self.epoch
+    }
+
+    async fn begin_transaction(&self, id: &TransactionId, timeout: Duration) -> Result<TransactionHandle> {
+        let timeout_ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.step(id, Command::Begin { id: id.clone(), epoch: self.epoch, timeout_ms }).await?;
+        Ok(TransactionHandle { id: id.clone(), epoch: self.epoch })
+    }
+
+    async fn prepare_transaction(&self, id: &TransactionId) -> Result<()> {
+        let started = Instant::now();
+        if self.step(id, Command::Prepare { id: id.clone(), epoch: self.epoch }).await? {
+            self.broker.inner.metrics.prepare_time(started.elapsed());
+        }
+        Ok(())
+    }
+
+    async fn commit_transaction(&self, id: &TransactionId) -> Result<()> {
+        let started = Instant::now();
+        if self.step(id, Command::Commit { id: id.clone(), epoch: self.epoch }).await? {
+            self.broker.inner.metrics.commit_time(started.elapsed());
+        }
+        Ok(())
+    }
+
+    async fn abort_transaction(&self, id: &TransactionId) -> Result<()> {
+        self.step(id, Command::Abort { id: id.clone(), epoch: self.epoch }).await.map(|_| ())
+    }
+
+    async fn list_pending_transactions(&self, group: &str) -> Result<Vec<PendingTransaction>> {
+        self.broker.pending(group)
+    }
+}
+
+#[async_trait]
+impl ShareTransactionalProducer for EmbeddedTransactionCoordinator {
+    async fn send(&self, txn: &TransactionHandle, records: Vec<ProducerRecord>) -> Result<Vec<(TopicPartition, i64)>> {
+        self.check_id(&txn.id)?;
+        self.broker.produce_inner(records, Some(txn)).await
+    }
+
+    async fn send_share_acks_to_transaction(
+        &self,
+        txn: &TransactionHandle,
+        member: &MemberId,
+        acks: &ShareAcknowledgements,
+    ) -> Result<()> {
+        self.check_id(&txn.id)?;
+        let member = self.broker.member_key(&self.group, member)?;
+        if acks.is_empty() {
+            return Ok(());
+        }
+        self.broker
+            .execute(Command::AckInTxn { id: txn.id.clone(), epoch: txn.epoch, member, acks: acks.clone() })
+            .await
+            .map(|_| ())
+    }
+}

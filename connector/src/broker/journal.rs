@@ -1,0 +1,356 @@
+//! The broker's durable journal on an `object_store`.
+//!
+//! Layout under the broker's root:
+//! - `wal/{first_lsn:020}.seg`: one object per group commit, holding one envelope
+//!   frame per entry, each `(lsn, entry)` in postcard;
+//! - `snapshot/{lsn:020}.snap`: the whole state as of `lsn`, one envelope.
+//!
+//! Object stores have no append, so a group commit writes a new segment. Callers
+//! append under the state lock (so log order is apply order) and then
+//! [`sync`](Journal::sync): the first waiter becomes the writer for everything
+//! buffered so far, the rest wait for it. A failed write poisons the journal: memory is
+//! then ahead of storage, so every later call fails until the broker is reopened.
+
+use std::sync::{Arc, Mutex};
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use shareflow_checkpoint::envelope::{self, Magic};
+use tokio::sync::watch;
+
+use super::state::{BrokerState, Entry};
+use crate::error::{Error, Result};
+
+const ENTRY_MAGIC: Magic = Magic(*b"SFJE");
+const SNAPSHOT_MAGIC: Magic = Magic(*b"SFJS");
+const FORMAT_VERSION: u16 = 1;
+
+/// Log sequence number of a journal entry; the first entry is 1.
+pub(crate) type Lsn = u64;
+
+#[derive(Debug)]
+struct Buffered {
+    bytes: Vec<u8>,
+    first_lsn: Lsn,
+    next_lsn: Lsn,
+    writing: bool,
+    failed: Option<Error>,
+    /// (first, last) lsn of each segment written since the last snapshot.
+    segments: Vec<(Lsn, Lsn)>,
+    bytes_since_snapshot: u64,
+    last_snapshot_bytes: u64,
+    snapshotting: bool,
+}
+
+/// The durable journal.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    buffered: Mutex<Buffered>,
+    durable: watch::Sender<Lsn>,
+}
+
+/// What [`Journal::recover`] found.
+pub(crate) struct Recovered {
+    pub(crate) state: BrokerState,
+    pub(crate) next_lsn: Lsn,
+    pub(crate) segments: Vec<(Lsn, Lsn)>,
+    pub(crate) truncated_tail: Option<String>,
+}
+
+impl Journal {
+    fn segment_path(&self, first: Lsn) -> Path {
+        self.root.clone().join("wal").join(format!("{first:020}.seg"))
+    }
+
+    fn snapshot_path(&self, lsn: Lsn) -> Path {
+        self.root.clone().join("snapshot").join(format!("{lsn:020}.snap"))
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Buffered>> {
+        self.buffered.lock().map_err(|_| Error::Internal("journal lock poisoned".into()))
+    }
+
+    /// Reads the newest snapshot and replays every later entry. A torn last segment is
+    /// cut back to its last good frame with a warning; damage anywhere else is
+    /// [`Error::Corrupt`].
+    pub(crate) async fn recover(
+        store: Arc<dyn ObjectStore>,
+        root: Path,
+        fresh: BrokerState,
+    ) -> Result<(Self, Recovered)> {
+        let journal = Journal {
+            store,
+            root,
+            buffered: Mutex::new(Buffered {
+                bytes: Vec::new(),
+                first_lsn: 1,
+                next_lsn: 1,
+                writing: false,
+                failed: None,
+                segments: Vec::new(),
+                bytes_since_snapshot: 0,
+                last_snapshot_bytes: 0,
+                snapshotting: false,
+            }),
+            durable: watch::Sender::new(0),
+        };
+        let recovered = journal.replay(fresh).await?;
+        {
+            let mut b = journal.lock()?;
+            b.first_lsn = recovered.next_lsn;
+            b.next_lsn = recovered.next_lsn;
+            b.segments = recovered.segments.clone();
+        }
+        journal.durable.send_replace(recovered.next_lsn - 1);
+        Ok((journal, recovered))
+    }
+
+    async fn list(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path)>> {
+        let prefix = self.root.clone().join(dir);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|e| Error::storage(&prefix, "cannot list the journal", Some(e)))?;
+        let mut out = Vec::new();
+        for meta in metas {
+            let name = meta.location.filename().unwrap_or_default();
+            if name.starts_with('.') || name.contains("#") {
+                continue; // temporary upload files of the local store
+            }
+            let lsn = name.strip_suffix(suffix).and_then(|n| n.parse::<Lsn>().ok()).ok_or_else(|| {
+                Error::corrupt(&meta.location, format!("unexpected file in the journal; expected <20 digits>{suffix}"))
+            })?;
+            out.push((lsn, meta.location));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    async fn get(&self, path: &Path) -> Result<bytes::Bytes> {
+        let get = self.store.get(path).await.map_err(|e| Error::storage(path, "cannot read", Some(e)))?;
+        get.bytes().await.map_err(|e| Error::storage(path, "cannot read", Some(e)))
+    }
+
+    async fn replay(&self, fresh: BrokerState) -> Result<Recovered> {
+        let mut state = fresh;
+        let mut snapshot_lsn = 0;
+        if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
+            let bytes = self.get(&path).await?;
+            let payload =
+                envelope::decode(SNAPSHOT_MAGIC, FORMAT_VERSION, &bytes).map_err(|e| Error::corrupt(&path, e))?;
+            state = postcard::from_bytes(payload)
+                .map_err(|e| Error::corrupt(&path, format!("snapshot does not decode: {e}")))?;
+            snapshot_lsn = lsn;
+            if let Ok(mut b) = self.lock() {
+                b.last_snapshot_bytes = bytes.len() as u64;
+            }
+        }
+        let segments = self.list("wal", ".seg").await?;
+        let mut next = snapshot_lsn + 1;
+        let mut kept = Vec::new();
+        let mut truncated_tail = None;
+        let count = segments.len();
+        for (i, (first, path)) in segments.into_iter().enumerate() {
+            let is_last = i + 1 == count;
+            let bytes = self.get(&path).await?;
+            let mut pos = 0;
+            let mut lsn = first;
+            while pos < bytes.len() {
+                let frame = match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
+                    Ok(f) => f,
+                    Err(e) if is_last => {
+                        tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
+                        truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
+                        let good = bytes.slice(..pos);
+                        let result = if good.is_empty() {
+                            self.store.delete(&path).await
+                        } else {
+                            self.store.put(&path, PutPayload::from_bytes(good)).await.map(|_| ())
+                        };
+                        result.map_err(|e| Error::storage(&path, "cannot truncate the torn journal tail", Some(e)))?;
+                        break;
+                    }
+                    Err(e) => {
+                        return Err(Error::corrupt(
+                            &path,
+                            format!("entry at byte {pos} is damaged ({e}) and later segments exist; restore the journal from a backup"),
+                        ))
+                    }
+                };
+                pos += frame.len;
+                let (entry_lsn, entry): (Lsn, Entry) = postcard::from_bytes(frame.payload).map_err(|e| {
+                    Error::corrupt(&path, format!("entry at byte {} does not decode: {e}", pos - frame.len))
+                })?;
+                if entry_lsn != lsn {
+                    return Err(Error::corrupt(
+                        &path,
+                        format!("entry at byte {} has lsn {entry_lsn}, expected {lsn}", pos - frame.len),
+                    ));
+                }
+                lsn += 1;
+                if entry_lsn < next {
+                    continue; // already in the snapshot
+                }
+                if entry_lsn > next {
+                    return Err(Error::corrupt(&path, format!("journal entries {next}..{entry_lsn} are missing")));
+                }
+                state.apply(&entry).map_err(|e| {
+                    Error::corrupt(&path, format!("entry {entry_lsn} does not apply to the recovered state: {e}"))
+                })?;
+                state.events = Default::default();
+                next += 1;
+            }
+            if lsn > first {
+                kept.push((first, lsn - 1));
+            }
+        }
+        Ok(Recovered { state, next_lsn: next, segments: kept, truncated_tail })
+    }
+
+    /// Adds an entry to the next group commit and returns its lsn. Call under the state
+    /// lock, right after applying the entry.
+    pub(crate) fn append(&self, entry: &Entry) -> Result<Lsn> {
+        let mut b = self.lock()?;
+        if let Some(e) = &b.failed {
+            return Err(e.clone());
+        }
+        let lsn = b.next_lsn;
+        let payload = postcard::to_allocvec(&(lsn, entry))
+            .map_err(|e| Error::Internal(format!("cannot encode journal entry: {e}")))?;
+        envelope::encode_into(&mut b.bytes, ENTRY_MAGIC, FORMAT_VERSION, &payload);
+        b.next_lsn += 1;
+        Ok(lsn)
+    }
+
+    /// Returns once `lsn` is durable, writing the pending group commit if nobody is.
+    pub(crate) async fn sync(&self, lsn: Lsn) -> Result<()> {
+        let mut rx = self.durable.subscribe();
+        loop {
+            if *rx.borrow_and_update() >= lsn {
+                return Ok(());
+            }
+            let job = {
+                let mut b = self.lock()?;
+                if let Some(e) = &b.failed {
+                    return Err(e.clone());
+                }
+                if !b.writing && !b.bytes.is_empty() {
+                    b.writing = true;
+                    let first = b.first_lsn;
+                    let last = b.next_lsn - 1;
+                    b.first_lsn = b.next_lsn;
+                    Some((first, last, std::mem::take(&mut b.bytes)))
+                } else {
+                    None
+                }
+            };
+            match job {
+                Some((first, last, bytes)) => self.write_segment(first, last, bytes).await?,
+                None => {
+                    if rx.changed().await.is_err() {
+                        return Err(Error::Closed { what: "journal".into() });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write_segment(&self, first: Lsn, last: Lsn, bytes: Vec<u8>) -> Result<()> {
+        let path = self.segment_path(first);
+        let len = bytes.len() as u64;
+        let result = self.store.put(&path, PutPayload::from(bytes)).await;
+        let mut b = self.lock()?;
+        b.writing = false;
+        match result {
+            Ok(_) => {
+                b.segments.push((first, last));
+                b.bytes_since_snapshot += len;
+                drop(b);
+                self.durable.send_replace(last);
+                Ok(())
+            }
+            Err(e) => {
+                let err =
+                    Error::storage(&path, "journal write failed; the broker must be reopened to continue", Some(e));
+                b.failed = Some(err.clone());
+                drop(b);
+                // Wake the waiters so they see the failure.
+                self.durable.send_modify(|_| {});
+                Err(err)
+            }
+        }
+    }
+
+    /// Whether enough has been written since the last snapshot to take a new one: the
+    /// journal then costs at most about twice the state it holds.
+    pub(crate) fn wants_snapshot(&self) -> bool {
+        self.lock().is_ok_and(|b| {
+            !b.snapshotting
+                && b.failed.is_none()
+                && b.segments.len() >= 64
+                && b.bytes_since_snapshot >= (4 << 20).max(b.last_snapshot_bytes)
+        })
+    }
+
+    /// Claims the right to take a snapshot; returns false if one is under way.
+    pub(crate) fn begin_snapshot(&self) -> bool {
+        self.lock().is_ok_and(|mut b| !std::mem::replace(&mut b.snapshotting, true))
+    }
+
+    /// Writes `state`, which reflects every entry up to `lsn`, then drops the segments
+    /// and snapshots it makes redundant.
+    pub(crate) async fn write_snapshot(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
+        let result = self.write_snapshot_inner(lsn, state_bytes).await;
+        if let Ok(mut b) = self.lock() {
+            b.snapshotting = false;
+        }
+        result
+    }
+
+    async fn write_snapshot_inner(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
+        self.sync(lsn).await?;
+        let bytes = envelope::encode(SNAPSHOT_MAGIC, FORMAT_VERSION, &state_bytes);
+        let size = bytes.len() as u64;
+        let path = self.snapshot_path(lsn);
+        self.store
+            .put(&path, PutPayload::from(bytes))
+            .await
+            .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
+        let obsolete: Vec<(Lsn, Lsn)> = {
+            let mut b = self.lock()?;
+            b.last_snapshot_bytes = size;
+            let (old, keep): (Vec<_>, Vec<_>) = b.segments.iter().partition(|(_, last)| *last <= lsn);
+            b.segments = keep;
+            b.bytes_since_snapshot = 0;
+            old
+        };
+        for (first, _) in obsolete {
+            let p = self.segment_path(first);
+            if let Err(e) = self.store.delete(&p).await {
+                tracing::warn!(path = %p, error = %e, "cannot delete an obsolete journal segment; it is skipped on recovery");
+            }
+        }
+        for (old, p) in self.list("snapshot", ".snap").await? {
+            if old < lsn {
+                if let Err(e) = self.store.delete(&p).await {
+                    tracing::warn!(path = %p, error = %e, "cannot delete an old journal snapshot");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn encode_state(state: &BrokerState) -> Result<Vec<u8>> {
+        postcard::to_allocvec(state).map_err(|e| Error::Internal(format!("cannot encode broker snapshot: {e}")))
+    }
+
+    /// The lsn the next entry will get.
+    pub(crate) fn next_lsn(&self) -> Lsn {
+        self.lock().map_or(0, |b| b.next_lsn)
+    }
+}

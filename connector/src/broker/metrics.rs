@@ -1,0 +1,213 @@
+//! Broker metrics with the names of seed 000, readable as a snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::state::Events;
+
+/// `share-transaction-active`: ONGOING plus PREPARE transactions (gauge).
+pub const TRANSACTION_ACTIVE: &str = "share-transaction-active";
+/// `share-transaction-prepare-time-ms`: prepare latency (histogram).
+pub const TRANSACTION_PREPARE_TIME_MS: &str = "share-transaction-prepare-time-ms";
+/// `share-transaction-commit-time-ms`: commit latency (histogram).
+pub const TRANSACTION_COMMIT_TIME_MS: &str = "share-transaction-commit-time-ms";
+/// `share-transaction-abort-total`: aborted transactions, timeouts included (counter).
+pub const TRANSACTION_ABORT_TOTAL: &str = "share-transaction-abort-total";
+/// `share-transaction-timeout-total`: transactions aborted by their timeout (counter).
+pub const TRANSACTION_TIMEOUT_TOTAL: &str = "share-transaction-timeout-total";
+
+/// A latency histogram with power-of-two millisecond buckets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Samples recorded.
+    pub count: u64,
+    /// Sum of samples, ms.
+    pub sum_ms: f64,
+    /// Largest sample, ms.
+    pub max_ms: f64,
+    /// `buckets[i]` counts samples below `2^i` ms (the last bucket takes the rest).
+    pub buckets: [u64; 24],
+}
+
+impl Histogram {
+    fn record(&mut self, d: Duration) {
+        let ms = d.as_secs_f64() * 1e3;
+        self.count += 1;
+        self.sum_ms += ms;
+        self.max_ms = self.max_ms.max(ms);
+        let i = (0..self.buckets.len()).find(|&i| ms < (1u64 << i) as f64).unwrap_or(self.buckets.len() - 1);
+        self.buckets[i] += 1;
+    }
+
+    /// Upper bound of the bucket holding quantile `q` (0..=1), in ms.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let target = (q.clamp(0.0, 1.0) * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return ((1u64 << i) as f64).min(self.max_ms);
+            }
+        }
+        self.max_ms
+    }
+
+    /// Mean, ms.
+    pub fn mean_ms(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum_ms / self.count as f64
+        }
+    }
+}
+
+/// A point-in-time copy of every broker metric.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    /// `share-transaction-active`
+    pub transaction_active: u64,
+    /// Of the active ones, those in PREPARE: they wait for the coordinator, forever if need be.
+    pub transaction_prepared: u64,
+    /// `share-transaction-prepare-time-ms`
+    pub transaction_prepare_time: Histogram,
+    /// `share-transaction-commit-time-ms`
+    pub transaction_commit_time: Histogram,
+    /// `share-transaction-abort-total`
+    pub transaction_abort_total: u64,
+    /// `share-transaction-timeout-total`
+    pub transaction_timeout_total: u64,
+    /// Transactions committed.
+    pub transaction_commit_total: u64,
+    /// Records acquired (deliveries).
+    pub records_acquired: u64,
+    /// Acquisitions that were redeliveries.
+    pub records_redelivered: u64,
+    /// Records ACKNOWLEDGED.
+    pub records_acknowledged: u64,
+    /// Records archived because they were rejected.
+    pub records_archived_rejected: u64,
+    /// Records archived at the delivery limit.
+    pub records_archived_delivery_limit: u64,
+    /// Records archived because their producer transaction aborted.
+    pub records_archived_aborted_transaction: u64,
+}
+
+impl MetricsSnapshot {
+    /// Every metric as `(name, value)`, histograms as their count, mean, p99 and max.
+    pub fn iter(&self) -> Vec<(String, f64)> {
+        let mut out = vec![
+            (TRANSACTION_ACTIVE.to_string(), self.transaction_active as f64),
+            ("share-transaction-prepared".to_string(), self.transaction_prepared as f64),
+            (TRANSACTION_ABORT_TOTAL.to_string(), self.transaction_abort_total as f64),
+            (TRANSACTION_TIMEOUT_TOTAL.to_string(), self.transaction_timeout_total as f64),
+            ("share-transaction-commit-total".to_string(), self.transaction_commit_total as f64),
+            ("share-records-acquired-total".to_string(), self.records_acquired as f64),
+            ("share-records-redelivered-total".to_string(), self.records_redelivered as f64),
+            ("share-records-acknowledged-total".to_string(), self.records_acknowledged as f64),
+            ("share-records-archived-total{reason=rejected}".to_string(), self.records_archived_rejected as f64),
+            (
+                "share-records-archived-total{reason=delivery_limit}".to_string(),
+                self.records_archived_delivery_limit as f64,
+            ),
+            (
+                "share-records-archived-total{reason=aborted_transaction}".to_string(),
+                self.records_archived_aborted_transaction as f64,
+            ),
+        ];
+        for (name, h) in [
+            (TRANSACTION_PREPARE_TIME_MS, &self.transaction_prepare_time),
+            (TRANSACTION_COMMIT_TIME_MS, &self.transaction_commit_time),
+        ] {
+            out.push((format!("{name}-count"), h.count as f64));
+            out.push((format!("{name}-avg"), h.mean_ms()));
+            out.push((format!("{name}-p99"), h.quantile_ms(0.99)));
+            out.push((format!("{name}-max"), h.max_ms));
+        }
+        out
+    }
+}
+
+/// Live counters; the gauges are read from the state when a snapshot is taken.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    abort_total: AtomicU64,
+    timeout_total: AtomicU64,
+    commit_total: AtomicU64,
+    acquired: AtomicU64,
+    redelivered: AtomicU64,
+    acknowledged: AtomicU64,
+    archived_rejected: AtomicU64,
+    archived_delivery_limit: AtomicU64,
+    archived_aborted_txn: AtomicU64,
+    prepare_time: Mutex<Histogram>,
+    commit_time: Mutex<Histogram>,
+}
+
+impl Metrics {
+    pub(crate) fn record(&self, e: &Events) {
+        let add = |c: &AtomicU64, n: u64| {
+            if n > 0 {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&self.abort_total, e.txn_aborted);
+        add(&self.timeout_total, e.txn_timed_out);
+        add(&self.commit_total, e.txn_committed);
+        add(&self.acquired, e.records.acquired);
+        add(&self.redelivered, e.records.redelivered);
+        add(&self.acknowledged, e.records.acknowledged);
+        add(&self.archived_rejected, e.records.archived_rejected);
+        add(&self.archived_delivery_limit, e.records.archived_delivery_limit);
+        add(&self.archived_aborted_txn, e.records.archived_aborted_txn);
+    }
+
+    pub(crate) fn prepare_time(&self, d: Duration) {
+        if let Ok(mut h) = self.prepare_time.lock() {
+            h.record(d);
+        }
+    }
+
+    pub(crate) fn commit_time(&self, d: Duration) {
+        if let Ok(mut h) = self.commit_time.lock() {
+            h.record(d);
+        }
+    }
+
+    pub(crate) fn snapshot(&self, active: u64, prepared: u64) -> MetricsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            transaction_active: active,
+            transaction_prepared: prepared,
+            transaction_prepare_time: self.prepare_time.lock().map(|h| h.clone()).unwrap_or_default(),
+            transaction_commit_time: self.commit_time.lock().map(|h| h.clone()).unwrap_or_default(),
+            transaction_abort_total: get(&self.abort_total),
+            transaction_timeout_total: get(&self.timeout_total),
+            transaction_commit_total: get(&self.commit_total),
+            records_acquired: get(&self.acquired),
+            records_redelivered: get(&self.redelivered),
+            records_acknowledged: get(&self.acknowledged),
+            records_archived_rejected: get(&self.archived_rejected),
+            records_archived_delivery_limit: get(&self.archived_delivery_limit),
+            records_archived_aborted_transaction: get(&self.archived_aborted_txn),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_bound_the_samples() {
+        let mut h = Histogram::default();
+        for ms in [1, 2, 3, 100] {
+            h.record(Duration::from_millis(ms));
+        }
+        assert_eq!(h.count, 4);
+        assert_eq!(h.quantile_ms(0.5), 4.0);
+        assert_eq!(h.quantile_ms(1.0), 100.0);
+        assert_eq!(h.mean_ms(), 26.5);
+    }
+}

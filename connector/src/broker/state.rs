@@ -1,0 +1,821 @@
+//! The whole broker as one pure value: topics, share groups, transactions.
+//!
+//! [`BrokerState::apply`] takes a journal [`Entry`] (a command plus the time it ran
+//! at) and either changes the state and returns an [`Outcome`], or returns an error and
+//! changes nothing. Replaying the journal's entries in order rebuilds the state
+//! exactly, which is how the broker recovers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::log::{LogRecord, PartitionLog};
+use super::share_partition::{AcquiredRange, Changes, Limits, MemberKey, RangeError, SharePartition, Slot};
+use super::txn::{decide, Step, Txn, TxnKey, TxnTable};
+use crate::error::{Error, Result};
+use crate::share::{
+    AcknowledgeType, ArchiveReason, IsolationLevel, ProducerEpoch, RecordState, ShareAcknowledgements, ShareConfig,
+    TopicPartition, TransactionId, TransactionState,
+};
+
+/// One journaled operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Command {
+    CreateTopic {
+        name: String,
+        partitions: u32,
+    },
+    Produce {
+        tp: TopicPartition,
+        records: Vec<LogRecord>,
+        txn: Option<(TransactionId, ProducerEpoch)>,
+    },
+    ConfigureGroup {
+        group: String,
+        config: ShareConfig,
+    },
+    Join {
+        group: String,
+        topics: Vec<String>,
+    },
+    Subscribe {
+        group: String,
+        member: MemberKey,
+        topics: Vec<String>,
+    },
+    Leave {
+        group: String,
+        member: MemberKey,
+    },
+    /// Acquire, visiting the member's partitions from `start_partition` on (the
+    /// consumer rotates it so that members spread over partitions).
+    Acquire {
+        group: String,
+        member: MemberKey,
+        max_records: u64,
+        start_partition: u32,
+    },
+    Acknowledge {
+        group: String,
+        member: MemberKey,
+        acks: ShareAcknowledgements,
+    },
+    InitProducer {
+        group: String,
+        prefix: String,
+    },
+    Begin {
+        id: TransactionId,
+        epoch: ProducerEpoch,
+        timeout_ms: u64,
+    },
+    AckInTxn {
+        id: TransactionId,
+        epoch: ProducerEpoch,
+        member: MemberKey,
+        acks: ShareAcknowledgements,
+    },
+    Prepare {
+        id: TransactionId,
+        epoch: ProducerEpoch,
+    },
+    Commit {
+        id: TransactionId,
+        epoch: ProducerEpoch,
+    },
+    Abort {
+        id: TransactionId,
+        epoch: ProducerEpoch,
+    },
+    /// Only time passed: expire locks and transactions.
+    Tick,
+    /// The broker restarted: members are gone and their records come back.
+    Restarted,
+}
+
+/// A command and the broker time it ran at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    pub(crate) now_ms: u64,
+    pub(crate) command: Command,
+}
+
+/// What a command returns to its caller.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum Outcome {
+    #[default]
+    Done,
+    Produced {
+        base_offset: i64,
+    },
+    Joined {
+        member: MemberKey,
+    },
+    Acquired(Vec<(TopicPartition, AcquiredRange)>),
+    Epoch(ProducerEpoch),
+    /// A transaction step, and whether it changed anything.
+    Txn {
+        applied: bool,
+        epoch: ProducerEpoch,
+    },
+}
+
+impl Outcome {
+    /// Whether the command changed the state and so must be journaled.
+    pub(crate) fn changed_state(&self) -> bool {
+        match self {
+            Outcome::Acquired(ranges) => !ranges.is_empty(),
+            Outcome::Txn { applied, .. } => *applied,
+            _ => true,
+        }
+    }
+}
+
+/// Counts of what happened, drained by the broker shell for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Events {
+    pub(crate) records: Changes,
+    pub(crate) txn_committed: u64,
+    pub(crate) txn_aborted: u64,
+    pub(crate) txn_timed_out: u64,
+    /// Something became available to poll: wake waiting consumers.
+    pub(crate) wake: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Member {
+    topics: Vec<Arc<str>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Group {
+    config: ShareConfig,
+    members: BTreeMap<MemberKey, Member>,
+    partitions: BTreeMap<TopicPartition, SharePartition>,
+    epochs: BTreeMap<String, ProducerEpoch>,
+}
+
+impl Group {
+    fn new(config: ShareConfig) -> Self {
+        Self { config, members: BTreeMap::new(), partitions: BTreeMap::new(), epochs: BTreeMap::new() }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            lock_duration_ms: self.config.record_lock_duration().as_millis() as u64,
+            delivery_limit: self.config.delivery_count_limit(),
+            max_record_locks: u64::from(self.config.partition_max_record_locks()),
+            read_committed: self.config.isolation_level() == IsolationLevel::ReadCommitted,
+        }
+    }
+}
+
+/// The state of a record, as seen by inspection and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordStatus {
+    /// The record state.
+    pub state: RecordState,
+    /// Deliveries so far (0 once ACKNOWLEDGED or ARCHIVED).
+    pub delivery_count: u16,
+    /// Why it was archived.
+    pub archive_reason: Option<ArchiveReason>,
+    /// The transaction it is LOCKED in.
+    pub transaction: Option<TransactionId>,
+}
+
+/// Everything the broker knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BrokerState {
+    topics: BTreeMap<Arc<str>, Vec<PartitionLog>>,
+    groups: BTreeMap<String, Group>,
+    txns: TxnTable,
+    default_config: ShareConfig,
+    next_member: MemberKey,
+    pub(crate) last_now_ms: u64,
+    #[serde(skip)]
+    pub(crate) events: Events,
+}
+
+impl BrokerState {
+    pub(crate) fn new(default_config: ShareConfig) -> Self {
+        Self {
+            topics: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            txns: TxnTable::default(),
+            default_config,
+            next_member: 1,
+            last_now_ms: 0,
+            events: Events::default(),
+        }
+    }
+
+    /// Expires locks and transactions, then runs the command. All or nothing.
+    pub(crate) fn apply(&mut self, entry: &Entry) -> Result<Outcome> {
+        self.expire(entry.now_ms);
+        self.exec(&entry.command, entry.now_ms)
+    }
+
+    /// Processes the passage of time. Returns whether anything changed.
+    pub(crate) fn expire(&mut self, now_ms: u64) -> bool {
+        self.last_now_ms = self.last_now_ms.max(now_ms);
+        let mut changes = Changes::default();
+        for group in self.groups.values_mut() {
+            let limits = group.limits();
+            for sp in group.partitions.values_mut() {
+                changes.add(sp.expire_locks(now_ms, &limits));
+            }
+        }
+        let timed_out = self.txns.timed_out(now_ms);
+        for &key in &timed_out {
+            self.finish(key, false);
+            self.events.txn_timed_out += 1;
+        }
+        self.note(changes);
+        changes.any() || !timed_out.is_empty()
+    }
+
+    fn note(&mut self, changes: Changes) {
+        if changes.released > 0 || changes.archived_aborted_txn > 0 {
+            self.events.wake = true;
+        }
+        self.events.records.add(changes);
+    }
+
+    pub(crate) fn exec(&mut self, command: &Command, now_ms: u64) -> Result<Outcome> {
+        match command {
+            Command::CreateTopic { name, partitions } => self.create_topic(name, *partitions),
+            Command::Produce { tp, records, txn } => self.produce(tp, records, txn.as_ref()),
+            Command::ConfigureGroup { group, config } => {
+                self.group_mut(group).config = config.clone();
+                Ok(Outcome::Done)
+            }
+            Command::Join { group, topics } => self.join(group, topics),
+            Command::Subscribe { group, member, topics } => {
+                self.check_topics(topics)?;
+                let g = Self::member(&mut self.groups, group, *member)?;
+                let topics = topics.iter().map(|t| Arc::from(t.as_str())).collect();
+                g.members.insert(*member, Member { topics });
+                Ok(Outcome::Done)
+            }
+            Command::Leave { group, member } => {
+                let g = self.group_mut(group);
+                g.members.remove(member);
+                let limits = g.limits();
+                let mut changes = Changes::default();
+                for sp in g.partitions.values_mut() {
+                    changes.add(sp.release_member(Some(*member), &limits));
+                }
+                self.note(changes);
+                Ok(Outcome::Done)
+            }
+            Command::Acquire { group, member, max_records, start_partition } => {
+                self.acquire(group, *member, *max_records, *start_partition as usize, now_ms)
+            }
+            Command::Acknowledge { group, member, acks } => self.acknowledge(group, *member, acks, now_ms),
+            Command::InitProducer { group, prefix } => {
+                let g = self.group_mut(group);
+                let epoch = g.epochs.get(prefix).copied().unwrap_or(0) + 1;
+                g.epochs.insert(prefix.clone(), epoch);
+                let stale: Vec<TxnKey> = self
+                    .txns
+                    .iter()
+                    .filter(|(_, t)| {
+                        t.state == TransactionState::Ongoing && t.id.group_id() == group && t.id.prefix() == prefix
+                    })
+                    .map(|(k, _)| k)
+                    .collect();
+                for key in stale {
+                    self.finish(key, false);
+                }
+                Ok(Outcome::Epoch(epoch))
+            }
+            Command::Begin { id, epoch, timeout_ms } => self.begin(id, *epoch, *timeout_ms, now_ms),
+            Command::AckInTxn { id, epoch, member, acks } => self.ack_in_txn(id, *epoch, *member, acks),
+            Command::Prepare { id, epoch } => self.decide_txn("prepare", id, *epoch, now_ms),
+            Command::Commit { id, epoch } => self.decide_txn("commit", id, *epoch, now_ms),
+            Command::Abort { id, epoch } => self.decide_txn("abort", id, *epoch, now_ms),
+            Command::Tick => Ok(Outcome::Done),
+            Command::Restarted => {
+                let mut changes = Changes::default();
+                for g in self.groups.values_mut() {
+                    g.members.clear();
+                    let limits = g.limits();
+                    for sp in g.partitions.values_mut() {
+                        changes.add(sp.release_member(None, &limits));
+                    }
+                }
+                self.note(changes);
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    fn group_mut(&mut self, group: &str) -> &mut Group {
+        let config = &self.default_config;
+        self.groups.entry(group.to_string()).or_insert_with(|| Group::new(config.clone()))
+    }
+
+    fn create_topic(&mut self, name: &str, partitions: u32) -> Result<Outcome> {
+        if name.is_empty() || name.len() > 249 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(Error::InvalidRequest(format!(
+                "topic name {name:?} must be 1..=249 characters of [A-Za-z0-9._-]"
+            )));
+        }
+        if partitions == 0 || partitions > 10_000 {
+            return Err(Error::InvalidRequest(format!("topic {name} needs 1..=10000 partitions, got {partitions}")));
+        }
+        match self.topics.get(name) {
+            Some(existing) if existing.len() == partitions as usize => Ok(Outcome::Done),
+            Some(existing) => Err(Error::InvalidRequest(format!(
+                "topic {name} already exists with {} partitions, not {partitions}",
+                existing.len()
+            ))),
+            None => {
+                self.topics.insert(name.into(), vec![PartitionLog::default(); partitions as usize]);
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    pub(crate) fn partition_count(&self, topic: &str) -> Option<usize> {
+        self.topics.get(topic).map(Vec::len)
+    }
+
+    pub(crate) fn log(&self, tp: &TopicPartition) -> Result<&PartitionLog> {
+        self.topics
+            .get(&tp.topic)
+            .and_then(|p| p.get(usize::try_from(tp.partition).ok()?))
+            .ok_or_else(|| Error::UnknownTopicPartition { topic: tp.topic.to_string(), partition: tp.partition })
+    }
+
+    fn log_mut(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog> {
+        self.topics
+            .get_mut(&tp.topic)
+            .and_then(|p| p.get_mut(usize::try_from(tp.partition).ok()?))
+            .ok_or_else(|| Error::UnknownTopicPartition { topic: tp.topic.to_string(), partition: tp.partition })
+    }
+
+    fn produce(
+        &mut self,
+        tp: &TopicPartition,
+        records: &[LogRecord],
+        txn: Option<&(TransactionId, ProducerEpoch)>,
+    ) -> Result<Outcome> {
+        if records.is_empty() {
+            return Err(Error::InvalidRequest(format!("produce to {tp} with no records")));
+        }
+        self.log(tp)?;
+        let key = match txn {
+            Some((id, epoch)) => Some(self.txn_for_write("produce", id, *epoch)?),
+            None => None,
+        };
+        let log = self.log_mut(tp)?;
+        let base_offset = log.append(records.to_vec(), key);
+        if let Some(key) = key {
+            let t = self.txns.get_mut(key);
+            t.produced.push((tp.clone(), base_offset));
+            t.produced_records += records.len() as u64;
+        }
+        self.events.wake = true;
+        Ok(Outcome::Produced { base_offset })
+    }
+
+    fn check_topics(&self, topics: &[String]) -> Result<()> {
+        for t in topics {
+            if !self.topics.contains_key(t.as_str()) {
+                return Err(Error::UnknownTopicPartition { topic: t.clone(), partition: -1 });
+            }
+        }
+        Ok(())
+    }
+
+    fn join(&mut self, group: &str, topics: &[String]) -> Result<Outcome> {
+        self.check_topics(topics)?;
+        let member = self.next_member;
+        self.next_member += 1;
+        let topics = topics.iter().map(|t| Arc::from(t.as_str())).collect();
+        self.group_mut(group).members.insert(member, Member { topics });
+        Ok(Outcome::Joined { member })
+    }
+
+    fn member<'a>(groups: &'a mut BTreeMap<String, Group>, group: &str, member: MemberKey) -> Result<&'a mut Group> {
+        match groups.get_mut(group) {
+            Some(g) if g.members.contains_key(&member) => Ok(g),
+            _ => Err(Error::InvalidRequest(format!(
+                "member-{member} is not a member of group {group}; it left, was never joined, or the broker restarted: subscribe again"
+            ))),
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        group: &str,
+        member: MemberKey,
+        max_records: u64,
+        start: usize,
+        now_ms: u64,
+    ) -> Result<Outcome> {
+        let g = Self::member(&mut self.groups, group, member)?;
+        let limits = g.limits();
+        let mut tps = Vec::new();
+        let m = g.members.get(&member).ok_or_else(|| Error::Internal("member vanished".into()))?;
+        for topic in &m.topics {
+            let n = self.topics.get(topic).map_or(0, Vec::len);
+            tps.extend((0..n as i32).map(|p| TopicPartition::new(topic.clone(), p)));
+        }
+        let mut out = Vec::new();
+        let mut changes = Changes::default();
+        let mut budget = max_records;
+        for i in 0..tps.len() {
+            if budget == 0 {
+                break;
+            }
+            let tp = &tps[(start + i) % tps.len()];
+            let Some(log) = self.topics.get(&tp.topic).and_then(|p| p.get(tp.partition as usize)) else { continue };
+            let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(0));
+            let txns = &self.txns;
+            let ranges = sp.acquire(
+                member,
+                budget,
+                now_ms,
+                &limits,
+                log,
+                |k| txns.get(k).state == TransactionState::Aborted,
+                &mut changes,
+            );
+            for r in ranges {
+                budget -= (r.last - r.first + 1) as u64;
+                out.push((tp.clone(), r));
+            }
+        }
+        self.note(changes);
+        Ok(Outcome::Acquired(out))
+    }
+
+    fn range_error(
+        group: &str,
+        member: MemberKey,
+        tp: &TopicPartition,
+        first: i64,
+        last: i64,
+        e: RangeError,
+        txns: &TxnTable,
+    ) -> Error {
+        match e {
+            RangeError::NeverDelivered { from } => Error::NeverDelivered {
+                group: group.to_string(),
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+                first,
+                last,
+                from,
+            },
+            RangeError::WrongState { offset, slot } => {
+                let detail = match slot {
+                    Slot::Acquired { member: owner, .. } => format!(" (held by member-{owner})"),
+                    Slot::Locked { txn, .. } => format!(" (in transaction {})", txns.get(txn).id),
+                    Slot::Available { deliveries: 0 } => " (never delivered)".to_string(),
+                    Slot::Available { .. } => " (its acquisition lock expired or it was released)".to_string(),
+                    Slot::Archived(reason) => format!(" ({reason})"),
+                    Slot::Acknowledged => String::new(),
+                };
+                Error::NotAcquired {
+                    group: group.to_string(),
+                    member: format!("member-{member}"),
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                    first,
+                    last,
+                    offset,
+                    state: slot.record_state(),
+                    detail,
+                }
+            }
+        }
+    }
+
+    /// Checks that `member` holds every offset in `acks`.
+    fn check_acks(&self, group: &str, member: MemberKey, acks: &ShareAcknowledgements) -> Result<()> {
+        let g = self.groups.get(group).ok_or_else(|| Error::InvalidRequest(format!("unknown share group {group}")))?;
+        for (tp, ranges) in acks.partitions() {
+            let sp = g.partitions.get(tp);
+            for b in ranges.batches() {
+                let result = match sp {
+                    Some(sp) => sp.check_held(member, b.first_offset, b.last_offset),
+                    None => Err(RangeError::NeverDelivered { from: b.first_offset }),
+                };
+                result
+                    .map_err(|e| Self::range_error(group, member, tp, b.first_offset, b.last_offset, e, &self.txns))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn acknowledge(
+        &mut self,
+        group: &str,
+        member: MemberKey,
+        acks: &ShareAcknowledgements,
+        now_ms: u64,
+    ) -> Result<Outcome> {
+        Self::member(&mut self.groups, group, member)?;
+        self.check_acks(group, member, acks)?;
+        let g = Self::member(&mut self.groups, group, member)?;
+        let limits = g.limits();
+        let mut changes = Changes::default();
+        for (tp, ranges) in acks.partitions() {
+            if let Some(sp) = g.partitions.get_mut(tp) {
+                for b in ranges.batches() {
+                    changes.add(sp.acknowledge(b.first_offset, b.last_offset, b.ack_type, now_ms, &limits));
+                }
+            }
+        }
+        self.note(changes);
+        Ok(Outcome::Done)
+    }
+
+    fn check_epoch(&self, id: &TransactionId, epoch: ProducerEpoch, what: &str) -> Result<()> {
+        let current = self.groups.get(id.group_id()).and_then(|g| g.epochs.get(id.prefix())).copied().unwrap_or(0);
+        if epoch != current {
+            return Err(Error::Fenced {
+                group: id.group_id().to_string(),
+                prefix: id.prefix().to_string(),
+                epoch,
+                current,
+                what: format!("{what} {id}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The transaction to add acknowledgements or output to: ONGOING, begun by `epoch`.
+    fn txn_for_write(&self, op: &'static str, id: &TransactionId, epoch: ProducerEpoch) -> Result<TxnKey> {
+        self.check_epoch(id, epoch, op)?;
+        decide(op, id, self.txns.state_of(id))?;
+        let key = self.txns.key(id).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;
+        let txn_epoch = self.txns.get(key).epoch;
+        if txn_epoch != epoch {
+            return Err(Error::Fenced {
+                group: id.group_id().to_string(),
+                prefix: id.prefix().to_string(),
+                epoch,
+                current: txn_epoch,
+                what: format!("{op} into {id}, begun by another epoch,"),
+            });
+        }
+        Ok(key)
+    }
+
+    fn begin(&mut self, id: &TransactionId, epoch: ProducerEpoch, timeout_ms: u64, now_ms: u64) -> Result<Outcome> {
+        self.check_epoch(id, epoch, "begin")?;
+        if decide("begin", id, self.txns.state_of(id))? == Step::NoOp {
+            return Ok(Outcome::Txn { applied: false, epoch });
+        }
+        if timeout_ms == 0 {
+            return Err(Error::InvalidRequest(format!("transaction {id} needs a timeout > 0 ms")));
+        }
+        let max = self
+            .groups
+            .get(id.group_id())
+            .map_or(self.default_config.max_pending_transactions(), |g| g.config.max_pending_transactions());
+        let pending: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| t.state.is_pending() && t.id.group_id() == id.group_id())
+            .map(|(_, t)| t.id.to_string())
+            .collect();
+        if pending.len() >= max as usize {
+            return Err(Error::TooManyPendingTransactions {
+                txn: id.to_string(),
+                group: id.group_id().to_string(),
+                pending: pending.len(),
+                max,
+                ids: pending.join(", "),
+            });
+        }
+        self.txns.insert(Txn {
+            id: id.clone(),
+            state: TransactionState::Ongoing,
+            epoch,
+            timeout_ms,
+            create_time_ms: now_ms,
+            prepare_time_ms: None,
+            acks: ShareAcknowledgements::new(),
+            produced: Vec::new(),
+            produced_records: 0,
+        });
+        Ok(Outcome::Txn { applied: true, epoch })
+    }
+
+    fn ack_in_txn(
+        &mut self,
+        id: &TransactionId,
+        epoch: ProducerEpoch,
+        member: MemberKey,
+        acks: &ShareAcknowledgements,
+    ) -> Result<Outcome> {
+        let key = self.txn_for_write("acknowledge", id, epoch)?;
+        let group = id.group_id();
+        for (tp, ranges) in acks.partitions() {
+            for b in ranges.batches() {
+                if !matches!(b.ack_type, AcknowledgeType::Accept | AcknowledgeType::Reject) {
+                    return Err(Error::InvalidRequest(format!(
+                        "{} of {tp} offsets {}..={} cannot join transaction {id}: only ACCEPT and REJECT can be staged",
+                        b.ack_type, b.first_offset, b.last_offset
+                    )));
+                }
+            }
+        }
+        Self::member(&mut self.groups, group, member)?;
+        self.check_acks(group, member, acks)?;
+        let g = Self::member(&mut self.groups, group, member)?;
+        let txn = self.txns.get_mut(key);
+        for (tp, ranges) in acks.partitions() {
+            if let Some(sp) = g.partitions.get_mut(tp) {
+                for b in ranges.batches() {
+                    sp.lock(b.first_offset, b.last_offset, key, b.ack_type == AcknowledgeType::Accept);
+                    let added = txn.acks.add(tp.clone(), b);
+                    debug_assert!(added.is_ok(), "records held by a member cannot already be in {id}");
+                }
+            }
+        }
+        Ok(Outcome::Txn { applied: true, epoch })
+    }
+
+    fn decide_txn(
+        &mut self,
+        op: &'static str,
+        id: &TransactionId,
+        epoch: ProducerEpoch,
+        now_ms: u64,
+    ) -> Result<Outcome> {
+        self.check_epoch(id, epoch, op)?;
+        if decide(op, id, self.txns.state_of(id))? == Step::NoOp {
+            return Ok(Outcome::Txn { applied: false, epoch });
+        }
+        let key = self.txns.key(id).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;
+        match op {
+            "prepare" => {
+                let t = self.txns.get_mut(key);
+                t.state = TransactionState::Prepare;
+                t.prepare_time_ms = Some(now_ms);
+            }
+            "commit" => self.finish(key, true),
+            "abort" => self.finish(key, false),
+            _ => return Err(Error::Internal(format!("unknown transaction operation {op}"))),
+        }
+        Ok(Outcome::Txn { applied: true, epoch })
+    }
+
+    /// Commits or aborts: acknowledgements apply and output turns visible (or both are
+    /// undone) in this one step.
+    fn finish(&mut self, key: TxnKey, commit: bool) {
+        let txn = self.txns.get_mut(key);
+        txn.state = if commit { TransactionState::Committed } else { TransactionState::Aborted };
+        let acks = std::mem::take(&mut txn.acks);
+        let produced = std::mem::take(&mut txn.produced);
+        let group = txn.id.group_id().to_string();
+        let mut changes = Changes::default();
+        if let Some(g) = self.groups.get_mut(&group) {
+            let limits = g.limits();
+            for (tp, ranges) in acks.partitions() {
+                let Some(sp) = g.partitions.get_mut(tp) else { continue };
+                for b in ranges.batches() {
+                    changes.add(if commit {
+                        sp.commit_locked(b.first_offset, b.last_offset, key)
+                    } else {
+                        sp.abort_locked(b.first_offset, b.last_offset, key, &limits)
+                    });
+                }
+            }
+        }
+        for (tp, base) in produced {
+            if let Ok(log) = self.log_mut(&tp) {
+                log.close_txn_batch(base);
+            }
+        }
+        if commit {
+            self.events.txn_committed += 1;
+        } else {
+            self.events.txn_aborted += 1;
+        }
+        self.events.wake = true;
+        self.note(changes);
+    }
+
+    // ---- reads ----
+
+    pub(crate) fn txn(&self, id: &TransactionId) -> Option<&Txn> {
+        self.txns.key(id).map(|k| self.txns.get(k))
+    }
+
+    pub(crate) fn txns(&self) -> impl Iterator<Item = &Txn> + '_ {
+        self.txns.iter().map(|(_, t)| t)
+    }
+
+    pub(crate) fn is_member(&self, group: &str, member: MemberKey) -> bool {
+        self.groups.get(group).is_some_and(|g| g.members.contains_key(&member))
+    }
+
+    /// The state of one record for `group`, or `None` if the offset does not exist.
+    pub(crate) fn record_status(&self, group: &str, tp: &TopicPartition, offset: i64) -> Option<RecordStatus> {
+        let log = self.log(tp).ok()?;
+        if offset < 0 || offset >= log.end() {
+            return None;
+        }
+        let slot = self.groups.get(group).and_then(|g| g.partitions.get(tp)).and_then(|sp| sp.slot(offset));
+        let slot = slot.unwrap_or(Slot::Available { deliveries: 0 });
+        Some(RecordStatus {
+            state: slot.record_state(),
+            delivery_count: slot.deliveries(),
+            archive_reason: match slot {
+                Slot::Archived(r) => Some(r),
+                _ => None,
+            },
+            transaction: match slot {
+                Slot::Locked { txn, .. } => Some(self.txns.get(txn).id.clone()),
+                _ => None,
+            },
+        })
+    }
+
+    /// Runs of one share partition: (first, last, state), for inspection.
+    pub(crate) fn share_partition_runs(&self, group: &str, tp: &TopicPartition) -> Vec<(i64, i64, RecordState)> {
+        self.groups
+            .get(group)
+            .and_then(|g| g.partitions.get(tp))
+            .map(|sp| sp.runs().map(|(f, l, s)| (f, l, s.record_state())).collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn share_partition(&self, group: &str, tp: &TopicPartition) -> Option<&SharePartition> {
+        self.groups.get(group).and_then(|g| g.partitions.get(tp))
+    }
+
+    /// The records of an acquired range, ready to hand to a consumer.
+    pub(crate) fn delivered_records(
+        &self,
+        tp: &TopicPartition,
+        range: &AcquiredRange,
+        out: &mut Vec<crate::share::Record>,
+    ) {
+        let Ok(log) = self.log(tp) else { return };
+        for batch in log.batches_from(range.first) {
+            if batch.base_offset > range.last {
+                break;
+            }
+            let from = range.first.max(batch.base_offset);
+            let to = range.last.min(batch.last_offset());
+            for o in from..=to {
+                let r = &batch.records[(o - batch.base_offset) as usize];
+                out.push(crate::share::Record {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: o,
+                    key: r.key.clone(),
+                    value: r.value.clone(),
+                    timestamp_ms: r.timestamp_ms,
+                    delivery_count: range.deliveries as i16,
+                });
+            }
+        }
+    }
+
+    /// Plain fetch: records from `offset`, at most `max`, honouring isolation.
+    pub(crate) fn read(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        max: usize,
+        isolation: IsolationLevel,
+    ) -> Result<(Vec<(i64, &LogRecord)>, i64)> {
+        let log = self.log(tp)?;
+        let end = match isolation {
+            IsolationLevel::ReadCommitted => log.last_stable_offset(),
+            IsolationLevel::ReadUncommitted => log.end(),
+        };
+        let mut out = Vec::new();
+        let mut next = offset.max(0);
+        for batch in log.batches_from(next) {
+            if out.len() >= max || batch.base_offset >= end {
+                break;
+            }
+            let aborted = batch.txn.is_some_and(|k| self.txns.get(k).state == TransactionState::Aborted);
+            let last = batch.last_offset().min(end - 1);
+            if isolation == IsolationLevel::ReadCommitted && aborted {
+                next = last + 1;
+                continue;
+            }
+            for o in next.max(batch.base_offset)..=last {
+                if out.len() >= max {
+                    break;
+                }
+                out.push((o, &batch.records[(o - batch.base_offset) as usize]));
+                next = o + 1;
+            }
+        }
+        Ok((out, next))
+    }
+}

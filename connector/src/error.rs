@@ -1,0 +1,217 @@
+//! The one public error type of the connector crate.
+
+use std::sync::Arc;
+
+use crate::share::{RecordState, TransactionState};
+
+/// What the caller should do about an [`Error`]. Mirrors the project-wide convention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input or configuration: the caller must change what it sends.
+    Invalid,
+    /// A newer instance owns this transactional prefix; this one must stop.
+    Fenced,
+    /// Transient: a dependency is down or a limit is reached. Retry later.
+    Unavailable,
+    /// Durable bytes are corrupt or of an unknown format.
+    Data,
+    /// A bug in shareflow. Please report it.
+    Internal,
+}
+
+/// Result alias for the connector crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every failure of the share-group contract, the embedded broker and its journal.
+///
+/// Messages name the thing at fault (transaction id, offsets, member, config key, path)
+/// and, where there is one, what to do about it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration value breaks its rule.
+    #[error("invalid config {key}={value}: {rule}")]
+    InvalidConfig {
+        /// The configuration key, as in Kafka (`share.transaction.timeout.ms`).
+        key: String,
+        /// The offending value.
+        value: String,
+        /// The rule, with the allowed range.
+        rule: String,
+    },
+    /// A transaction id, group id or prefix is malformed.
+    #[error("invalid {part} in transaction id {input:?}: {reason}")]
+    InvalidTransactionId {
+        /// Which part is wrong: `group id`, `prefix`, `checkpoint id`.
+        part: &'static str,
+        /// The text that was given.
+        input: String,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+    /// The transaction is not known to the coordinator.
+    #[error("unknown transaction {txn}: it was never begun (or belongs to another broker)")]
+    UnknownTransaction {
+        /// The transaction id.
+        txn: String,
+    },
+    /// A transaction operation that the state machine forbids.
+    #[error("cannot {op} transaction {txn}: it is {state}")]
+    IllegalTransition {
+        /// The transaction id.
+        txn: String,
+        /// The operation: begin, prepare, commit, abort, acknowledge, produce.
+        op: &'static str,
+        /// The state the transaction is in.
+        state: TransactionState,
+    },
+    /// `share.transaction.max.pending` is reached for the group.
+    #[error(
+        "cannot begin {txn}: group {group} already has {pending} pending transactions \
+         (share.transaction.max.pending={max}); commit or abort one of [{ids}] first"
+    )]
+    TooManyPendingTransactions {
+        /// The transaction that could not begin.
+        txn: String,
+        /// The share group.
+        group: String,
+        /// How many are pending.
+        pending: usize,
+        /// The configured maximum.
+        max: u32,
+        /// The pending transaction ids.
+        ids: String,
+    },
+    /// An acknowledgement names offsets that this member does not hold.
+    #[error(
+        "member {member} cannot acknowledge {topic}-{partition} offsets {first}..={last} \
+         in group {group}: offset {offset} is {state}{detail}"
+    )]
+    NotAcquired {
+        /// The share group.
+        group: String,
+        /// The member that sent the acknowledgement.
+        member: String,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// First offset of the acknowledged range.
+        first: i64,
+        /// Last offset of the acknowledged range.
+        last: i64,
+        /// The first offending offset.
+        offset: i64,
+        /// The state that offset is in.
+        state: RecordState,
+        /// Extra detail (owner, transaction).
+        detail: String,
+    },
+    /// An acknowledgement names offsets that were never delivered to anyone.
+    #[error(
+        "cannot acknowledge {topic}-{partition} offsets {first}..={last} in group {group}: \
+         offsets from {from} on were never delivered"
+    )]
+    NeverDelivered {
+        /// The share group.
+        group: String,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// First offset of the acknowledged range.
+        first: i64,
+        /// Last offset of the acknowledged range.
+        last: i64,
+        /// First offset that was never delivered.
+        from: i64,
+    },
+    /// The request itself is malformed (overlapping ranges, wrong group, bad mode).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// A topic or partition that does not exist.
+    #[error("unknown topic or partition {topic}-{partition}: create the topic first")]
+    UnknownTopicPartition {
+        /// Topic.
+        topic: String,
+        /// Partition, or -1 when the topic itself is unknown.
+        partition: i32,
+    },
+    /// A stale instance tried to use a transactional prefix a newer one owns.
+    #[error(
+        "fenced: {what} uses epoch {epoch} of group {group} prefix {prefix}, but epoch \
+         {current} now owns it; another instance with the same prefix started. Stop this one, \
+         or give each instance its own prefix"
+    )]
+    Fenced {
+        /// The share group.
+        group: String,
+        /// The transactional prefix.
+        prefix: String,
+        /// The epoch the caller holds.
+        epoch: u32,
+        /// The epoch that owns the prefix now.
+        current: u32,
+        /// What was attempted, with the transaction id.
+        what: String,
+    },
+    /// The object store failed or the journal is unusable until the broker is reopened.
+    #[error("storage unavailable at {path}: {reason}")]
+    Storage {
+        /// The object path.
+        path: String,
+        /// What failed.
+        reason: String,
+        /// The underlying error, when there is one.
+        #[source]
+        source: Option<Arc<object_store::Error>>,
+    },
+    /// The broker or consumer was closed.
+    #[error("{what} is closed")]
+    Closed {
+        /// What was closed.
+        what: String,
+    },
+    /// Durable bytes are corrupt.
+    #[error("corrupt data in {path}: {reason}")]
+    Corrupt {
+        /// The object path.
+        path: String,
+        /// What check failed.
+        reason: String,
+    },
+    /// A shareflow bug.
+    #[error("internal error (a shareflow bug, please report it): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// What the caller should do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidConfig { .. }
+            | Error::InvalidTransactionId { .. }
+            | Error::UnknownTransaction { .. }
+            | Error::IllegalTransition { .. }
+            | Error::NotAcquired { .. }
+            | Error::NeverDelivered { .. }
+            | Error::InvalidRequest(_)
+            | Error::UnknownTopicPartition { .. } => ErrorKind::Invalid,
+            Error::Fenced { .. } => ErrorKind::Fenced,
+            Error::TooManyPendingTransactions { .. } | Error::Storage { .. } | Error::Closed { .. } => {
+                ErrorKind::Unavailable
+            }
+            Error::Corrupt { .. } => ErrorKind::Data,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    pub(crate) fn storage(path: impl ToString, reason: impl ToString, source: Option<object_store::Error>) -> Self {
+        Error::Storage { path: path.to_string(), reason: reason.to_string(), source: source.map(Arc::new) }
+    }
+
+    pub(crate) fn corrupt(path: impl ToString, reason: impl ToString) -> Self {
+        Error::Corrupt { path: path.to_string(), reason: reason.to_string() }
+    }
+}

@@ -1,0 +1,185 @@
+//! Acknowledgements kept as merged offset ranges, never one entry per record.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AcknowledgeType, AcknowledgementBatch, TopicPartition};
+use crate::error::{Error, Result};
+
+/// The acknowledgements of one partition as disjoint, merged offset ranges.
+///
+/// Adjacent ranges of the same type merge, so a million contiguous ACCEPTs are one
+/// entry. Adding an offset twice is an error: a record is settled once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckRanges {
+    /// first offset -> (last offset, type)
+    ranges: BTreeMap<i64, (i64, AcknowledgeType)>,
+    records: u64,
+}
+
+impl AckRanges {
+    /// No acknowledgements.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `first..=last` as `ack_type`. Fails without changing anything when any of
+    /// the offsets is already present or the range is empty or negative.
+    pub fn add(&mut self, batch: AcknowledgementBatch) -> Result<()> {
+        let AcknowledgementBatch { first_offset: first, last_offset: last, ack_type } = batch;
+        if first < 0 || last < first {
+            return Err(Error::InvalidRequest(format!("acknowledgement range {first}..={last} is empty or negative")));
+        }
+        if let Some((&start, &(end, _))) = self.ranges.range(..=last).next_back() {
+            if end >= first {
+                return Err(Error::InvalidRequest(format!(
+                    "offsets {}..={} are acknowledged twice",
+                    first.max(start),
+                    last.min(end)
+                )));
+            }
+        }
+        let (mut first, mut last) = (first, last);
+        if let Some((&start, &(end, ty))) = self.ranges.range(..first).next_back() {
+            if end + 1 == first && ty == ack_type {
+                self.ranges.remove(&start);
+                first = start;
+            }
+        }
+        if let Some(&(end, ty)) = self.ranges.get(&(last + 1)) {
+            if ty == ack_type {
+                self.ranges.remove(&(last + 1));
+                last = end;
+            }
+        }
+        self.ranges.insert(first, (last, ack_type));
+        self.records += batch.len();
+        Ok(())
+    }
+
+    /// Adds one offset.
+    pub fn add_offset(&mut self, offset: i64, ack_type: AcknowledgeType) -> Result<()> {
+        self.add(AcknowledgementBatch::new(offset, offset, ack_type))
+    }
+
+    /// The merged batches, in offset order.
+    pub fn batches(&self) -> impl Iterator<Item = AcknowledgementBatch> + '_ {
+        self.ranges.iter().map(|(&first, &(last, ty))| AcknowledgementBatch::new(first, last, ty))
+    }
+
+    /// Number of merged ranges.
+    pub fn range_count(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Number of offsets covered.
+    pub fn record_count(&self) -> u64 {
+        self.records
+    }
+
+    /// True when nothing is acknowledged.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The type `offset` is acknowledged with, if any.
+    pub fn get(&self, offset: i64) -> Option<AcknowledgeType> {
+        let (_, &(last, ty)) = self.ranges.range(..=offset).next_back()?;
+        (last >= offset).then_some(ty)
+    }
+}
+
+/// Acknowledgements across partitions, as sent with one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareAcknowledgements {
+    partitions: BTreeMap<TopicPartition, AckRanges>,
+}
+
+impl ShareAcknowledgements {
+    /// None.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a batch for a partition.
+    pub fn add(&mut self, tp: TopicPartition, batch: AcknowledgementBatch) -> Result<()> {
+        self.partitions.entry(tp).or_default().add(batch)
+    }
+
+    /// Settles every record in `records` the same way.
+    pub fn from_records<'a>(
+        records: impl IntoIterator<Item = &'a super::Record>,
+        ack_type: AcknowledgeType,
+    ) -> Result<Self> {
+        let mut acks = Self::new();
+        for r in records {
+            acks.partitions.entry(r.topic_partition()).or_default().add_offset(r.offset, ack_type)?;
+        }
+        Ok(acks)
+    }
+
+    /// The partitions and their ranges.
+    pub fn partitions(&self) -> impl Iterator<Item = (&TopicPartition, &AckRanges)> {
+        self.partitions.iter()
+    }
+
+    /// Total offsets covered.
+    pub fn record_count(&self) -> u64 {
+        self.partitions.values().map(AckRanges::record_count).sum()
+    }
+
+    /// True when there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.partitions.values().all(AckRanges::is_empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AcknowledgeType::*;
+
+    #[test]
+    fn adjacent_same_type_merges_both_ways() {
+        let mut r = AckRanges::new();
+        r.add_offset(5, Accept).unwrap();
+        r.add_offset(7, Accept).unwrap();
+        r.add_offset(6, Accept).unwrap();
+        assert_eq!(r.batches().collect::<Vec<_>>(), vec![AcknowledgementBatch::new(5, 7, Accept)]);
+        assert_eq!(r.record_count(), 3);
+    }
+
+    #[test]
+    fn different_types_stay_apart() {
+        let mut r = AckRanges::new();
+        r.add_offset(1, Accept).unwrap();
+        r.add_offset(2, Reject).unwrap();
+        r.add_offset(3, Accept).unwrap();
+        assert_eq!(r.range_count(), 3);
+        assert_eq!(r.get(2), Some(Reject));
+        assert_eq!(r.get(4), None);
+    }
+
+    #[test]
+    fn a_million_contiguous_acks_are_one_range() {
+        let mut r = AckRanges::new();
+        for o in 0..1_000_000 {
+            r.add_offset(o, Accept).unwrap();
+        }
+        assert_eq!(r.range_count(), 1);
+        assert_eq!(r.record_count(), 1_000_000);
+    }
+
+    #[test]
+    fn overlap_is_rejected_and_changes_nothing() {
+        let mut r = AckRanges::new();
+        r.add(AcknowledgementBatch::new(10, 20, Accept)).unwrap();
+        let before = r.clone();
+        let err = r.add(AcknowledgementBatch::new(15, 30, Accept)).unwrap_err();
+        assert!(err.to_string().contains("15..=20"), "{err}");
+        assert!(r.add(AcknowledgementBatch::new(0, 10, Reject)).is_err());
+        assert!(r.add(AcknowledgementBatch::new(3, 2, Reject)).is_err());
+        assert_eq!(r, before);
+    }
+}
