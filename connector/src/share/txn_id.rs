@@ -160,7 +160,7 @@ mod tests {
             }
         }
         for (text, part) in
-            [("nodash", "checkpoint id"), ("g-p-x", "checkpoint id"), ("p-1", "prefix"), ("g-p--1", "checkpoint id")]
+            [("nodash", "checkpoint id"), ("g-p-x", "checkpoint id"), ("p-1", "prefix"), ("g-p--1", "prefix")]
         {
             match text.parse::<TransactionId>() {
                 Err(Error::InvalidTransactionId { part: got, .. }) => assert_eq!(got, part, "{text}"),

@@ -1,0 +1,101 @@
+//! Shared helpers for the integration tests: a broker on a shared in-memory store with
+//! a manual clock, that can be "crashed" and reopened.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, ManualClock};
+use shareflow::connector::share::*;
+
+pub const GROUP: &str = "orders-eu";
+pub const PREFIX: &str = "job";
+pub const IN: &str = "in";
+pub const OUT: &str = "out";
+pub const LOCK: Duration = Duration::from_secs(30);
+pub const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn tp(partition: i32) -> TopicPartition {
+    TopicPartition::new(IN, partition)
+}
+
+pub fn out_tp() -> TopicPartition {
+    TopicPartition::new(OUT, 0)
+}
+
+pub fn config(mode: AcknowledgementMode) -> ShareConfig {
+    ShareConfig::builder().acknowledgement_mode(mode).build().expect("valid config")
+}
+
+pub fn txn_id(n: u64) -> TransactionId {
+    TransactionId::new(GROUP, PREFIX, n).expect("valid id")
+}
+
+pub struct Fixture {
+    pub store: Arc<dyn ObjectStore>,
+    pub clock: ManualClock,
+    pub broker: EmbeddedBroker,
+    pub group_config: ShareConfig,
+}
+
+impl Fixture {
+    /// A broker with topic `in` (`partitions` partitions) and `out` (1 partition).
+    pub async fn new(partitions: u32, group_config: ShareConfig) -> Self {
+        Self::on_store(Arc::new(InMemory::new()), partitions, group_config).await
+    }
+
+    pub async fn on_store(store: Arc<dyn ObjectStore>, partitions: u32, group_config: ShareConfig) -> Self {
+        let clock = ManualClock::new(1_000_000);
+        let broker = open(&store, &clock, &group_config).await;
+        broker.create_topic(IN, partitions).await.expect("create in");
+        broker.create_topic(OUT, 1).await.expect("create out");
+        broker.configure_group(GROUP, group_config.clone()).await.expect("configure");
+        Self { store, clock, broker, group_config }
+    }
+
+    /// Drops the broker without any shutdown and opens it again on the same journal.
+    pub async fn restart(&mut self) {
+        self.broker.close();
+        self.broker = open(&self.store, &self.clock, &self.group_config).await;
+    }
+
+    pub async fn produce(&self, partition: i32, n: usize) -> Vec<i64> {
+        let records = (0..n).map(|i| ProducerRecord::new(IN, partition, format!("v{i}"))).collect();
+        self.broker.produce(records).await.expect("produce").into_iter().map(|(_, o)| o).collect()
+    }
+
+    pub async fn consumer(&self, mode: AcknowledgementMode) -> shareflow::connector::broker::EmbeddedShareConsumer {
+        let mut c = self.broker.consumer(GROUP, config(mode)).await.expect("consumer");
+        c.subscribe(&[IN]).await.expect("subscribe");
+        c
+    }
+
+    pub fn state(&self, partition: i32, offset: i64) -> RecordState {
+        self.broker.record_status(GROUP, &tp(partition), offset).expect("status").state
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+}
+
+pub async fn open(store: &Arc<dyn ObjectStore>, clock: &ManualClock, config: &ShareConfig) -> EmbeddedBroker {
+    EmbeddedBroker::open(
+        BrokerOptions::with_store(store.clone(), Path::from("broker"))
+            .clock(clock.clone())
+            .default_config(config.clone()),
+    )
+    .await
+    .expect("open broker")
+}
+
+pub async fn poll(c: &mut impl ShareConsumer, max: usize) -> Vec<Record> {
+    c.poll(max, Duration::ZERO).await.expect("poll")
+}
+
+pub fn acks(records: &[Record], ty: AcknowledgeType) -> ShareAcknowledgements {
+    ShareAcknowledgements::from_records(records, ty).expect("acks")
+}
