@@ -99,3 +99,47 @@ pub async fn poll(c: &mut impl ShareConsumer, max: usize) -> Vec<Record> {
 pub fn acks(records: &[Record], ty: AcknowledgeType) -> ShareAcknowledgements {
     ShareAcknowledgements::from_records(records, ty).expect("acks")
 }
+
+/// Everything a client can observe of the broker, for before/after comparisons.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub records: Vec<(i32, i64, shareflow::connector::broker::RecordStatus)>,
+    pub transactions: Vec<shareflow::connector::broker::TransactionInfo>,
+    pub out_committed: Vec<shareflow::connector::broker::FetchedRecord>,
+    pub out_uncommitted: Vec<shareflow::connector::broker::FetchedRecord>,
+    pub out_last_stable: i64,
+    pub in_ends: Vec<i64>,
+}
+
+pub fn observe(f: &Fixture) -> Observed {
+    let partitions = f.broker.partition_count(IN).expect("in");
+    let mut records = Vec::new();
+    let mut in_ends = Vec::new();
+    for p in 0..partitions as i32 {
+        let end = f.broker.end_offset(&tp(p)).expect("end");
+        in_ends.push(end);
+        for o in 0..end {
+            records.push((p, o, f.broker.record_status(GROUP, &tp(p), o).expect("status")));
+        }
+    }
+    Observed {
+        records,
+        transactions: f.broker.transactions().expect("txns"),
+        out_committed: f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).expect("fetch"),
+        out_uncommitted: f.broker.fetch_all(&out_tp(), IsolationLevel::ReadUncommitted).expect("fetch"),
+        out_last_stable: f.broker.last_stable_offset(&out_tp()).expect("lso"),
+        in_ends,
+    }
+}
+
+/// What a restart must turn `before` into: ACQUIRED records come back AVAILABLE with
+/// their delivery count; nothing else changes.
+pub fn after_restart(before: &Observed) -> Observed {
+    let mut expected = before.clone();
+    for (_, _, s) in &mut expected.records {
+        if s.state == RecordState::Acquired {
+            s.state = RecordState::Available;
+        }
+    }
+    expected
+}

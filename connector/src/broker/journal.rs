@@ -60,6 +60,21 @@ pub(crate) struct Recovered {
     pub(crate) truncated_tail: Option<String>,
 }
 
+/// A damaged frame is a torn tail (the last write did not finish, or its last entry is
+/// damaged) when nothing valid can follow it: it is cut short, its declared extent runs
+/// exactly to the end of the file, or only zeros follow. Anything else is corruption.
+fn is_torn_tail(rest: &[u8], error: &envelope::EnvelopeError) -> bool {
+    if matches!(error, envelope::EnvelopeError::Truncated { .. }) || rest.iter().all(|&b| b == 0) {
+        return true;
+    }
+    if rest.len() >= envelope::HEADER_LEN {
+        let declared = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
+        return envelope::HEADER_LEN + declared == rest.len()
+            && matches!(error, envelope::EnvelopeError::ChecksumMismatch { .. });
+    }
+    false
+}
+
 impl Journal {
     fn segment_path(&self, first: Lsn) -> Path {
         self.root.clone().join("wal").join(format!("{first:020}.seg"))
@@ -163,7 +178,7 @@ impl Journal {
             while pos < bytes.len() {
                 let frame = match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
                     Ok(f) => f,
-                    Err(e) if is_last => {
+                    Err(e) if is_last && is_torn_tail(&bytes[pos..], &e) => {
                         tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
                         truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
                         let good = bytes.slice(..pos);
@@ -175,12 +190,13 @@ impl Journal {
                         result.map_err(|e| Error::storage(&path, "cannot truncate the torn journal tail", Some(e)))?;
                         break;
                     }
-                    Err(e) => {
-                        return Err(Error::corrupt(
-                            &path,
-                            format!("entry at byte {pos} is damaged ({e}) and later segments exist; restore the journal from a backup"),
-                        ))
-                    }
+                    Err(e) => return Err(Error::corrupt(
+                        &path,
+                        format!(
+                            "journal entry at byte {pos} is damaged ({e}) and is not the torn tail of the last write; \
+                                 refusing to guess. Restore the broker directory from a backup"
+                        ),
+                    )),
                 };
                 pos += frame.len;
                 let (entry_lsn, entry): (Lsn, Entry) = postcard::from_bytes(frame.payload).map_err(|e| {

@@ -235,9 +235,19 @@ impl SharePartition {
         changes
     }
 
-    /// Releases every record `member` holds, as on leaving the group or a restart
-    /// (`member = None`: everyone's).
-    pub(crate) fn release_member(&mut self, member: Option<MemberKey>, limits: &Limits) -> Changes {
+    /// Releases every record `member` holds when it leaves the group: a failed
+    /// delivery, archived at the limit.
+    pub(crate) fn release_member(&mut self, member: MemberKey, limits: &Limits) -> Changes {
+        self.release_held(Some(member), |s| release(s, limits))
+    }
+
+    /// After a broker restart every ACQUIRED record becomes AVAILABLE with its delivery
+    /// count, as in Kafka. The broker failed, not the record, so this never archives.
+    pub(crate) fn release_all_after_restart(&mut self) -> Changes {
+        self.release_held(None, |s| Slot::Available { deliveries: s.deliveries() })
+    }
+
+    fn release_held(&mut self, member: Option<MemberKey>, to: impl Fn(&Slot) -> Slot) -> Changes {
         let mut changes = Changes::default();
         let held: Vec<(i64, i64)> = self
             .runs
@@ -246,7 +256,7 @@ impl SharePartition {
             .map(|(f, l, _)| (f, l))
             .collect();
         for (first, last) in held {
-            self.set(first, last, &mut changes, |s| release(s, limits));
+            self.set(first, last, &mut changes, &to);
         }
         changes
     }

@@ -264,7 +264,7 @@ impl BrokerState {
                 let limits = g.limits();
                 let mut changes = Changes::default();
                 for sp in g.partitions.values_mut() {
-                    changes.add(sp.release_member(Some(*member), &limits));
+                    changes.add(sp.release_member(*member, &limits));
                 }
                 self.note(changes);
                 Ok(Outcome::Done)
@@ -300,9 +300,8 @@ impl BrokerState {
                 let mut changes = Changes::default();
                 for g in self.groups.values_mut() {
                     g.members.clear();
-                    let limits = g.limits();
                     for sp in g.partitions.values_mut() {
-                        changes.add(sp.release_member(None, &limits));
+                        changes.add(sp.release_all_after_restart());
                     }
                 }
                 self.note(changes);
