@@ -190,13 +190,15 @@ impl Journal {
                         result.map_err(|e| Error::storage(&path, "cannot truncate the torn journal tail", Some(e)))?;
                         break;
                     }
-                    Err(e) => return Err(Error::corrupt(
-                        &path,
-                        format!(
+                    Err(e) => {
+                        return Err(Error::corrupt(
+                            &path,
+                            format!(
                             "journal entry at byte {pos} is damaged ({e}) and is not the torn tail of the last write; \
                                  refusing to guess. Restore the broker directory from a backup"
                         ),
-                    )),
+                        ))
+                    }
                 };
                 pos += frame.len;
                 let (entry_lsn, entry): (Lsn, Entry) = postcard::from_bytes(frame.payload).map_err(|e| {
