@@ -143,3 +143,14 @@ pub fn after_restart(before: &Observed) -> Observed {
     }
     expected
 }
+
+pub trait ClockExt {
+    fn now_ms_for_tests(&self) -> u64;
+}
+
+impl ClockExt for ManualClock {
+    fn now_ms_for_tests(&self) -> u64 {
+        use shareflow::connector::broker::Clock;
+        self.now_ms()
+    }
+}
