@@ -1,6 +1,8 @@
 //! Damaged journals: a torn tail is cut back to the last good entry with a warning;
 //! damage anywhere else, garbage files and corrupt snapshots are `Data` errors.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::sync::Arc;

@@ -8,6 +8,8 @@
 //! succeeds or fails as the model predicts, and read_committed shows exactly the
 //! output of committed transactions (never aborted or pending output).
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::collections::BTreeMap;

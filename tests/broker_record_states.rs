@@ -1,6 +1,8 @@
 //! One test per row of the record state machine (seed 000, DESIGN.md §3), on the
 //! embedded broker through its public API.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Restarts: the state before equals the state after, for every record and transaction
 //! state, on the in-memory store and on the local file system.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! The transaction state machine, its idempotency list, atomic visibility, fencing and
 //! the typed errors of bad requests, on the embedded broker.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;

@@ -272,8 +272,9 @@ impl SharePartition {
         limits: &Limits,
         log: &PartitionLog,
         is_aborted: impl Fn(TxnKey) -> bool,
-        changes: &mut Changes,
-    ) -> Vec<AcquiredRange> {
+    ) -> (Vec<AcquiredRange>, Changes) {
+        let mut changes = Changes::default();
+        let changes = &mut changes;
         let mut budget = max_records.min(limits.max_record_locks.saturating_sub(self.in_flight));
         let mut out = Vec::new();
         let deadline_ms = now_ms.saturating_add(limits.lock_duration_ms);
@@ -320,7 +321,7 @@ impl SharePartition {
                 _ => out.push(AcquiredRange { first, last, deliveries: 1 }),
             }
         }
-        out
+        (out, *changes)
     }
 
     /// Whether `member` holds all of `[first, last]`.

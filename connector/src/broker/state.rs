@@ -435,15 +435,9 @@ impl BrokerState {
             let Some(log) = self.topics.get(&tp.topic).and_then(|p| p.get(tp.partition as usize)) else { continue };
             let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(0));
             let txns = &self.txns;
-            let ranges = sp.acquire(
-                member,
-                budget,
-                now_ms,
-                &limits,
-                log,
-                |k| txns.get(k).state == TransactionState::Aborted,
-                &mut changes,
-            );
+            let (ranges, acquired) =
+                sp.acquire(member, budget, now_ms, &limits, log, |k| txns.get(k).state == TransactionState::Aborted);
+            changes.add(acquired);
             for r in ranges {
                 budget -= (r.last - r.first + 1) as u64;
                 out.push((tp.clone(), r));

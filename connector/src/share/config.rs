@@ -229,10 +229,11 @@ impl ShareConfigBuilder {
             keys::DELIVERY_COUNT_LIMIT => num(key, value).map(|v| self.config.delivery_count_limit = v),
             keys::MAX_RECORD_LOCKS => num(key, value).map(|v| self.config.partition_max_record_locks = v),
             keys::ISOLATION_LEVEL => match value {
-                "read_uncommitted" => Ok(self.config.isolation_level = IsolationLevel::ReadUncommitted),
-                "read_committed" => Ok(self.config.isolation_level = IsolationLevel::ReadCommitted),
+                "read_uncommitted" => Ok(IsolationLevel::ReadUncommitted),
+                "read_committed" => Ok(IsolationLevel::ReadCommitted),
                 _ => Err(invalid(key, value, "must be read_uncommitted or read_committed")),
-            },
+            }
+            .map(|level| self.config.isolation_level = level),
             _ => Err(invalid(key, value, "unknown key; see shareflow_connector::share::keys for the known ones")),
         };
         if let Err(e) = result {

@@ -106,10 +106,11 @@ pub fn validate_group_id(group_id: &str) -> Result<()> {
         Some("must not be empty".to_string())
     } else if group_id.len() > 249 {
         Some(format!("is {} bytes long, at most 249 are allowed", group_id.len()))
-    } else if let Some(c) = group_id.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        Some(format!("contains {c:?}; whitespace and control characters are not allowed"))
     } else {
-        None
+        group_id
+            .chars()
+            .find(|c| c.is_whitespace() || c.is_control())
+            .map(|c| format!("contains {c:?}; whitespace and control characters are not allowed"))
     };
     match reason {
         Some(reason) => Err(Error::InvalidTransactionId { part: "group id", input: group_id.to_string(), reason }),
@@ -123,10 +124,11 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
         Some("must not be empty".to_string())
     } else if prefix.len() > 128 {
         Some(format!("is {} bytes long, at most 128 are allowed", prefix.len()))
-    } else if let Some(c) = prefix.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_')) {
-        Some(format!("contains {c:?}; only [A-Za-z0-9._] is allowed (no '-', so the id parses unambiguously)"))
     } else {
-        None
+        prefix
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_'))
+            .map(|c| format!("contains {c:?}; only [A-Za-z0-9._] is allowed (no '-', so the id parses unambiguously)"))
     };
     match reason {
         Some(reason) => Err(Error::InvalidTransactionId { part: "prefix", input: prefix.to_string(), reason }),
