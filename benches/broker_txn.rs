@@ -1,6 +1,7 @@
 //! Embedded-broker throughput of the exactly-once consume cycle: poll 500 records, stage
 //! them into the checkpoint's transaction, and prepare + commit every 10,000 records.
-//! One tokio current-thread runtime, so one core. Journals: in-memory and `file://`.
+//! One tokio current-thread runtime, so one core. Journals: in-memory, and a local
+//! directory with and without `fdatasync` per group commit.
 //!
 //! `cargo bench --bench broker_txn`
 
@@ -10,11 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
-use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::broker::{BrokerOptions, Durability, EmbeddedBroker};
 use shareflow::connector::share::*;
 
 const PER_COMMIT: usize = 10_000;
@@ -24,15 +24,13 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-async fn setup(store: Arc<dyn ObjectStore>, records: usize) -> EmbeddedBroker {
+async fn setup(options: BrokerOptions, records: usize) -> EmbeddedBroker {
     let config = ShareConfig::builder()
         .acknowledgement_mode(AcknowledgementMode::Transactional)
         .partition_max_record_locks(PER_COMMIT as u32)
         .build()
         .unwrap();
-    let broker = EmbeddedBroker::open(BrokerOptions::with_store(store, Path::from("broker")).default_config(config))
-        .await
-        .unwrap();
+    let broker = EmbeddedBroker::open(options.default_config(config)).await.unwrap();
     broker.create_topic("in", 1).await.unwrap();
     let value = vec![7u8; 100];
     for chunk in 0..records.div_ceil(PER_COMMIT) {
@@ -71,16 +69,20 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("eos_consume_cycle");
     group.throughput(Throughput::Elements(PER_COMMIT as u64));
     group.sample_size(20).measurement_time(Duration::from_secs(8));
-    for journal in ["memory", "file"] {
+    for journal in ["memory", "file-fsync", "file-no-fsync"] {
         group.bench_function(BenchmarkId::new("journal", journal), |b| {
             b.iter_custom(|iters| {
                 rt.block_on(async {
                     let dir = tempfile::tempdir().unwrap();
-                    let store: Arc<dyn ObjectStore> = match journal {
-                        "memory" => Arc::new(InMemory::new()),
-                        _ => Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap()),
+                    let options = match journal {
+                        "memory" => {
+                            let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+                            BrokerOptions::with_store(store, Path::from("broker"))
+                        }
+                        "file-fsync" => BrokerOptions::local_dir(dir.path()).unwrap(),
+                        _ => BrokerOptions::local_dir(dir.path()).unwrap().durability(Durability::ProcessCrash),
                     };
-                    let broker = setup(store, iters as usize * PER_COMMIT).await;
+                    let broker = setup(options, iters as usize * PER_COMMIT).await;
                     consume(&broker, iters).await
                 })
             })

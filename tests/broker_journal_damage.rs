@@ -34,8 +34,7 @@ async fn write(store: &Arc<dyn ObjectStore>, path: &Path, bytes: Vec<u8>) {
 }
 
 async fn reopen(f: &Fixture) -> Result<EmbeddedBroker, Error> {
-    f.broker.close();
-    EmbeddedBroker::open(BrokerOptions::with_store(f.store.clone(), Path::from("broker")).clock(f.clock.clone())).await
+    f.reopen().await
 }
 
 /// Ten records produced one call at a time: one journal segment per record.
@@ -145,4 +144,27 @@ async fn arbitrary_bytes_as_a_journal_never_panic() {
             assert_eq!(e.kind(), ErrorKind::Data, "{e}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appending_local_journal_truncates_a_torn_append_and_keeps_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::on_local_dir(dir.path(), 1, config(Explicit)).await;
+    for i in 0..10 {
+        f.broker.produce(vec![ProducerRecord::new(IN, 0, format!("r{i}"))]).await.unwrap();
+    }
+    let all = segments(&f.store).await;
+    assert_eq!(all.len(), 1, "one appended segment, not one file per write: {all:?}");
+    let file = dir.path().join(all[0].as_ref());
+    let len = std::fs::metadata(&file).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(len - 5).unwrap();
+    let broker = f.reopen().await.unwrap();
+    assert_eq!(broker.end_offset(&tp(0)).unwrap(), 9);
+    broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
+    broker.close();
+    let again = f.reopen().await.unwrap();
+    let values: Vec<Bytes> =
+        again.fetch_all(&tp(0), IsolationLevel::ReadUncommitted).unwrap().into_iter().filter_map(|r| r.value).collect();
+    assert_eq!(values.len(), 10);
+    assert_eq!(values[9], Bytes::from("after"));
 }

@@ -39,6 +39,7 @@ pub struct Fixture {
     pub clock: ManualClock,
     pub broker: EmbeddedBroker,
     pub group_config: ShareConfig,
+    pub options: BrokerOptions,
 }
 
 impl Fixture {
@@ -48,18 +49,43 @@ impl Fixture {
     }
 
     pub async fn on_store(store: Arc<dyn ObjectStore>, partitions: u32, group_config: ShareConfig) -> Self {
+        let options = BrokerOptions::with_store(store.clone(), Path::from("broker"));
+        Self::with_options(options, store, partitions, group_config).await
+    }
+
+    /// A broker whose journal appends to files in `dir`.
+    pub async fn on_local_dir(dir: &std::path::Path, partitions: u32, group_config: ShareConfig) -> Self {
+        let options = BrokerOptions::local_dir(dir).expect("local dir");
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir).expect("local store"));
+        Self::with_options(options, store, partitions, group_config).await
+    }
+
+    async fn with_options(
+        options: BrokerOptions,
+        store: Arc<dyn ObjectStore>,
+        partitions: u32,
+        group_config: ShareConfig,
+    ) -> Self {
         let clock = ManualClock::new(1_000_000);
-        let broker = open(&store, &clock, &group_config).await;
+        let options = options.clock(clock.clone()).default_config(group_config.clone());
+        let broker = EmbeddedBroker::open(options.clone()).await.expect("open broker");
         broker.create_topic(IN, partitions).await.expect("create in");
         broker.create_topic(OUT, 1).await.expect("create out");
         broker.configure_group(GROUP, group_config.clone()).await.expect("configure");
-        Self { store, clock, broker, group_config }
+        Self { store, clock, broker, group_config, options }
     }
 
     /// Drops the broker without any shutdown and opens it again on the same journal.
     pub async fn restart(&mut self) {
         self.broker.close();
-        self.broker = open(&self.store, &self.clock, &self.group_config).await;
+        self.broker = EmbeddedBroker::open(self.options.clone()).await.expect("reopen broker");
+    }
+
+    /// Closes the broker and opens it again, returning the result.
+    pub async fn reopen(&self) -> Result<EmbeddedBroker, shareflow::connector::Error> {
+        self.broker.close();
+        EmbeddedBroker::open(self.options.clone()).await
     }
 
     pub async fn produce(&self, partition: i32, n: usize) -> Vec<i64> {

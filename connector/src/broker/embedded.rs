@@ -13,7 +13,7 @@ use object_store::ObjectStore;
 use tokio::sync::Notify;
 
 use super::clock::{Clock, SystemClock};
-use super::journal::Journal;
+use super::journal::{Durability, Journal};
 use super::log::LogRecord;
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::share_partition::MemberKey;
@@ -31,6 +31,7 @@ use crate::share::{
 pub struct BrokerOptions {
     store: Arc<dyn ObjectStore>,
     root: Path,
+    local: Option<(std::path::PathBuf, Durability)>,
     clock: Arc<dyn Clock>,
     default_config: ShareConfig,
 }
@@ -43,17 +44,29 @@ impl BrokerOptions {
 
     /// A journal under `root` in `store`. Reopening on the same store recovers.
     pub fn with_store(store: Arc<dyn ObjectStore>, root: Path) -> Self {
-        Self { store, root, clock: Arc::new(SystemClock), default_config: ShareConfig::default() }
+        Self { store, root, local: None, clock: Arc::new(SystemClock), default_config: ShareConfig::default() }
     }
 
-    /// A journal in a local directory (created if missing).
+    /// A journal in a local directory (created if missing). Writes append to segment
+    /// files and `fdatasync` them; see [`durability`](Self::durability).
     pub fn local_dir(dir: impl AsRef<std::path::Path>) -> Result<Self> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::storage(dir.display(), format!("cannot create the broker directory: {e}"), None))?;
         let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
             .map_err(|e| Error::storage(dir.display(), "cannot open the broker directory", Some(e)))?;
-        Ok(Self::with_store(Arc::new(store), Path::from("broker")))
+        let mut options = Self::with_store(Arc::new(store), Path::from("broker"));
+        options.local = Some((dir.join("broker"), Durability::Fsync));
+        Ok(options)
+    }
+
+    /// How far a local-directory journal write goes before a call returns (default
+    /// [`Durability::Fsync`]). Object-store journals are as durable as their store.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        if let Some((_, d)) = self.local.as_mut() {
+            *d = durability;
+        }
+        self
     }
 
     /// From a URL: `memory://` or `file:///absolute/dir`.
@@ -186,7 +199,7 @@ impl EmbeddedBroker {
     /// ACQUIRED when it stopped come back AVAILABLE; everything else is as it was.
     pub async fn open(options: BrokerOptions) -> Result<Self> {
         let fresh = BrokerState::new(options.default_config.clone());
-        let (journal, recovered) = Journal::recover(options.store, options.root, fresh).await?;
+        let (journal, recovered) = Journal::recover(options.store, options.root, options.local, fresh).await?;
         if let Some(tail) = &recovered.truncated_tail {
             tracing::warn!(%tail, "embedded broker recovered after truncating a torn journal tail");
         }

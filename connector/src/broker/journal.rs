@@ -5,12 +5,17 @@
 //!   frame per entry, each `(lsn, entry)` in postcard;
 //! - `snapshot/{lsn:020}.snap`: the whole state as of `lsn`, one envelope.
 //!
-//! Object stores have no append, so a group commit writes a new segment. Callers
+//! Object stores have no append, so on them a group commit writes a new segment. On a
+//! local directory the journal appends to an open segment file instead (and rolls it
+//! at 64 MiB or a snapshot): creating a file costs about 0.5 ms here, appending about
+//! 1 us, `fdatasync` about 0.1 ms. Recovery, snapshots and deletion go through
+//! `object_store` either way. Callers
 //! append under the state lock (so log order is apply order) and then
 //! [`sync`](Journal::sync): the first waiter becomes the writer for everything
 //! buffered so far, the rest wait for it. A failed write poisons the journal: memory is
 //! then ahead of storage, so every later call fails until the broker is reopened.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::TryStreamExt;
@@ -43,6 +48,61 @@ struct Buffered {
     snapshotting: bool,
 }
 
+/// How far a local journal write goes before the call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `fdatasync` every group commit: survives power loss.
+    #[default]
+    Fsync,
+    /// Leave the bytes in the OS page cache: survives a crash of the process, not of the
+    /// machine. Faster; for tests and benchmarks.
+    ProcessCrash,
+}
+
+const ROLL_BYTES: u64 = 64 << 20;
+
+/// Appends group commits to an open segment file in a local directory.
+#[derive(Debug)]
+struct Appender {
+    wal_dir: PathBuf,
+    durability: Durability,
+    /// The open segment: first lsn, file, bytes written.
+    active: Option<(Lsn, std::fs::File, u64)>,
+    roll: bool,
+}
+
+impl Appender {
+    /// Appends `bytes` (entries `first..`) and returns the first lsn of the segment that
+    /// holds them, and whether that segment is new.
+    fn append(&mut self, first: Lsn, bytes: &[u8]) -> std::io::Result<(Lsn, bool)> {
+        use std::io::Write;
+        let full = self.active.as_ref().is_some_and(|(_, _, size)| *size >= ROLL_BYTES);
+        let mut created = false;
+        if self.active.is_none() || full || self.roll {
+            std::fs::create_dir_all(&self.wal_dir)?;
+            let file = std::fs::OpenOptions::new()
+                .create_new(true)
+                .append(true)
+                .open(self.wal_dir.join(format!("{first:020}.seg")))?;
+            if self.durability == Durability::Fsync {
+                std::fs::File::open(&self.wal_dir)?.sync_all()?;
+            }
+            self.active = Some((first, file, 0));
+            self.roll = false;
+            created = true;
+        }
+        let Some((segment, file, size)) = self.active.as_mut() else {
+            return Err(std::io::Error::other("no active journal segment"));
+        };
+        file.write_all(bytes)?;
+        if self.durability == Durability::Fsync {
+            file.sync_data()?;
+        }
+        *size += bytes.len() as u64;
+        Ok((*segment, created))
+    }
+}
+
 /// The durable journal.
 #[derive(Debug)]
 pub(crate) struct Journal {
@@ -50,6 +110,7 @@ pub(crate) struct Journal {
     root: Path,
     buffered: Mutex<Buffered>,
     durable: watch::Sender<Lsn>,
+    appender: Option<Arc<Mutex<Appender>>>,
 }
 
 /// What [`Journal::recover`] found.
@@ -91,12 +152,20 @@ impl Journal {
     /// Reads the newest snapshot and replays every later entry. A torn last segment is
     /// cut back to its last good frame with a warning; damage anywhere else is
     /// [`Error::Corrupt`].
+    ///
+    /// `local` is the journal's directory on the local file system when `store` is a
+    /// `LocalFileSystem` over it: writes then append to segment files directly.
     pub(crate) async fn recover(
         store: Arc<dyn ObjectStore>,
         root: Path,
+        local: Option<(PathBuf, Durability)>,
         fresh: BrokerState,
     ) -> Result<(Self, Recovered)> {
+        let appender = local.map(|(dir, durability)| {
+            Arc::new(Mutex::new(Appender { wal_dir: dir.join("wal"), durability, active: None, roll: false }))
+        });
         let journal = Journal {
+            appender,
             store,
             root,
             buffered: Mutex::new(Buffered {
@@ -279,22 +348,50 @@ impl Journal {
     }
 
     async fn write_segment(&self, first: Lsn, last: Lsn, bytes: Vec<u8>) -> Result<()> {
-        let path = self.segment_path(first);
         let len = bytes.len() as u64;
-        let result = self.store.put(&path, PutPayload::from(bytes)).await;
+        let result = match &self.appender {
+            Some(appender) => {
+                let appender = appender.clone();
+                tokio::task::spawn_blocking(move || {
+                    appender.lock().map_err(|_| std::io::Error::other("appender lock poisoned"))?.append(first, &bytes)
+                })
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                .map(Some)
+                .map_err(|e| {
+                    Error::storage(
+                        self.segment_path(first),
+                        format!("journal append failed ({e}); the broker must be reopened to continue"),
+                        None,
+                    )
+                })
+            }
+            None => {
+                let path = self.segment_path(first);
+                self.store.put(&path, PutPayload::from(bytes)).await.map(|_| None).map_err(|e| {
+                    Error::storage(&path, "journal write failed; the broker must be reopened to continue", Some(e))
+                })
+            }
+        };
         let mut b = self.lock()?;
         b.writing = false;
         match result {
-            Ok(_) => {
-                b.segments.push((first, last));
+            Ok(appended) => {
+                match appended {
+                    Some((segment, false)) => {
+                        if let Some(entry) = b.segments.iter_mut().rev().find(|(f, _)| *f == segment) {
+                            entry.1 = last;
+                        }
+                    }
+                    Some((segment, true)) => b.segments.push((segment, last)),
+                    None => b.segments.push((first, last)),
+                }
                 b.bytes_since_snapshot += len;
                 drop(b);
                 self.durable.send_replace(last);
                 Ok(())
             }
-            Err(e) => {
-                let err =
-                    Error::storage(&path, "journal write failed; the broker must be reopened to continue", Some(e));
+            Err(err) => {
                 b.failed = Some(err.clone());
                 drop(b);
                 // Wake the waiters so they see the failure.
@@ -304,14 +401,14 @@ impl Journal {
         }
     }
 
-    /// Whether enough has been written since the last snapshot to take a new one: the
-    /// journal then costs at most about twice the state it holds.
+    /// Whether to take a snapshot now: once the journal written since the last one
+    /// outgrows that snapshot (so the journal costs at most about twice the state), or
+    /// once it spans 4096 objects (so recovery reads a bounded number of them).
     pub(crate) fn wants_snapshot(&self) -> bool {
         self.lock().is_ok_and(|b| {
             !b.snapshotting
                 && b.failed.is_none()
-                && b.segments.len() >= 64
-                && b.bytes_since_snapshot >= (4 << 20).max(b.last_snapshot_bytes)
+                && (b.bytes_since_snapshot >= (4 << 20).max(b.last_snapshot_bytes) || b.segments.len() >= 4096)
         })
     }
 
@@ -339,10 +436,20 @@ impl Journal {
             .put(&path, PutPayload::from(bytes))
             .await
             .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
+        // The open segment may hold only entries the snapshot covers; it must not be
+        // deleted while it is appended to, so roll it and delete it next time.
+        let active = match &self.appender {
+            Some(a) => a.lock().ok().and_then(|mut a| {
+                a.roll = true;
+                a.active.as_ref().map(|(first, _, _)| *first)
+            }),
+            None => None,
+        };
         let obsolete: Vec<(Lsn, Lsn)> = {
             let mut b = self.lock()?;
             b.last_snapshot_bytes = size;
-            let (old, keep): (Vec<_>, Vec<_>) = b.segments.iter().partition(|(_, last)| *last <= lsn);
+            let (old, keep): (Vec<_>, Vec<_>) =
+                b.segments.iter().partition(|(first, last)| *last <= lsn && Some(*first) != active);
             b.segments = keep;
             b.bytes_since_snapshot = 0;
             old

@@ -24,6 +24,7 @@ pub use embedded::{
     BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
     SharePartitionInfo, TransactionInfo,
 };
+pub use journal::Durability;
 pub use metrics::{
     Histogram, MetricsSnapshot, TRANSACTION_ABORT_TOTAL, TRANSACTION_ACTIVE, TRANSACTION_COMMIT_TIME_MS,
     TRANSACTION_PREPARE_TIME_MS, TRANSACTION_TIMEOUT_TOTAL,
