@@ -1,10 +1,7 @@
-//! # shareflow
+#![doc = include_str!("../README.md")]
 //!
-//! A Flink-style streaming runtime whose sources read Kafka share groups and commit
-//! their acknowledgements together with the sink output, once per checkpoint, in one
-//! transaction `{groupId}-{prefix}-{checkpointId}` (KIP-1289).
+//! ## Crates
 //!
-//! This crate re-exports the three parts:
 //! - [`connector`]: the share-group contract, the embedded broker, sources and sinks;
 //! - [`runtime`]: the dataflow runtime;
 //! - [`checkpoint`]: checkpoint storage and its durable format.
