@@ -197,3 +197,31 @@ async fn snapshots_restore_the_same_state(mut f: Fixture, max_segments: usize) {
     f.restart().await;
     assert_eq!(f.broker.end_offset(&tp(0)).unwrap(), 211);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_share_group_commits_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = Fixture::on_local_dir(dir.path(), 2, fixture_config()).await;
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let broker = f.broker.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut offsets = Vec::new();
+            for i in 0..25 {
+                let r = ProducerRecord::new(IN, t % 2, format!("{t}-{i}"));
+                offsets.extend(broker.produce(vec![r]).await.unwrap());
+            }
+            offsets
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 400, "every produce got its own offset");
+    f.restart().await;
+    let ends: Vec<i64> = (0..2).map(|p| f.broker.end_offset(&tp(p)).unwrap()).collect();
+    assert_eq!(ends, vec![200, 200]);
+}
