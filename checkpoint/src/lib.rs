@@ -1,23 +1,56 @@
 //! # shareflow-checkpoint
 //!
-//! Durable bytes for shareflow. Every file the project writes to object storage (the
-//! broker journal, checkpoint state, manifests) is wrapped in one versioned
-//! [`envelope`]: magic bytes, format version, payload length and a CRC-32C checksum,
-//! followed by the payload (postcard for structs, Arrow IPC for batches).
+//! Checkpoint storage for shareflow, on any `object_store` (memory, local disk with
+//! fsync, S3).
 //!
-//! The envelope is the only thing that decides whether bytes read back from storage are
-//! trustworthy. A decode never panics, whatever the input; it returns a
-//! [`EnvelopeError`] that says which check failed.
+//! - [`envelope`]: the versioned, checksummed wrapper of every durable file.
+//! - [`CheckpointPaths`]: the one place that builds object keys:
+//!   `{root}/{job}/chk-{n:020}/{operator}-{subtask}.state` and `.../_metadata`.
+//! - [`Manifest`]: a checkpoint's `_metadata`, written last with `PutMode::Create`. Its
+//!   existence is the commit decision for the transactions it lists.
+//! - [`protocol`]: pure recovery decisions. [`protocol::resolve`] picks the newest
+//!   complete, verifiable checkpoint and what to garbage-collect;
+//!   [`protocol::decide_transaction`] says whether a pending transaction commits.
+//! - [`CheckpointStore`]: the I/O edge: write state, publish manifests, recover, collect
+//!   garbage, savepoints, and inspection.
+//! - [`open_url`]: `memory://`, `file://`, `s3://` (and `gs://`, `az://` by feature).
 //!
 //! ```
-//! use shareflow_checkpoint::envelope::{self, Magic};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use shareflow_checkpoint::{CheckpointStore, Manifest, RetentionPolicy};
 //!
-//! const STATE: Magic = Magic(*b"SFST");
-//! let bytes = envelope::encode(STATE, 1, b"payload");
-//! let decoded = envelope::decode(STATE, 1, &bytes).unwrap();
-//! assert_eq!(decoded, b"payload");
+//! let store = CheckpointStore::from_url("memory://lib-doc/checkpoints", &[], "orders")?;
+//! let state = store.write_state(1, "share-source", 0, b"ack ranges").await?;
+//! store
+//!     .publish_manifest(&Manifest {
+//!         job_id: "orders".into(),
+//!         checkpoint_id: 1,
+//!         created_at_ms: 0,
+//!         state_files: vec![state],
+//!         transactions: vec![],
+//!     })
+//!     .await?;
+//! let recovery = store.recover(&RetentionPolicy::default()).await?;
+//! assert_eq!(recovery.plan.restored_id(), Some(1));
+//! # Ok::<(), shareflow_checkpoint::CheckpointError>(()) }).unwrap();
 //! ```
 
 pub mod envelope;
+mod error;
+mod local;
+pub mod manifest;
+mod paths;
+pub mod protocol;
+mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod url;
 
 pub use envelope::EnvelopeError;
+pub use error::{CheckpointError, ErrorKind, Result};
+pub use local::DurableLocalStore;
+pub use manifest::{Manifest, ParticipantState, StateFileRef, TransactionRecord};
+pub use paths::{CheckpointKey, CheckpointPaths, MANIFEST_NAME};
+pub use protocol::{RecoveryDecision, RecoveryPlan, RetentionPolicy};
+pub use store::{now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint};
+pub use url::{open_url, S3_OPTIONS};

@@ -4,21 +4,7 @@ use std::sync::Arc;
 
 use crate::share::{RecordState, TransactionState};
 
-/// What the caller should do about an [`Error`]. Mirrors the project-wide convention.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Bad input or configuration: the caller must change what it sends.
-    Invalid,
-    /// A newer instance owns this transactional prefix; this one must stop.
-    Fenced,
-    /// Transient: a dependency is down or a limit is reached. Retry later.
-    Unavailable,
-    /// Durable bytes are corrupt or of an unknown format.
-    Data,
-    /// A bug in shareflow. Please report it.
-    Internal,
-}
+pub use shareflow_checkpoint::ErrorKind;
 
 /// Result alias for the connector crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

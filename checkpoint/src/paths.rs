@@ -1,0 +1,201 @@
+//! [`CheckpointPaths`]: the one place that builds and parses every object key.
+//!
+//! ```text
+//! {root}/{job}/chk-{n:020}/{operator}-{subtask}.state
+//! {root}/{job}/chk-{n:020}/_metadata
+//! {root}/{job}/savepoints/{name}/{operator}-{subtask}.state
+//! {root}/{job}/savepoints/{name}/_metadata
+//! ```
+//!
+//! Checkpoint ids are zero-padded to 20 digits so LIST order is numeric order.
+
+use object_store::path::Path;
+
+use crate::error::{CheckpointError, Result};
+
+/// File name of a manifest.
+pub const MANIFEST_NAME: &str = "_metadata";
+
+/// Builds the keys of one job's checkpoints and savepoints.
+///
+/// ```
+/// use shareflow_checkpoint::CheckpointPaths;
+///
+/// let paths = CheckpointPaths::new("checkpoints", "orders").unwrap();
+/// assert_eq!(paths.manifest(7).as_ref(), "checkpoints/orders/chk-00000000000000000007/_metadata");
+/// assert_eq!(
+///     paths.state_file(7, "source", 1).unwrap().as_ref(),
+///     "checkpoints/orders/chk-00000000000000000007/source-1.state"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointPaths {
+    job: Path,
+    job_id: String,
+}
+
+/// What a key under a job's prefix is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointKey {
+    /// A checkpoint's manifest.
+    Manifest {
+        /// Checkpoint id.
+        checkpoint_id: u64,
+    },
+    /// A checkpoint's state file.
+    State {
+        /// Checkpoint id.
+        checkpoint_id: u64,
+        /// Operator name.
+        operator: String,
+        /// Subtask index.
+        subtask: u32,
+    },
+    /// Anything under a savepoint.
+    Savepoint {
+        /// Savepoint name.
+        name: String,
+    },
+    /// Something shareflow did not write.
+    Unknown,
+}
+
+fn check_name(what: &'static str, name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        Some("must not be empty".to_string())
+    } else if name.len() > 200 {
+        Some("must be at most 200 bytes".to_string())
+    } else if name == "." || name == ".." {
+        Some("must not be . or ..".to_string())
+    } else {
+        name.chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c)))
+            .map(|c| format!("contains {c:?}; only [A-Za-z0-9._-] is allowed"))
+    };
+    match reason {
+        Some(reason) => Err(CheckpointError::InvalidName { what, name: name.to_string(), reason }),
+        None => Ok(()),
+    }
+}
+
+impl CheckpointPaths {
+    /// Paths for `job_id` under `root` (a prefix inside the store; may be empty).
+    pub fn new(root: impl Into<Path>, job_id: &str) -> Result<Self> {
+        check_name("job id", job_id)?;
+        Ok(Self { job: root.into().join(job_id), job_id: job_id.to_string() })
+    }
+
+    /// The job id.
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// The prefix that holds everything of the job.
+    pub fn job_prefix(&self) -> &Path {
+        &self.job
+    }
+
+    /// The directory of checkpoint `n`.
+    pub fn checkpoint_dir(&self, checkpoint_id: u64) -> Path {
+        self.job.clone().join(format!("chk-{checkpoint_id:020}"))
+    }
+
+    /// The manifest of checkpoint `n`: its commit decision.
+    pub fn manifest(&self, checkpoint_id: u64) -> Path {
+        self.checkpoint_dir(checkpoint_id).join(MANIFEST_NAME)
+    }
+
+    /// File name of an operator subtask's state, without its directory.
+    pub fn state_file_name(operator: &str, subtask: u32) -> Result<String> {
+        check_name("operator", operator)?;
+        Ok(format!("{operator}-{subtask}.state"))
+    }
+
+    /// The state of one operator subtask in checkpoint `n`.
+    pub fn state_file(&self, checkpoint_id: u64, operator: &str, subtask: u32) -> Result<Path> {
+        Ok(self.checkpoint_dir(checkpoint_id).join(Self::state_file_name(operator, subtask)?))
+    }
+
+    /// The prefix of all savepoints.
+    pub fn savepoints(&self) -> Path {
+        self.job.clone().join("savepoints")
+    }
+
+    /// The directory of savepoint `name`.
+    pub fn savepoint_dir(&self, name: &str) -> Result<Path> {
+        check_name("savepoint name", name)?;
+        Ok(self.savepoints().join(name))
+    }
+
+    /// Classifies a key found under [`job_prefix`](Self::job_prefix).
+    pub fn parse(&self, path: &Path) -> CheckpointKey {
+        let Some(mut parts) = path.prefix_match(&self.job) else { return CheckpointKey::Unknown };
+        let (Some(dir), Some(file), None) = (parts.next(), parts.next(), parts.next()) else {
+            return match (path.prefix_match(&self.savepoints()).and_then(|mut p| p.next()), ()) {
+                (Some(name), ()) => CheckpointKey::Savepoint { name: name.as_ref().to_string() },
+                _ => CheckpointKey::Unknown,
+            };
+        };
+        let Some(checkpoint_id) =
+            dir.as_ref().strip_prefix("chk-").filter(|d| d.len() == 20).and_then(|d| d.parse().ok())
+        else {
+            return CheckpointKey::Unknown;
+        };
+        let file = file.as_ref();
+        if file == MANIFEST_NAME {
+            return CheckpointKey::Manifest { checkpoint_id };
+        }
+        match file.strip_suffix(".state").and_then(|f| f.rsplit_once('-')) {
+            Some((operator, subtask)) if !operator.is_empty() => match subtask.parse() {
+                Ok(subtask) => CheckpointKey::State { checkpoint_id, operator: operator.to_string(), subtask },
+                Err(_) => CheckpointKey::Unknown,
+            },
+            _ => CheckpointKey::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_parse() {
+        let p = CheckpointPaths::new("root/x", "job-1").unwrap();
+        assert_eq!(p.parse(&p.manifest(42)), CheckpointKey::Manifest { checkpoint_id: 42 });
+        assert_eq!(
+            p.parse(&p.state_file(42, "share-source", 3).unwrap()),
+            CheckpointKey::State { checkpoint_id: 42, operator: "share-source".into(), subtask: 3 }
+        );
+        let sp = p.savepoint_dir("before-upgrade").unwrap().join(MANIFEST_NAME);
+        assert_eq!(p.parse(&sp), CheckpointKey::Savepoint { name: "before-upgrade".into() });
+        assert_eq!(p.parse(&Path::from("root/x/job-1/chk-12/_metadata")), CheckpointKey::Unknown);
+        assert_eq!(p.parse(&Path::from("root/x/other/chk-00000000000000000001/_metadata")), CheckpointKey::Unknown);
+    }
+
+    #[test]
+    fn zero_padding_keeps_list_order_numeric() {
+        let p = CheckpointPaths::new("", "j").unwrap();
+        let mut keys: Vec<String> = [10u64, 9, 100, 1].iter().map(|n| p.manifest(*n).to_string()).collect();
+        keys.sort();
+        let ids: Vec<u64> = keys
+            .iter()
+            .map(|k| match p.parse(&Path::from(k.as_str())) {
+                CheckpointKey::Manifest { checkpoint_id } => checkpoint_id,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(ids, vec![1, 9, 10, 100]);
+    }
+
+    #[test]
+    fn bad_names_are_refused_with_the_rule() {
+        for (job, ok) in [("a/b", false), ("", false), ("..", false), ("job_1.x-y", true)] {
+            assert_eq!(CheckpointPaths::new("r", job).is_ok(), ok, "{job}");
+        }
+        let p = CheckpointPaths::new("r", "j").unwrap();
+        let err = p.state_file(1, "op/x", 0).unwrap_err();
+        assert!(err.to_string().contains("operator") && err.to_string().contains("'/'"), "{err}");
+        assert!(p.savepoint_dir("a b").is_err());
+    }
+}

@@ -1,0 +1,333 @@
+//! Pure recovery decisions. Storage code observes the store, passes the facts in, and
+//! carries out the plan that comes back. Nothing here does I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::manifest::Manifest;
+use crate::paths::CheckpointPaths;
+
+/// What a checkpoint's manifest looked like when observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestStatus {
+    /// No manifest: the checkpoint never completed (or is still being written).
+    Missing,
+    /// A manifest that fails verification.
+    Corrupt {
+        /// Why.
+        reason: String,
+    },
+    /// A manifest that decoded and verified.
+    Valid(Manifest),
+}
+
+/// One checkpoint directory as observed by LIST (and GET of its manifest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedCheckpoint {
+    /// Checkpoint id.
+    pub checkpoint_id: u64,
+    /// The manifest.
+    pub manifest: ManifestStatus,
+    /// State files present: file name -> size.
+    pub files: BTreeMap<String, u64>,
+}
+
+/// Everything recovery needs to know.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Checkpoints found, in any order.
+    pub checkpoints: Vec<ObservedCheckpoint>,
+    /// Checkpoints whose state failed checksum verification while restoring, with why.
+    pub failed_verification: BTreeMap<u64, String>,
+}
+
+/// How many checkpoints to keep, and which must never be deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Complete checkpoints to keep (at least 1).
+    pub retain: usize,
+    /// Checkpoints that a PREPARE transaction still needs.
+    pub protected: BTreeSet<u64>,
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        Self { retain: 3, protected: BTreeSet::new() }
+    }
+}
+
+/// The classification of one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointStatus {
+    /// Manifest valid and every state file present with its recorded size.
+    Complete,
+    /// No manifest.
+    Incomplete,
+    /// Present but unusable; kept for inspection, never deleted automatically.
+    Corrupt {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What to restore from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryDecision {
+    /// No complete checkpoint exists: start from the beginning.
+    Fresh,
+    /// Restore this checkpoint, the newest complete and verifiable one.
+    Restore(Manifest),
+}
+
+/// Why a checkpoint may be deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollectReason {
+    /// Complete, but older than the checkpoints retention keeps.
+    Superseded,
+    /// Never completed, and older than the restore point.
+    Incomplete,
+}
+
+/// A recovery plan: what to restore, what to delete, and what to warn about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryPlan {
+    /// The restore point.
+    pub decision: RecoveryDecision,
+    /// Checkpoints to delete, oldest first.
+    pub collect: Vec<(u64, CollectReason)>,
+    /// Corrupt checkpoints newer than the restore point, skipped, with the reason.
+    pub skipped: Vec<(u64, String)>,
+    /// The smallest checkpoint id not seen anywhere: the next one to use.
+    pub next_checkpoint_id: u64,
+}
+
+impl RecoveryPlan {
+    /// The restored checkpoint id, if any.
+    pub fn restored_id(&self) -> Option<u64> {
+        match &self.decision {
+            RecoveryDecision::Fresh => None,
+            RecoveryDecision::Restore(m) => Some(m.checkpoint_id),
+        }
+    }
+}
+
+/// Classifies one observed checkpoint.
+pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, String>) -> CheckpointStatus {
+    let manifest = match &c.manifest {
+        ManifestStatus::Missing => return CheckpointStatus::Incomplete,
+        ManifestStatus::Corrupt { reason } => return CheckpointStatus::Corrupt { reason: reason.clone() },
+        ManifestStatus::Valid(m) => m,
+    };
+    if manifest.checkpoint_id != c.checkpoint_id {
+        return CheckpointStatus::Corrupt {
+            reason: format!("manifest says checkpoint {}, directory says {}", manifest.checkpoint_id, c.checkpoint_id),
+        };
+    }
+    for f in &manifest.state_files {
+        let name = CheckpointPaths::state_file_name(&f.operator, f.subtask).unwrap_or_default();
+        match c.files.get(&name) {
+            None => return CheckpointStatus::Corrupt { reason: format!("state file {name} is missing") },
+            Some(&size) if size != f.size => {
+                return CheckpointStatus::Corrupt {
+                    reason: format!("state file {name} has {size} bytes, the manifest says {}", f.size),
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    match failed_verification.get(&c.checkpoint_id) {
+        Some(reason) => CheckpointStatus::Corrupt { reason: reason.clone() },
+        None => CheckpointStatus::Complete,
+    }
+}
+
+/// Picks the newest complete and verifiable checkpoint and what to garbage-collect.
+///
+/// Never collects: a corrupt checkpoint, the restore point, a protected checkpoint, or
+/// an incomplete checkpoint newer than the restore point (it may be in progress).
+pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
+    let mut sorted: Vec<&ObservedCheckpoint> = observed.checkpoints.iter().collect();
+    sorted.sort_by_key(|c| std::cmp::Reverse(c.checkpoint_id));
+    let statuses: Vec<(u64, CheckpointStatus)> =
+        sorted.iter().map(|c| (c.checkpoint_id, classify(c, &observed.failed_verification))).collect();
+
+    let restore =
+        sorted.iter().zip(&statuses).find(|(_, (_, s))| *s == CheckpointStatus::Complete).and_then(|(c, _)| {
+            match &c.manifest {
+                ManifestStatus::Valid(m) => Some(m.clone()),
+                _ => None,
+            }
+        });
+    let restored_id = restore.as_ref().map(|m| m.checkpoint_id);
+    let skipped = statuses
+        .iter()
+        .filter(|(id, _)| restored_id.is_none_or(|r| *id > r))
+        .filter_map(|(id, s)| match s {
+            CheckpointStatus::Corrupt { reason } => Some((*id, reason.clone())),
+            _ => None,
+        })
+        .collect();
+
+    let retain = policy.retain.max(1);
+    let mut complete_seen = 0;
+    let mut collect = Vec::new();
+    for (id, status) in &statuses {
+        let protected = policy.protected.contains(id) || Some(*id) == restored_id;
+        match status {
+            CheckpointStatus::Complete => {
+                complete_seen += 1;
+                if complete_seen > retain && !protected {
+                    collect.push((*id, CollectReason::Superseded));
+                }
+            }
+            CheckpointStatus::Incomplete => {
+                if restored_id.is_some_and(|r| *id < r) && !protected {
+                    collect.push((*id, CollectReason::Incomplete));
+                }
+            }
+            CheckpointStatus::Corrupt { .. } => {}
+        }
+    }
+    collect.reverse();
+    let next_checkpoint_id = statuses.first().map_or(1, |(id, _)| id + 1);
+    RecoveryPlan {
+        decision: restore.map_or(RecoveryDecision::Fresh, RecoveryDecision::Restore),
+        collect,
+        skipped,
+        next_checkpoint_id,
+    }
+}
+
+/// What to do with a transaction found pending on recovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionDecision {
+    /// PREPARE, and its checkpoint is at or before the restored one: its manifest was
+    /// written (or a later checkpoint subsumed it), so it must commit.
+    Commit,
+    /// Anything else: ONGOING, or prepared for a checkpoint that never completed.
+    Abort,
+}
+
+/// DESIGN.md §3 step 7: commit PREPARE transactions with checkpoint id <= the restored
+/// checkpoint, abort everything else.
+pub fn decide_transaction(restored: Option<u64>, checkpoint_id: u64, prepared: bool) -> TransactionDecision {
+    if prepared && restored.is_some_and(|m| checkpoint_id <= m) {
+        TransactionDecision::Commit
+    } else {
+        TransactionDecision::Abort
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::StateFileRef;
+
+    fn manifest(id: u64) -> Manifest {
+        Manifest {
+            job_id: "j".into(),
+            checkpoint_id: id,
+            created_at_ms: 0,
+            state_files: vec![StateFileRef { operator: "op".into(), subtask: 0, size: 10, crc32c: 0 }],
+            transactions: vec![],
+        }
+    }
+
+    /// `C` complete, `I` incomplete, `X` corrupt manifest, `M` missing state file.
+    fn observed(spec: &str) -> Observed {
+        let checkpoints = spec
+            .chars()
+            .enumerate()
+            .filter(|(_, c)| *c != '.')
+            .map(|(i, c)| {
+                let id = i as u64 + 1;
+                let mut files = BTreeMap::from([("op-0.state".to_string(), 10)]);
+                let manifest = match c {
+                    'C' => ManifestStatus::Valid(manifest(id)),
+                    'I' => ManifestStatus::Missing,
+                    'X' => ManifestStatus::Corrupt { reason: "checksum mismatch".into() },
+                    'M' => {
+                        files.clear();
+                        ManifestStatus::Valid(manifest(id))
+                    }
+                    other => panic!("bad spec {other}"),
+                };
+                ObservedCheckpoint { checkpoint_id: id, manifest, files }
+            })
+            .collect();
+        Observed { checkpoints, failed_verification: BTreeMap::new() }
+    }
+
+    /// (restored, collected, skipped, next checkpoint id)
+    type Outcome = (Option<u64>, Vec<(u64, CollectReason)>, Vec<u64>, u64);
+
+    fn plan(spec: &str, retain: usize, protected: &[u64]) -> Outcome {
+        let policy = RetentionPolicy { retain, protected: protected.iter().copied().collect() };
+        let p = resolve(&observed(spec), &policy);
+        (p.restored_id(), p.collect.clone(), p.skipped.iter().map(|s| s.0).collect(), p.next_checkpoint_id)
+    }
+
+    use CollectReason::*;
+
+    #[test]
+    fn resolution_table() {
+        // (checkpoints 1.. as a string, retain, protected) -> (restore, collect, skipped, next id)
+        let rows: Vec<(&str, usize, &[u64], Outcome)> = vec![
+            ("", 3, &[], (None, vec![], vec![], 1)),
+            ("I", 3, &[], (None, vec![], vec![], 2)),
+            ("C", 3, &[], (Some(1), vec![], vec![], 2)),
+            ("CC", 1, &[], (Some(2), vec![(1, Superseded)], vec![], 3)),
+            ("CCCC", 2, &[], (Some(4), vec![(1, Superseded), (2, Superseded)], vec![], 5)),
+            ("CCCC", 2, &[1], (Some(4), vec![(2, Superseded)], vec![], 5)),
+            // Incomplete older than the restore point goes; newer stays (in progress).
+            ("CICI", 3, &[], (Some(3), vec![(2, Incomplete)], vec![], 5)),
+            ("CICI", 3, &[2], (Some(3), vec![], vec![], 5)),
+            // A corrupt newest manifest falls back and is never collected.
+            ("CCX", 1, &[], (Some(2), vec![(1, Superseded)], vec![3], 4)),
+            ("CXX", 1, &[], (Some(1), vec![], vec![2, 3], 4)),
+            ("XC", 1, &[], (Some(2), vec![], vec![], 3)),
+            // A manifest whose state file is missing is corrupt.
+            ("CM", 1, &[], (Some(1), vec![], vec![2], 3)),
+            ("X", 1, &[], (None, vec![], vec![1], 2)),
+            ("IX", 1, &[], (None, vec![], vec![2], 3)),
+            // Gaps are fine; retention counts complete ones only.
+            ("C.C.I", 1, &[], (Some(3), vec![(1, Superseded)], vec![], 6)),
+        ];
+        for (spec, retain, protected, expected) in rows {
+            assert_eq!(plan(spec, retain, protected), expected, "{spec} retain {retain} protected {protected:?}");
+        }
+    }
+
+    #[test]
+    fn failed_verification_falls_back() {
+        let mut o = observed("CC");
+        o.failed_verification.insert(2, "op-0.state: checksum mismatch".into());
+        let p = resolve(&o, &RetentionPolicy { retain: 1, protected: BTreeSet::new() });
+        assert_eq!(p.restored_id(), Some(1));
+        assert_eq!(p.skipped, vec![(2, "op-0.state: checksum mismatch".to_string())]);
+        assert!(p.collect.is_empty(), "neither the restore point nor the corrupt one is collected");
+    }
+
+    #[test]
+    fn state_file_size_mismatch_is_corrupt() {
+        let mut o = observed("C");
+        o.checkpoints[0].files.insert("op-0.state".into(), 9);
+        let status = classify(&o.checkpoints[0], &BTreeMap::new());
+        assert!(matches!(status, CheckpointStatus::Corrupt { reason } if reason.contains("9 bytes")));
+    }
+
+    #[test]
+    fn transaction_decisions() {
+        use TransactionDecision::*;
+        let rows = [
+            (Some(5), 5, true, Commit),
+            (Some(5), 4, true, Commit),
+            (Some(5), 6, true, Abort),
+            (Some(5), 5, false, Abort),
+            (None, 1, true, Abort),
+            (None, 1, false, Abort),
+        ];
+        for (restored, id, prepared, expected) in rows {
+            assert_eq!(decide_transaction(restored, id, prepared), expected, "{restored:?} {id} {prepared}");
+        }
+    }
+}

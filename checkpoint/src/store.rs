@@ -1,0 +1,409 @@
+//! [`CheckpointStore`]: checkpoint I/O on an `object_store`, at the edge of the pure
+//! [`protocol`](crate::protocol).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use crate::envelope;
+use crate::error::{CheckpointError, Result};
+use crate::manifest::{Manifest, StateFileRef, STATE_MAGIC, STATE_VERSION};
+use crate::paths::{CheckpointKey, CheckpointPaths, MANIFEST_NAME};
+use crate::protocol::{
+    classify, resolve, CheckpointStatus, ManifestStatus, Observed, ObservedCheckpoint, RecoveryDecision, RecoveryPlan,
+    RetentionPolicy,
+};
+
+/// How a manifest publication ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// This call created the manifest.
+    Created,
+    /// The same bytes were already there (a retry after a lost response): success.
+    AlreadyPublished,
+}
+
+/// A restored checkpoint: its manifest and every state file, verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredCheckpoint {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// (operator, subtask) -> state payload.
+    pub states: BTreeMap<(String, u32), Bytes>,
+}
+
+/// The outcome of [`CheckpointStore::recover`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// The plan the protocol chose (after any checksum fallbacks).
+    pub plan: RecoveryPlan,
+    /// The restored checkpoint, or `None` for a fresh start.
+    pub restored: Option<RestoredCheckpoint>,
+}
+
+/// One checkpoint as listed for inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    /// Checkpoint id.
+    pub checkpoint_id: u64,
+    /// Complete, incomplete or corrupt.
+    pub status: CheckpointStatus,
+    /// State files present.
+    pub state_files: usize,
+    /// Their total size.
+    pub state_bytes: u64,
+    /// The manifest, when it decodes.
+    pub manifest: Option<Manifest>,
+}
+
+/// Reads and writes one job's checkpoints.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use shareflow_checkpoint::{CheckpointPaths, CheckpointStore, Manifest, RetentionPolicy};
+///
+/// let store = CheckpointStore::new(Arc::new(object_store::memory::InMemory::new()), CheckpointPaths::new("", "job")?);
+/// let file = store.write_state(1, "source", 0, b"offsets").await?;
+/// let manifest = Manifest { job_id: "job".into(), checkpoint_id: 1, created_at_ms: 0, state_files: vec![file], transactions: vec![] };
+/// store.publish_manifest(&manifest).await?;
+/// let recovery = store.recover(&RetentionPolicy::default()).await?;
+/// assert_eq!(recovery.restored.unwrap().states[&("source".to_string(), 0)].as_ref(), b"offsets");
+/// # Ok::<(), shareflow_checkpoint::CheckpointError>(()) }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    store: Arc<dyn ObjectStore>,
+    paths: CheckpointPaths,
+}
+
+/// Attempts for a store call that failed transiently. Every write here is idempotent.
+const ATTEMPTS: u32 = 3;
+
+async fn with_retry<T, F, Fut>(op: &'static str, path: &Path, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = object_store::Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e @ (object_store::Error::NotFound { .. } | object_store::Error::AlreadyExists { .. })) => {
+                return Err(CheckpointError::store(op, path, e))
+            }
+            Err(e) if attempt >= ATTEMPTS => return Err(CheckpointError::store(op, path, e)),
+            Err(e) => {
+                tracing::warn!(%path, op, attempt, error = %e, "checkpoint store call failed; retrying");
+                tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+impl CheckpointStore {
+    /// A store for the job `paths` describes.
+    pub fn new(store: Arc<dyn ObjectStore>, paths: CheckpointPaths) -> Self {
+        Self { store, paths }
+    }
+
+    /// Opens `url` (see [`crate::open_url`]) for `job_id`.
+    pub fn from_url(url: &str, options: &[(&str, &str)], job_id: &str) -> Result<Self> {
+        let (store, root) = crate::url::open_url(url, options)?;
+        Ok(Self::new(store, CheckpointPaths::new(root, job_id)?))
+    }
+
+    /// The paths of this job.
+    pub fn paths(&self) -> &CheckpointPaths {
+        &self.paths
+    }
+
+    /// The underlying object store.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// Writes one operator subtask's state for checkpoint `n`, in its envelope. Safe to
+    /// retry: the same bytes land at the same key.
+    pub async fn write_state(
+        &self,
+        checkpoint_id: u64,
+        operator: &str,
+        subtask: u32,
+        payload: &[u8],
+    ) -> Result<StateFileRef> {
+        let path = self.paths.state_file(checkpoint_id, operator, subtask)?;
+        let bytes = Bytes::from(envelope::encode(STATE_MAGIC, STATE_VERSION, payload));
+        let file = StateFileRef {
+            operator: operator.to_string(),
+            subtask,
+            size: bytes.len() as u64,
+            crc32c: crc32c::crc32c(&bytes),
+        };
+        with_retry("put", &path, || self.store.put(&path, PutPayload::from_bytes(bytes.clone()))).await?;
+        Ok(file)
+    }
+
+    /// Reads and verifies a state file against its manifest entry.
+    pub async fn read_state(&self, dir: &Path, file: &StateFileRef) -> Result<Bytes> {
+        let path = dir.clone().join(CheckpointPaths::state_file_name(&file.operator, file.subtask)?);
+        let bytes = self.get(&path).await?;
+        if bytes.len() as u64 != file.size {
+            return Err(CheckpointError::corrupt(
+                &path,
+                format!("{} bytes, the manifest says {}", bytes.len(), file.size),
+            ));
+        }
+        let crc = crc32c::crc32c(&bytes);
+        if crc != file.crc32c {
+            return Err(CheckpointError::corrupt(
+                &path,
+                format!("checksum mismatch: file {crc:#010x}, manifest {:#010x}", file.crc32c),
+            ));
+        }
+        let payload =
+            envelope::decode(STATE_MAGIC, STATE_VERSION, &bytes).map_err(|e| CheckpointError::corrupt(&path, e))?;
+        Ok(bytes.slice_ref(payload))
+    }
+
+    async fn get(&self, path: &Path) -> Result<Bytes> {
+        with_retry("get", path, || async { self.store.get(path).await?.bytes().await }).await.map_err(|e| match e {
+            CheckpointError::Store { source, .. }
+                if matches!(source.as_ref(), object_store::Error::NotFound { .. }) =>
+            {
+                CheckpointError::NotFound { what: "object", path: path.to_string() }
+            }
+            other => other,
+        })
+    }
+
+    async fn put_create(&self, path: &Path, bytes: Bytes, checkpoint_id: u64) -> Result<Published> {
+        let mut attempt = 1;
+        loop {
+            let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+            match self.store.put_opts(path, PutPayload::from_bytes(bytes.clone()), opts).await {
+                Ok(_) => return Ok(Published::Created),
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    // Ours from an earlier attempt whose response was lost, or someone else's.
+                    let existing = self.get(path).await?;
+                    return if existing == bytes {
+                        Ok(Published::AlreadyPublished)
+                    } else {
+                        Err(CheckpointError::ManifestConflict { path: path.to_string(), checkpoint_id })
+                    };
+                }
+                Err(e) if attempt >= ATTEMPTS => return Err(CheckpointError::store("put", path, e)),
+                Err(e) => {
+                    tracing::warn!(%path, attempt, error = %e, "manifest put failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Publishes the manifest of a checkpoint: the commit decision. Written with
+    /// `PutMode::Create`, never overwritten; publishing the same bytes again succeeds,
+    /// different bytes are [`CheckpointError::ManifestConflict`].
+    pub async fn publish_manifest(&self, manifest: &Manifest) -> Result<Published> {
+        if manifest.job_id != self.paths.job_id() {
+            return Err(CheckpointError::InvalidName {
+                what: "job id",
+                name: manifest.job_id.clone(),
+                reason: format!("this store writes job {}", self.paths.job_id()),
+            });
+        }
+        let path = self.paths.manifest(manifest.checkpoint_id);
+        self.put_create(&path, Bytes::from(manifest.encode()?), manifest.checkpoint_id).await
+    }
+
+    /// Reads and decodes the manifest of checkpoint `n`.
+    pub async fn read_manifest(&self, checkpoint_id: u64) -> Result<Manifest> {
+        let path = self.paths.manifest(checkpoint_id);
+        Manifest::decode(path.as_ref(), &self.get(&path).await?)
+    }
+
+    /// Lists the job's checkpoints and reads their manifests.
+    pub async fn observe(&self) -> Result<Observed> {
+        let prefix = self.paths.job_prefix().clone();
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|e| CheckpointError::store("list", &prefix, e))?;
+        let mut by_id: BTreeMap<u64, ObservedCheckpoint> = BTreeMap::new();
+        let mut manifests = Vec::new();
+        for meta in metas {
+            let entry = |id| ObservedCheckpoint {
+                checkpoint_id: id,
+                manifest: ManifestStatus::Missing,
+                files: BTreeMap::new(),
+            };
+            match self.paths.parse(&meta.location) {
+                CheckpointKey::Manifest { checkpoint_id } => {
+                    by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id));
+                    manifests.push(checkpoint_id);
+                }
+                CheckpointKey::State { checkpoint_id, operator, subtask } => {
+                    let name = format!("{operator}-{subtask}.state");
+                    by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id)).files.insert(name, meta.size);
+                }
+                CheckpointKey::Savepoint { .. } | CheckpointKey::Unknown => {}
+            }
+        }
+        let read: Vec<(u64, ManifestStatus)> = futures::stream::iter(manifests)
+            .map(|id| async move {
+                let path = self.paths.manifest(id);
+                let status = match self.get(&path).await {
+                    Ok(bytes) => match Manifest::decode(path.as_ref(), &bytes) {
+                        Ok(m) => ManifestStatus::Valid(m),
+                        Err(e) => ManifestStatus::Corrupt { reason: e.to_string() },
+                    },
+                    Err(e) if e.kind() == crate::ErrorKind::Unavailable => return Err(e),
+                    Err(e) => ManifestStatus::Corrupt { reason: e.to_string() },
+                };
+                Ok((id, status))
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        for (id, status) in read {
+            if let Some(c) = by_id.get_mut(&id) {
+                c.manifest = status;
+            }
+        }
+        Ok(Observed { checkpoints: by_id.into_values().collect(), failed_verification: BTreeMap::new() })
+    }
+
+    async fn restore(&self, manifest: &Manifest, dir: &Path) -> Result<RestoredCheckpoint> {
+        let states = futures::stream::iter(&manifest.state_files)
+            .map(|f| async move { Ok(((f.operator.clone(), f.subtask), self.read_state(dir, f).await?)) })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        Ok(RestoredCheckpoint { manifest: manifest.clone(), states })
+    }
+
+    /// Finds the newest complete checkpoint whose every state file verifies and reads it.
+    /// A checkpoint that fails verification is skipped with a warning naming the file;
+    /// it is never deleted. Does not delete anything; see
+    /// [`collect_garbage`](Self::collect_garbage).
+    pub async fn recover(&self, policy: &RetentionPolicy) -> Result<Recovery> {
+        let mut observed = self.observe().await?;
+        loop {
+            let plan = resolve(&observed, policy);
+            for (id, reason) in &plan.skipped {
+                tracing::warn!(checkpoint = id, %reason, "skipping a corrupt checkpoint; it is kept for inspection");
+            }
+            let RecoveryDecision::Restore(manifest) = &plan.decision else {
+                return Ok(Recovery { plan, restored: None });
+            };
+            let dir = self.paths.checkpoint_dir(manifest.checkpoint_id);
+            match self.restore(manifest, &dir).await {
+                Ok(restored) => return Ok(Recovery { plan, restored: Some(restored) }),
+                Err(e) if matches!(e.kind(), crate::ErrorKind::Data | crate::ErrorKind::Invalid) => {
+                    observed.failed_verification.insert(manifest.checkpoint_id, e.to_string());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Deletes the checkpoints the plan collects: the manifest first, so an interrupted
+    /// deletion leaves an incomplete checkpoint, never a manifest without its state.
+    pub async fn collect_garbage(&self, plan: &RecoveryPlan) -> Result<usize> {
+        let mut deleted = 0;
+        for (id, reason) in &plan.collect {
+            let dir = self.paths.checkpoint_dir(*id);
+            tracing::debug!(checkpoint = id, ?reason, "deleting checkpoint");
+            let manifest = self.paths.manifest(*id);
+            match self.store.delete(&manifest).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(CheckpointError::store("delete", &manifest, e)),
+            }
+            let files: Vec<Path> = self
+                .store
+                .list(Some(&dir))
+                .map_ok(|m| m.location)
+                .try_collect()
+                .await
+                .map_err(|e| CheckpointError::store("list", &dir, e))?;
+            for f in files {
+                match self.store.delete(&f).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                    Err(e) => return Err(CheckpointError::store("delete", &f, e)),
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Every checkpoint of the job with its status, oldest first.
+    pub async fn list_checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
+        let observed = self.observe().await?;
+        Ok(observed
+            .checkpoints
+            .iter()
+            .map(|c| CheckpointInfo {
+                checkpoint_id: c.checkpoint_id,
+                status: classify(c, &observed.failed_verification),
+                state_files: c.files.len(),
+                state_bytes: c.files.values().sum(),
+                manifest: match &c.manifest {
+                    ManifestStatus::Valid(m) => Some(m.clone()),
+                    _ => None,
+                },
+            })
+            .collect())
+    }
+
+    /// Copies complete checkpoint `n` to the savepoint `name`. Savepoints are never
+    /// deleted automatically.
+    pub async fn create_savepoint(&self, name: &str, checkpoint_id: u64) -> Result<Manifest> {
+        let dir = self.paths.savepoint_dir(name)?;
+        let manifest = self.read_manifest(checkpoint_id).await?;
+        let from = self.paths.checkpoint_dir(checkpoint_id);
+        for f in &manifest.state_files {
+            let file = CheckpointPaths::state_file_name(&f.operator, f.subtask)?;
+            let (src, dst) = (from.clone().join(file.as_str()), dir.clone().join(file.as_str()));
+            with_retry("copy", &src, || self.store.copy(&src, &dst)).await?;
+        }
+        let path = dir.join(MANIFEST_NAME);
+        self.put_create(&path, Bytes::from(manifest.encode()?), checkpoint_id).await?;
+        Ok(manifest)
+    }
+
+    /// Names of the job's savepoints.
+    pub async fn list_savepoints(&self) -> Result<Vec<String>> {
+        let prefix = self.paths.savepoints();
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&prefix))
+            .await
+            .map_err(|e| CheckpointError::store("list", &prefix, e))?;
+        let mut names: Vec<String> =
+            listing.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_string)).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Reads and verifies savepoint `name`.
+    pub async fn read_savepoint(&self, name: &str) -> Result<RestoredCheckpoint> {
+        let dir = self.paths.savepoint_dir(name)?;
+        let path = dir.clone().join(MANIFEST_NAME);
+        let manifest = Manifest::decode(path.as_ref(), &self.get(&path).await?)?;
+        self.restore(&manifest, &dir).await
+    }
+}
+
+/// Milliseconds since the Unix epoch, for manifests.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
