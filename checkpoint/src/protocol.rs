@@ -94,7 +94,7 @@ pub struct RecoveryPlan {
     pub decision: RecoveryDecision,
     /// Checkpoints to delete, oldest first.
     pub collect: Vec<(u64, CollectReason)>,
-    /// Corrupt checkpoints newer than the restore point, skipped, with the reason.
+    /// Corrupt checkpoints newer than the restore point, skipped, with the reason; oldest first.
     pub skipped: Vec<(u64, String)>,
     /// The smallest checkpoint id not seen anywhere: the next one to use.
     pub next_checkpoint_id: u64,
@@ -158,7 +158,7 @@ pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
             }
         });
     let restored_id = restore.as_ref().map(|m| m.checkpoint_id);
-    let skipped = statuses
+    let mut skipped: Vec<(u64, String)> = statuses
         .iter()
         .filter(|(id, _)| restored_id.is_none_or(|r| *id > r))
         .filter_map(|(id, s)| match s {
@@ -166,6 +166,7 @@ pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
             _ => None,
         })
         .collect();
+    skipped.reverse();
 
     let retain = policy.retain.max(1);
     let mut complete_seen = 0;
