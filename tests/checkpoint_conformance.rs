@@ -35,12 +35,16 @@ async fn conformance_through_the_fault_injecting_store() {
         probability: 0.3,
         ..FaultRule::always(StoreOp::Any, "", Fault::Latency(Duration::from_millis(2)))
     });
-    faulty.inject(FaultRule { probability: 0.05, ..FaultRule::always(StoreOp::Put, ".state", Fault::Error) });
+    faulty.inject(FaultRule { probability: 0.03, ..FaultRule::always(StoreOp::Put, ".state", Fault::Error) });
     faulty.inject(FaultRule {
         probability: 0.05,
         ..FaultRule::always(StoreOp::Put, "_metadata", Fault::AppliedThenTimeout)
     });
     faulty.inject(FaultRule { probability: 0.05, ..FaultRule::always(StoreOp::Get, "", Fault::Error) });
+    faulty.inject(FaultRule {
+        probability: 0.3,
+        ..FaultRule::always(StoreOp::Any, "", Fault::Latency(Duration::from_millis(2)))
+    });
     run_all(&Target::new(faulty.clone() as Arc<dyn ObjectStore>, "checkpoints", "faulty")).await;
     let injected = faulty.injected();
     assert!(

@@ -152,8 +152,25 @@ pub async fn recovery_picks_the_newest_complete(t: &Target) {
     assert_eq!(recovery.plan.next_checkpoint_id, 4);
 }
 
+/// Damages the store directly, retrying through injected faults.
 async fn overwrite(t: &Target, path: &Path, bytes: Vec<u8>) {
-    t.store.put(path, PutPayload::from(bytes)).await.expect("overwrite");
+    for _ in 0..20 {
+        if t.store.put(path, PutPayload::from(bytes.clone())).await.is_ok() {
+            return;
+        }
+    }
+    panic!("cannot overwrite {path}");
+}
+
+async fn raw_get(t: &Target, path: &Path) -> Bytes {
+    for _ in 0..20 {
+        if let Ok(r) = t.store.get(path).await {
+            if let Ok(bytes) = r.bytes().await {
+                return bytes;
+            }
+        }
+    }
+    panic!("cannot read {path}");
 }
 
 /// A corrupt newest manifest falls back to the previous checkpoint and is never deleted.
@@ -162,7 +179,7 @@ pub async fn corrupt_manifest_falls_back_and_is_kept(t: &Target) {
     complete_checkpoint(&store, 1).await;
     complete_checkpoint(&store, 2).await;
     let path = store.paths().manifest(2);
-    let mut bytes = t.store.get(&path).await.expect("get").bytes().await.expect("bytes").to_vec();
+    let mut bytes = raw_get(t, &path).await.to_vec();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     overwrite(t, &path, bytes).await;
@@ -194,7 +211,7 @@ pub async fn corrupt_state_file_falls_back(t: &Target) {
     complete_checkpoint(&store, 1).await;
     complete_checkpoint(&store, 2).await;
     let path = store.paths().state_file(2, "sink", 0).expect("path");
-    let mut bytes = t.store.get(&path).await.expect("get").bytes().await.expect("bytes").to_vec();
+    let mut bytes = raw_get(t, &path).await.to_vec();
     bytes[20] ^= 1;
     overwrite(t, &path, bytes).await;
     let recovery = store.recover(&RetentionPolicy::default()).await.expect("recover");
@@ -212,7 +229,7 @@ pub async fn truncated_state_file_falls_back(t: &Target) {
     complete_checkpoint(&store, 1).await;
     complete_checkpoint(&store, 2).await;
     let path = store.paths().state_file(2, "source", 0).expect("path");
-    let bytes = t.store.get(&path).await.expect("get").bytes().await.expect("bytes");
+    let bytes = raw_get(t, &path).await;
     overwrite(t, &path, bytes.slice(..bytes.len() / 2).to_vec()).await;
     assert_eq!(restored_id(&store).await, Some(1));
 }

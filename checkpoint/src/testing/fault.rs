@@ -102,7 +102,12 @@ fn injected_error(what: &str, path: &Path) -> object_store::Error {
 impl FaultyStore {
     /// Wraps `inner` with no rules; `seed` drives the probabilities.
     pub fn new(inner: Arc<dyn ObjectStore>, seed: u64) -> Self {
-        Self { inner, rules: Mutex::new(Vec::new()), rng: Mutex::new(seed | 1), injected: Mutex::new(Vec::new()) }
+        // splitmix64, so neighbouring seeds give unrelated streams; xorshift needs non-zero.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let state = (z ^ (z >> 31)).max(1);
+        Self { inner, rules: Mutex::new(Vec::new()), rng: Mutex::new(state), injected: Mutex::new(Vec::new()) }
     }
 
     /// Adds a rule.
