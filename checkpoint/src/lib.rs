@@ -52,5 +52,7 @@ pub use local::DurableLocalStore;
 pub use manifest::{Manifest, ParticipantState, StateFileRef, TransactionRecord};
 pub use paths::{CheckpointKey, CheckpointPaths, MANIFEST_NAME};
 pub use protocol::{RecoveryDecision, RecoveryPlan, RetentionPolicy};
-pub use store::{now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint};
+pub use store::{
+    now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint, DEFAULT_INLINE_THRESHOLD,
+};
 pub use url::{open_url, S3_OPTIONS};

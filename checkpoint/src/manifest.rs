@@ -14,17 +14,34 @@ pub const MANIFEST_VERSION: u16 = 1;
 /// The state-file envelope version this build writes and the newest it reads.
 pub const STATE_VERSION: u16 = 1;
 
-/// One operator subtask's state file, as the manifest records it.
+/// One operator subtask's state, as the manifest records it: a state file, or the
+/// state itself inlined into the manifest when it is small (as Flink inlines state below
+/// `state.storage.fs.memory-threshold`), which saves a PUT per subtask.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateFileRef {
     /// Operator name.
     pub operator: String,
     /// Subtask index.
     pub subtask: u32,
-    /// Size of the file in bytes, envelope included.
+    /// Size of the file in bytes, envelope included; for inline state, of the payload.
     pub size: u64,
-    /// CRC-32C of the whole file.
+    /// CRC-32C of the whole file; for inline state, of the payload.
     pub crc32c: u32,
+    /// The state payload itself, when inlined; `None` for a state file.
+    pub inline: Option<bytes::Bytes>,
+}
+
+impl StateFileRef {
+    /// A reference that carries `payload` inline.
+    pub fn inline(operator: &str, subtask: u32, payload: &[u8]) -> Self {
+        Self {
+            operator: operator.to_string(),
+            subtask,
+            size: payload.len() as u64,
+            crc32c: crc32c::crc32c(payload),
+            inline: Some(bytes::Bytes::copy_from_slice(payload)),
+        }
+    }
 }
 
 /// Where a transactional participant's transaction stood when the manifest was written.
@@ -95,7 +112,10 @@ mod tests {
             job_id: "j".into(),
             checkpoint_id: 3,
             created_at_ms: 1,
-            state_files: vec![StateFileRef { operator: "src".into(), subtask: 0, size: 10, crc32c: 7 }],
+            state_files: vec![
+                StateFileRef { operator: "src".into(), subtask: 0, size: 10, crc32c: 7, inline: None },
+                StateFileRef::inline("sink", 1, b"small"),
+            ],
             transactions: vec![TransactionRecord {
                 participant: "share-source".into(),
                 transaction_id: "g-p-3".into(),

@@ -122,7 +122,7 @@ pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, Stri
             reason: format!("manifest says checkpoint {}, directory says {}", manifest.checkpoint_id, c.checkpoint_id),
         };
     }
-    for f in &manifest.state_files {
+    for f in manifest.state_files.iter().filter(|f| f.inline.is_none()) {
         let name = CheckpointPaths::state_file_name(&f.operator, f.subtask).unwrap_or_default();
         match c.files.get(&name) {
             None => return CheckpointStatus::Corrupt { reason: format!("state file {name} is missing") },
@@ -228,7 +228,10 @@ mod tests {
             job_id: "j".into(),
             checkpoint_id: id,
             created_at_ms: 0,
-            state_files: vec![StateFileRef { operator: "op".into(), subtask: 0, size: 10, crc32c: 0 }],
+            state_files: vec![
+                StateFileRef { operator: "op".into(), subtask: 0, size: 10, crc32c: 0, inline: None },
+                StateFileRef::inline("small", 0, b"inline state needs no file"),
+            ],
             transactions: vec![],
         }
     }

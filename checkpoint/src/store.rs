@@ -82,6 +82,9 @@ pub struct CheckpointStore {
     paths: CheckpointPaths,
 }
 
+/// State up to this size is inlined into the manifest by default (16 KiB).
+pub const DEFAULT_INLINE_THRESHOLD: usize = 16 * 1024;
+
 /// Attempts for a store call that failed transiently. Every write here is idempotent.
 const ATTEMPTS: u32 = 3;
 
@@ -145,13 +148,24 @@ impl CheckpointStore {
             subtask,
             size: bytes.len() as u64,
             crc32c: crc32c::crc32c(&bytes),
+            inline: None,
         };
         with_retry("put", &path, || self.store.put(&path, PutPayload::from_bytes(bytes.clone()))).await?;
         Ok(file)
     }
 
-    /// Reads and verifies a state file against its manifest entry.
+    /// Reads and verifies a state file (or inline state) against its manifest entry.
     pub async fn read_state(&self, dir: &Path, file: &StateFileRef) -> Result<Bytes> {
+        if let Some(inline) = &file.inline {
+            let crc = crc32c::crc32c(inline);
+            if inline.len() as u64 != file.size || crc != file.crc32c {
+                return Err(CheckpointError::corrupt(
+                    dir.clone().join(MANIFEST_NAME),
+                    format!("inline state of {}-{} fails its checksum", file.operator, file.subtask),
+                ));
+            }
+            return Ok(inline.clone());
+        }
         let path = dir.clone().join(CheckpointPaths::state_file_name(&file.operator, file.subtask)?);
         let bytes = self.get(&path).await?;
         if bytes.len() as u64 != file.size {
@@ -206,6 +220,39 @@ impl CheckpointStore {
                 }
             }
         }
+    }
+
+    /// Writes a whole checkpoint: state up to `inline_threshold` bytes goes into the
+    /// manifest, larger state into files written in parallel; then the manifest is
+    /// published. Returns the manifest.
+    pub async fn commit_checkpoint(
+        &self,
+        checkpoint_id: u64,
+        states: &[(String, u32, Bytes)],
+        transactions: Vec<crate::manifest::TransactionRecord>,
+        inline_threshold: usize,
+    ) -> Result<Manifest> {
+        let files = futures::stream::iter(states)
+            .map(|(operator, subtask, payload)| async move {
+                if payload.len() <= inline_threshold {
+                    CheckpointPaths::state_file_name(operator, *subtask)?;
+                    Ok(StateFileRef::inline(operator, *subtask, payload))
+                } else {
+                    self.write_state(checkpoint_id, operator, *subtask, payload).await
+                }
+            })
+            .buffered(16)
+            .try_collect()
+            .await?;
+        let manifest = Manifest {
+            job_id: self.paths.job_id().to_string(),
+            checkpoint_id,
+            created_at_ms: now_ms(),
+            state_files: files,
+            transactions,
+        };
+        self.publish_manifest(&manifest).await?;
+        Ok(manifest)
     }
 
     /// Publishes the manifest of a checkpoint: the commit decision. Written with
@@ -370,7 +417,7 @@ impl CheckpointStore {
         let dir = self.paths.savepoint_dir(name)?;
         let manifest = self.read_manifest(checkpoint_id).await?;
         let from = self.paths.checkpoint_dir(checkpoint_id);
-        for f in &manifest.state_files {
+        for f in manifest.state_files.iter().filter(|f| f.inline.is_none()) {
             let file = CheckpointPaths::state_file_name(&f.operator, f.subtask)?;
             let (src, dst) = (from.clone().join(file.as_str()), dir.clone().join(file.as_str()));
             with_retry("copy", &src, || self.store.copy(&src, &dst)).await?;

@@ -51,6 +51,22 @@ pub async fn run_all(t: &Target) {
     truncated_state_file_falls_back(t).await;
     garbage_collection_keeps_what_is_needed(t).await;
     savepoints_survive_and_restore(t).await;
+    inline_and_file_state_restore_together(t).await;
+}
+
+/// Small state rides in the manifest, large state in files; both restore and verify.
+pub async fn inline_and_file_state_restore_together(t: &Target) {
+    let store = t.job("inline");
+    let small = Bytes::from(vec![1u8; 100]);
+    let large = Bytes::from(vec![2u8; 40_000]);
+    let states = vec![("source".to_string(), 0, small.clone()), ("sink".to_string(), 0, large.clone())];
+    let manifest = store.commit_checkpoint(1, &states, vec![], 16 * 1024).await.expect("commit");
+    assert!(manifest.state_files[0].inline.is_some() && manifest.state_files[1].inline.is_none());
+    let listed = store.list_checkpoints().await.expect("list");
+    assert_eq!(listed[0].state_files, 1, "only the large state has a file");
+    let restored = store.recover(&RetentionPolicy::default()).await.expect("recover").restored.expect("restored");
+    assert_eq!(restored.states[&("source".to_string(), 0)], small);
+    assert_eq!(restored.states[&("sink".to_string(), 0)], large);
 }
 
 /// Writes a complete checkpoint with two state files.

@@ -1,0 +1,96 @@
+//! Checkpoint commit latency (N state files written in parallel, then the manifest with
+//! `PutMode::Create`) divided by the latency of one raw PUT of the same manifest bytes,
+//! on the same store with the same durability. The two are measured interleaved in one
+//! run: local disk with fsync, and the S3 server when `SHAREFLOW_S3_ENDPOINT` is set
+//! (`eval "$(scripts/s3 env)"` after `scripts/s3 start`).
+//!
+//! `cargo bench --bench checkpoint_commit`
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use shareflow::checkpoint::{open_url, CheckpointPaths, CheckpointStore, DurableLocalStore, DEFAULT_INLINE_THRESHOLD};
+
+const ROUNDS: usize = 200;
+const SUBTASKS: usize = 4;
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+async fn measure(name: &str, store: Arc<dyn ObjectStore>, root: &str, state_bytes: usize) {
+    let job = format!("bench-{}-{state_bytes}", std::process::id());
+    let checkpoints = CheckpointStore::new(store.clone(), CheckpointPaths::new(root, &job).unwrap());
+    let state = bytes::Bytes::from(vec![7u8; state_bytes]);
+    let (mut raw, mut commit) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    for round in 0..ROUNDS as u64 + 5 {
+        let id = round + 1;
+        // A checkpoint: state files (above the inline threshold) in parallel, then the
+        // manifest with PutMode::Create.
+        let states: Vec<(String, u32, bytes::Bytes)> =
+            (0..SUBTASKS).map(|i| ("op".to_string(), i as u32, state.clone())).collect();
+        let started = Instant::now();
+        let manifest = checkpoints.commit_checkpoint(id, &states, vec![], DEFAULT_INLINE_THRESHOLD).await.unwrap();
+        let commit_time = started.elapsed();
+        // One raw PUT of the same manifest bytes, to another key.
+        let bytes = manifest.encode().unwrap();
+        let path = Path::from(format!("{root}/{job}/raw/{id:020}"));
+        let started = Instant::now();
+        store.put(&path, PutPayload::from(bytes)).await.unwrap();
+        let raw_time = started.elapsed();
+        if round >= 5 {
+            commit.push(commit_time);
+            raw.push(raw_time);
+        }
+    }
+    raw.sort();
+    commit.sort();
+    let (r50, r99, c50, c99) =
+        (quantile(&raw, 0.5), quantile(&raw, 0.99), quantile(&commit, 0.5), quantile(&commit, 0.99));
+    let how = if state_bytes <= DEFAULT_INLINE_THRESHOLD { "inlined in the manifest" } else { "state files" };
+    println!(
+        "{name}: {SUBTASKS} subtasks x {} KiB state ({how}), {ROUNDS} rounds interleaved\n  raw manifest PUT  p50 {r50:>10.2?}  p99 {r99:>10.2?}\n  checkpoint commit p50 {c50:>10.2?}  p99 {c99:>10.2?}\n  ratio             p50 {:.2}x (target <= 2.5x)  p99 {:.2}x (target <= 4x)",
+        state_bytes / 1024,
+        c50.as_secs_f64() / r50.as_secs_f64(),
+        c99.as_secs_f64() / r99.as_secs_f64(),
+    );
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let local: Arc<dyn ObjectStore> = Arc::new(DurableLocalStore::new(dir.path()).unwrap());
+        for size in [2 * 1024, 64 * 1024] {
+            measure("file:// with fsync", local.clone(), "bench", size).await;
+        }
+        match std::env::var("SHAREFLOW_S3_ENDPOINT") {
+            Ok(endpoint) => {
+                let get = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+                let (bucket, key, secret) = (
+                    get("SHAREFLOW_S3_BUCKET", "shareflow"),
+                    get("SHAREFLOW_S3_ACCESS_KEY", "shareflow"),
+                    get("SHAREFLOW_S3_SECRET_KEY", "shareflow-secret"),
+                );
+                let (store, _) = open_url(
+                    &format!("s3://{bucket}"),
+                    &[("endpoint", &endpoint), ("access_key_id", &key), ("secret_access_key", &secret)],
+                )
+                .unwrap();
+                for size in [2 * 1024, 64 * 1024] {
+                    measure(&format!("s3 (MinIO at {endpoint})"), store.clone(), "bench", size).await;
+                }
+            }
+            Err(_) => println!(
+                "s3: skipped, SHAREFLOW_S3_ENDPOINT is not set (run scripts/s3 start; eval \"$(scripts/s3 env)\")"
+            ),
+        }
+    });
+}
