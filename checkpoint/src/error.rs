@@ -45,6 +45,16 @@ pub enum CheckpointError {
         /// The rule.
         reason: String,
     },
+    /// A transaction id, group id or prefix is malformed.
+    #[error("invalid {part} in transaction id {input:?}: {reason}")]
+    InvalidTransactionId {
+        /// Which part is wrong: `group id`, `prefix`, `checkpoint id`.
+        part: &'static str,
+        /// The text that was given.
+        input: String,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
     /// Something that must exist does not.
     #[error("{what} not found at {path}")]
     NotFound {
@@ -95,6 +105,7 @@ impl CheckpointError {
         match self {
             CheckpointError::InvalidUrl { .. }
             | CheckpointError::InvalidName { .. }
+            | CheckpointError::InvalidTransactionId { .. }
             | CheckpointError::NotFound { .. } => ErrorKind::Invalid,
             CheckpointError::Corrupt { .. } => ErrorKind::Data,
             CheckpointError::ManifestConflict { .. } => ErrorKind::Fenced,

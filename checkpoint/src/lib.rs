@@ -14,6 +14,8 @@
 //! - [`CheckpointStore`]: the I/O edge: write state, publish manifests, recover, collect
 //!   garbage, savepoints, and inspection.
 //! - [`open_url`]: `memory://`, `file://`, `s3://` (and `gs://`, `az://` by feature).
+//! - [`TransactionId`]: `{groupId}-{prefix}-{checkpointId}`, the one transaction that
+//!   commits a checkpoint of a job instance.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -44,6 +46,7 @@ pub mod protocol;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod txn_id;
 mod url;
 
 pub use envelope::EnvelopeError;
@@ -55,4 +58,5 @@ pub use protocol::{RecoveryDecision, RecoveryPlan, RetentionPolicy};
 pub use store::{
     now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint, DEFAULT_INLINE_THRESHOLD,
 };
+pub use txn_id::{validate_group_id, validate_prefix, TransactionId};
 pub use url::{open_url, S3_OPTIONS};

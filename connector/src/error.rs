@@ -26,16 +26,10 @@ pub enum Error {
         /// The rule, with the allowed range.
         rule: String,
     },
-    /// A transaction id, group id or prefix is malformed.
-    #[error("invalid {part} in transaction id {input:?}: {reason}")]
-    InvalidTransactionId {
-        /// Which part is wrong: `group id`, `prefix`, `checkpoint id`.
-        part: &'static str,
-        /// The text that was given.
-        input: String,
-        /// What is wrong and what is allowed.
-        reason: String,
-    },
+    /// A checkpoint-layer error: a malformed transaction id, group id or prefix, or
+    /// checkpoint storage.
+    #[error(transparent)]
+    Checkpoint(#[from] shareflow_checkpoint::CheckpointError),
     /// The transaction is not known to the coordinator.
     #[error("unknown transaction {txn}: it was never begun (or belongs to another broker)")]
     UnknownTransaction {
@@ -176,8 +170,8 @@ impl Error {
     /// What the caller should do about this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Error::Checkpoint(e) => e.kind(),
             Error::InvalidConfig { .. }
-            | Error::InvalidTransactionId { .. }
             | Error::UnknownTransaction { .. }
             | Error::IllegalTransition { .. }
             | Error::NotAcquired { .. }

@@ -7,7 +7,6 @@ mod api;
 mod config;
 mod record;
 mod state;
-mod txn_id;
 
 pub use ack_ranges::{AckRanges, ShareAcknowledgements};
 pub use api::{
@@ -16,5 +15,5 @@ pub use api::{
 };
 pub use config::{keys, AcknowledgementMode, IsolationLevel, ShareConfig, ShareConfigBuilder};
 pub use record::{AcknowledgeType, AcknowledgementBatch, ProducerRecord, Record, TopicPartition};
+pub use shareflow_checkpoint::{validate_group_id, validate_prefix, TransactionId};
 pub use state::{ArchiveReason, RecordState, TransactionState};
-pub use txn_id::{validate_group_id, validate_prefix, TransactionId};

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError as Error, Result};
 
 /// The id of the one transaction that commits checkpoint `checkpoint_id` of a job
 /// instance: `{group_id}-{prefix}-{checkpoint_id}`.
@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// known group id is checked against it.
 ///
 /// ```
-/// use shareflow_connector::share::TransactionId;
+/// use shareflow_checkpoint::TransactionId;
 ///
 /// let id = TransactionId::new("orders-eu", "job.a", 42).unwrap();
 /// assert_eq!(id.to_string(), "orders-eu-job.a-42");
