@@ -232,7 +232,27 @@ impl CheckpointStore {
         transactions: Vec<crate::manifest::TransactionRecord>,
         inline_threshold: usize,
     ) -> Result<Manifest> {
-        let files = futures::stream::iter(states)
+        let files = self.stage_states(checkpoint_id, states, inline_threshold).await?;
+        let manifest = Manifest {
+            job_id: self.paths.job_id().to_string(),
+            checkpoint_id,
+            created_at_ms: now_ms(),
+            state_files: files,
+            transactions,
+        };
+        self.publish_manifest(&manifest).await?;
+        Ok(manifest)
+    }
+
+    /// The first half of [`commit_checkpoint`](Self::commit_checkpoint): inlines small
+    /// state and writes larger state files in parallel, returning the manifest entries.
+    pub async fn stage_states(
+        &self,
+        checkpoint_id: u64,
+        states: &[(String, u32, Bytes)],
+        inline_threshold: usize,
+    ) -> Result<Vec<StateFileRef>> {
+        futures::stream::iter(states)
             .map(|(operator, subtask, payload)| async move {
                 if payload.len() <= inline_threshold {
                     CheckpointPaths::state_file_name(operator, *subtask)?;
@@ -243,16 +263,7 @@ impl CheckpointStore {
             })
             .buffered(16)
             .try_collect()
-            .await?;
-        let manifest = Manifest {
-            job_id: self.paths.job_id().to_string(),
-            checkpoint_id,
-            created_at_ms: now_ms(),
-            state_files: files,
-            transactions,
-        };
-        self.publish_manifest(&manifest).await?;
-        Ok(manifest)
+            .await
     }
 
     /// Publishes the manifest of a checkpoint: the commit decision. Written with

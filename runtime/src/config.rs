@@ -1,0 +1,119 @@
+//! Job configuration, validated at build time.
+
+use std::time::Duration;
+
+use shareflow_checkpoint::{CheckpointStore, DEFAULT_INLINE_THRESHOLD};
+
+use crate::error::{Result, RuntimeError};
+
+/// How to restart a failed job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartStrategy {
+    /// Fail on the first error.
+    None,
+    /// Restart up to `attempts` times, waiting `delay` before each.
+    FixedDelay {
+        /// Restarts allowed.
+        attempts: u32,
+        /// Wait before each restart.
+        delay: Duration,
+    },
+}
+
+/// Checkpointing and execution settings of a job.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// Time between checkpoints; `None`: only the final checkpoint when the input ends.
+    pub checkpoint_interval: Option<Duration>,
+    /// A checkpoint not complete after this is aborted.
+    pub checkpoint_timeout: Duration,
+    /// Least time from the end of one checkpoint to the start of the next.
+    pub min_pause_between_checkpoints: Duration,
+    /// Consecutive aborted checkpoints tolerated before the job fails.
+    pub tolerable_checkpoint_failures: u32,
+    /// Where checkpoints go.
+    pub storage: CheckpointStore,
+    /// Complete checkpoints kept.
+    pub retained_checkpoints: usize,
+    /// State per subtask up to this size is inlined into the manifest.
+    pub inline_state_threshold: usize,
+    /// Restart strategy.
+    pub restart: RestartStrategy,
+    /// Transaction ids are `{group}-{prefix}-{checkpointId}`.
+    pub transaction_group: String,
+    /// The prefix of this job instance; two live instances must not share one.
+    pub transaction_prefix: String,
+    /// Batches a channel holds before the sender waits.
+    pub channel_capacity: usize,
+    /// Parallelism of operators that do not set one.
+    pub default_parallelism: u32,
+}
+
+impl JobConfig {
+    /// Defaults: no periodic checkpoints, 60 s timeout, no restarts, 3 retained,
+    /// channel capacity 4, parallelism 1.
+    pub fn new(storage: CheckpointStore, group: &str, prefix: &str) -> Self {
+        Self {
+            checkpoint_interval: None,
+            checkpoint_timeout: Duration::from_secs(60),
+            min_pause_between_checkpoints: Duration::ZERO,
+            tolerable_checkpoint_failures: 0,
+            storage,
+            retained_checkpoints: 3,
+            inline_state_threshold: DEFAULT_INLINE_THRESHOLD,
+            restart: RestartStrategy::None,
+            transaction_group: group.to_string(),
+            transaction_prefix: prefix.to_string(),
+            channel_capacity: 4,
+            default_parallelism: 1,
+        }
+    }
+
+    /// Sets the checkpoint interval.
+    pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
+        self.checkpoint_interval = Some(interval);
+        self
+    }
+
+    /// Sets the checkpoint timeout.
+    pub fn checkpoint_timeout(mut self, timeout: Duration) -> Self {
+        self.checkpoint_timeout = timeout;
+        self
+    }
+
+    /// Sets the restart strategy.
+    pub fn restart(mut self, restart: RestartStrategy) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// Sets the default parallelism.
+    pub fn parallelism(mut self, parallelism: u32) -> Self {
+        self.default_parallelism = parallelism;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |key: &str, value: String, rule: &str| {
+            Err(RuntimeError::InvalidConfig { key: key.into(), value, rule: rule.into() })
+        };
+        if self.checkpoint_interval.is_some_and(|i| i.is_zero()) {
+            return bad("checkpoint.interval", "0".into(), "must be > 0, or unset for no periodic checkpoints");
+        }
+        if self.checkpoint_timeout.is_zero() {
+            return bad("checkpoint.timeout", "0".into(), "must be > 0");
+        }
+        if self.retained_checkpoints == 0 {
+            return bad("checkpoint.retained", "0".into(), "must be >= 1: the restore point is always kept");
+        }
+        if self.channel_capacity == 0 {
+            return bad("channel.capacity", "0".into(), "must be >= 1");
+        }
+        if self.default_parallelism == 0 {
+            return bad("parallelism.default", "0".into(), "must be >= 1");
+        }
+        shareflow_checkpoint::validate_group_id(&self.transaction_group)?;
+        shareflow_checkpoint::validate_prefix(&self.transaction_prefix)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,278 @@
+//! The checkpoint coordinator: triggers barriers, collects acknowledgements, prepares
+//! the participants, writes the manifest (the decision), commits, and notifies.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+use shareflow_checkpoint::protocol::{CollectReason, RecoveryDecision, RecoveryPlan};
+use shareflow_checkpoint::{ParticipantState, TransactionRecord};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::JobConfig;
+use crate::error::{Result, RuntimeError};
+use crate::failpoint::{points, Failpoints};
+use crate::metrics::JobMetrics;
+use crate::operator::{Participant, StateItems, TransactionTemplate};
+use crate::task::{Barrier, Control, Report};
+
+pub(crate) struct Coordinator<'a> {
+    pub(crate) config: &'a JobConfig,
+    pub(crate) participants: &'a [Participant],
+    pub(crate) template: TransactionTemplate,
+    pub(crate) failpoints: Failpoints,
+    pub(crate) metrics: JobMetrics,
+    pub(crate) triggers: Vec<mpsc::UnboundedSender<Barrier>>,
+    pub(crate) controls: Vec<mpsc::UnboundedSender<Control>>,
+    pub(crate) reports: mpsc::UnboundedReceiver<Report>,
+    /// Subtasks that acknowledge each barrier.
+    pub(crate) subtasks: usize,
+    /// Node index -> operator name.
+    pub(crate) node_names: Vec<String>,
+    /// The id the next checkpoint gets; epoch `next_id` is running.
+    pub(crate) next_id: u64,
+    /// Epochs whose transaction is begun and not yet committed.
+    pub(crate) uncommitted: BTreeSet<u64>,
+}
+
+struct InFlight {
+    barrier: Barrier,
+    started: Instant,
+    acks: BTreeMap<(usize, u32), StateItems>,
+}
+
+impl Coordinator<'_> {
+    fn txn_error(&self, op: &'static str, k: u64, e: RuntimeError) -> RuntimeError {
+        tracing::error!(checkpoint = k, op, error = %e, "transaction step failed");
+        e
+    }
+
+    /// Begins T(n) on every participant.
+    pub(crate) async fn begin(&mut self, n: u64) -> Result<()> {
+        let txn = self.template.transaction(n);
+        for p in self.participants {
+            p.begin(&txn).await.map_err(|e| self.txn_error("begin", n, e))?;
+        }
+        self.uncommitted.insert(n);
+        Ok(())
+    }
+
+    async fn trigger(&mut self, is_final: bool) -> Result<InFlight> {
+        let id = self.next_id;
+        if !is_final {
+            // Epoch id + 1 starts when barrier id passes; its transaction must exist first.
+            self.begin(id + 1).await?;
+        }
+        self.next_id = id + 1;
+        let barrier = Barrier { checkpoint_id: id, is_final };
+        tracing::debug!(checkpoint = id, is_final, "triggering checkpoint");
+        for t in &self.triggers {
+            let _ = t.send(barrier);
+        }
+        Ok(InFlight { barrier, started: Instant::now(), acks: BTreeMap::new() })
+    }
+
+    fn notify(&self, control: Control) {
+        for c in &self.controls {
+            let _ = c.send(control);
+        }
+    }
+
+    /// Runs until the final checkpoint completed and every task finished.
+    pub(crate) async fn run(mut self) -> Result<()> {
+        let sources = self.triggers.len();
+        let mut in_flight: Option<InFlight> = None;
+        let mut sources_finished = 0;
+        let mut tasks_finished = 0;
+        let mut final_triggered = false;
+        let mut final_done = false;
+        let mut consecutive_failures = 0;
+        let mut retained: VecDeque<u64> = VecDeque::new();
+        let interval = self.config.checkpoint_interval;
+        let mut next_trigger = interval.map(|i| Instant::now() + i);
+        loop {
+            if final_done && tasks_finished >= self.subtasks {
+                return Ok(());
+            }
+            if in_flight.is_none() && !final_triggered && sources_finished >= sources {
+                in_flight = Some(self.trigger(true).await?);
+                final_triggered = true;
+            }
+            let wake = match &in_flight {
+                Some(f) => Some(f.started + self.config.checkpoint_timeout),
+                None if !final_triggered => next_trigger,
+                None => None,
+            };
+            tokio::select! {
+                report = self.reports.recv() => match report {
+                    None => return Err(RuntimeError::Internal("every task is gone".into())),
+                    Some(Report::Failed(e)) => return Err(e),
+                    Some(Report::SourceFinished) => sources_finished += 1,
+                    Some(Report::Finished) => tasks_finished += 1,
+                    Some(Report::Ack { checkpoint_id, node, subtask, state }) => {
+                        let Some(f) = in_flight.as_mut().filter(|f| f.barrier.checkpoint_id == checkpoint_id) else {
+                            continue; // an aborted checkpoint's late acknowledgement
+                        };
+                        f.acks.insert((node, subtask), state);
+                        if f.acks.len() == self.subtasks {
+                            let Some(done) = in_flight.take() else { continue };
+                            self.complete(done.barrier.checkpoint_id, done.acks, done.started).await?;
+                            consecutive_failures = 0;
+                            retained.push_back(done.barrier.checkpoint_id);
+                            self.collect_garbage(&mut retained).await;
+                            if done.barrier.is_final {
+                                final_done = true;
+                                self.controls.clear(); // no more notifications: tasks may end
+                            }
+                            next_trigger = interval.map(|i| Instant::now() + i.max(self.config.min_pause_between_checkpoints));
+                        }
+                    }
+                },
+                _ = sleep_until(wake), if wake.is_some() => {
+                    match in_flight.take() {
+                        Some(f) if Instant::now() >= f.started + self.config.checkpoint_timeout => {
+                            let n = f.barrier.checkpoint_id;
+                            tracing::warn!(checkpoint = n, acks = f.acks.len(), expected = self.subtasks, "checkpoint timed out; aborting it");
+                            self.notify(Control::Aborted(n));
+                            self.metrics.checkpoints(|c| c.aborted += 1);
+                            consecutive_failures += 1;
+                            if f.barrier.is_final {
+                                return Err(RuntimeError::Cancelled(format!("the final checkpoint {n} timed out")));
+                            }
+                            if consecutive_failures > self.config.tolerable_checkpoint_failures {
+                                return Err(RuntimeError::Cancelled(format!(
+                                    "{consecutive_failures} consecutive checkpoints failed, more than the {} tolerated",
+                                    self.config.tolerable_checkpoint_failures
+                                )));
+                            }
+                            next_trigger = interval.map(|i| Instant::now() + i.max(self.config.min_pause_between_checkpoints));
+                        }
+                        Some(f) => in_flight = Some(f),
+                        None => {
+                            if next_trigger.is_some_and(|t| Instant::now() >= t) && !final_triggered {
+                                in_flight = Some(self.trigger(false).await?);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every subtask acknowledged barrier n: prepare, write the decision, commit, notify.
+    async fn complete(&mut self, n: u64, acks: BTreeMap<(usize, u32), StateItems>, started: Instant) -> Result<()> {
+        tracing::debug!(checkpoint = n, "all subtasks acknowledged");
+        let to_commit: Vec<u64> = self.uncommitted.range(..=n).copied().collect();
+        // Phase one: every pending epoch up to n, on every participant.
+        let mut refused = Vec::new();
+        for &k in &to_commit {
+            let txn = self.template.transaction(k);
+            for p in self.participants {
+                if !p.prepare(&txn).await.map_err(|e| self.txn_error("prepare", k, e))? {
+                    refused.push(k);
+                }
+            }
+        }
+        if let Some(&k) = refused.first() {
+            for &k in &refused {
+                let txn = self.template.transaction(k);
+                for p in self.participants {
+                    p.abort(&txn).await.map_err(|e| self.txn_error("abort", k, e))?;
+                }
+                self.uncommitted.remove(&k);
+                self.metrics.checkpoints(|c| c.transactions_aborted += 1);
+            }
+            return Err(RuntimeError::Cancelled(format!(
+                "transaction {} was aborted before it could prepare (its timeout passed?); restarting from the last checkpoint",
+                self.template.transaction(k)
+            )));
+        }
+        // State, then the manifest: the commit decision.
+        let mut states = Vec::with_capacity(acks.len());
+        for ((node, subtask), items) in acks {
+            let bytes = postcard::to_allocvec(&items).map_err(|e| {
+                RuntimeError::Internal(format!("cannot encode state of {}[{subtask}]: {e}", self.node_names[node]))
+            })?;
+            states.push((self.node_names[node].clone(), subtask, Bytes::from(bytes)));
+        }
+        let storage = &self.config.storage;
+        let files = storage.stage_states(n, &states, self.config.inline_state_threshold).await?;
+        let size: u64 = files.iter().map(|f| f.size).sum();
+        self.failpoints.hit(points::AFTER_STATE_BEFORE_MANIFEST)?;
+        let mut transactions = Vec::new();
+        for &k in &to_commit {
+            for p in self.participants {
+                transactions.push(TransactionRecord {
+                    participant: p.name().to_string(),
+                    transaction_id: self.template.transaction(k).to_string(),
+                    state: ParticipantState::Prepared,
+                });
+            }
+        }
+        let manifest = shareflow_checkpoint::Manifest {
+            job_id: storage.paths().job_id().to_string(),
+            checkpoint_id: n,
+            created_at_ms: shareflow_checkpoint::now_ms(),
+            state_files: files,
+            transactions,
+        };
+        storage.publish_manifest(&manifest).await?;
+        self.failpoints.hit(points::AFTER_MANIFEST)?;
+        // Phase two.
+        self.failpoints.hit(points::COMMIT_BEFORE)?;
+        let mut first = true;
+        for &k in &to_commit {
+            let txn = self.template.transaction(k);
+            for p in self.participants {
+                p.commit(&txn).await.map_err(|e| self.txn_error("commit", k, e))?;
+                if first {
+                    first = false;
+                    self.failpoints.hit(points::COMMIT_MID)?;
+                }
+            }
+            self.uncommitted.remove(&k);
+        }
+        self.failpoints.hit(points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY)?;
+        self.notify(Control::Complete(n));
+        let elapsed = started.elapsed();
+        let committed = to_commit.len() as u64;
+        self.metrics.checkpoints(|c| {
+            c.completed += 1;
+            c.last_duration = elapsed;
+            c.max_duration = c.max_duration.max(elapsed);
+            c.total_duration += elapsed;
+            c.last_size_bytes = size;
+            c.last_completed_id = Some(n);
+            c.transactions_committed += committed * self.participants.len() as u64;
+        });
+        tracing::info!(checkpoint = n, ?elapsed, size, "checkpoint complete");
+        Ok(())
+    }
+
+    /// Deletes complete checkpoints beyond retention. Failures only warn: the next
+    /// checkpoint (or restart) tries again.
+    async fn collect_garbage(&self, retained: &mut VecDeque<u64>) {
+        let keep = self.config.retained_checkpoints.max(1);
+        let mut collect = Vec::new();
+        while retained.len() > keep {
+            if let Some(id) = retained.pop_front() {
+                collect.push((id, CollectReason::Superseded));
+            }
+        }
+        if collect.is_empty() {
+            return;
+        }
+        let plan =
+            RecoveryPlan { decision: RecoveryDecision::Fresh, collect, skipped: Vec::new(), next_checkpoint_id: 0 };
+        if let Err(e) = self.config.storage.collect_garbage(&plan).await {
+            tracing::warn!(error = %e, "cannot delete old checkpoints; will retry after the next one");
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

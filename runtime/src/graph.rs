@@ -1,0 +1,319 @@
+//! The job graph and its fluent builder.
+//!
+//! ```text
+//! source -> .sql("SELECT ...") / .map(..) / .filter(..) / .key_by(..) -> sink
+//! ```
+
+use std::sync::{Arc, Mutex};
+
+use arrow::array::BooleanArray;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+
+use crate::config::JobConfig;
+use crate::error::{Result, RuntimeError};
+use crate::job::Job;
+use crate::operator::{Operator, Participant, Source, SubtaskContext};
+use crate::partition::Partitioning;
+use crate::task::Collector;
+
+/// Makes one source subtask per call.
+pub type SourceFactory = Arc<dyn Fn(&SubtaskContext) -> Box<dyn Source> + Send + Sync>;
+/// Makes one operator subtask per call.
+pub type OperatorFactory = Arc<dyn Fn(&SubtaskContext) -> Box<dyn Operator> + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) enum NodeKind {
+    Source(SourceFactory),
+    Operator(OperatorFactory),
+}
+
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) kind: NodeKind,
+    pub(crate) parallelism: Option<u32>,
+    pub(crate) schema: Option<SchemaRef>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Edge {
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) partitioning: Option<Partitioning>,
+    /// Which input of `to` this edge is (0 for the first).
+    pub(crate) input: usize,
+}
+
+#[derive(Default)]
+pub(crate) struct GraphSpec {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+    pub(crate) participants: Vec<Participant>,
+    pub(crate) errors: Vec<RuntimeError>,
+}
+
+/// Builds a job graph. Clone-free fluent API: each call returns a [`Stream`].
+///
+/// Errors in the chain (an unknown column in `.sql`, a bad name) are collected and
+/// returned by [`build`](Self::build), so the chain reads straight through.
+#[derive(Clone, Default)]
+pub struct JobBuilder {
+    spec: Arc<Mutex<GraphSpec>>,
+}
+
+/// The output of an operator, to which more operators attach.
+#[derive(Clone)]
+pub struct Stream {
+    builder: JobBuilder,
+    node: usize,
+    next_partitioning: Option<Partitioning>,
+}
+
+impl JobBuilder {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut GraphSpec) -> T) -> T {
+        f(&mut self.spec.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn add(&self, name: &str, kind: NodeKind, schema: Option<SchemaRef>) -> usize {
+        self.with(|g| {
+            if let Err(e) = shareflow_checkpoint::CheckpointPaths::state_file_name(name, 0) {
+                g.errors.push(RuntimeError::InvalidGraph(format!("operator name: {e}")));
+            }
+            if g.nodes.iter().any(|n| n.name == name) {
+                g.errors.push(RuntimeError::InvalidGraph(format!(
+                    "two operators are named {name:?}; names must be unique"
+                )));
+            }
+            g.nodes.push(Node { name: name.to_string(), kind, parallelism: None, schema });
+            g.nodes.len() - 1
+        })
+    }
+
+    /// Adds a source whose batches have `schema`.
+    pub fn source<S, F>(&self, name: &str, schema: SchemaRef, factory: F) -> Stream
+    where
+        S: Source,
+        F: Fn(&SubtaskContext) -> S + Send + Sync + 'static,
+    {
+        let factory: SourceFactory = Arc::new(move |ctx| Box::new(factory(ctx)) as Box<dyn Source>);
+        let node = self.add(name, NodeKind::Source(factory), Some(schema));
+        Stream { builder: self.clone(), node, next_partitioning: None }
+    }
+
+    /// Registers a job-level transactional participant (a sink's committer, a source's
+    /// acknowledgement coordinator). Every checkpoint commits all of them together.
+    pub fn participant(&self, participant: Participant) -> &Self {
+        self.with(|g| g.participants.push(participant));
+        self
+    }
+
+    /// Validates the graph and the configuration.
+    pub fn build(&self, config: JobConfig) -> Result<Job> {
+        config.validate()?;
+        let spec = self.with(|g| GraphSpec {
+            nodes: g.nodes.clone(),
+            edges: g.edges.clone(),
+            participants: g.participants.clone(),
+            errors: std::mem::take(&mut g.errors),
+        });
+        if let Some(e) = spec.errors.into_iter().next() {
+            return Err(e);
+        }
+        if !spec.nodes.iter().any(|n| matches!(n.kind, NodeKind::Source(_))) {
+            return Err(RuntimeError::InvalidGraph("a job needs at least one source".into()));
+        }
+        for (i, n) in spec.nodes.iter().enumerate() {
+            let has_input = spec.edges.iter().any(|e| e.to == i);
+            if matches!(n.kind, NodeKind::Operator(_)) && !has_input {
+                return Err(RuntimeError::InvalidGraph(format!("operator {} has no input", n.name)));
+            }
+            if n.parallelism == Some(0) {
+                return Err(RuntimeError::InvalidGraph(format!("operator {} has parallelism 0", n.name)));
+            }
+        }
+        Job::new(
+            GraphSpec { nodes: spec.nodes, edges: spec.edges, participants: spec.participants, errors: Vec::new() },
+            config,
+        )
+    }
+}
+
+impl Stream {
+    /// The schema of this stream, when known.
+    pub fn schema(&self) -> Option<SchemaRef> {
+        self.builder.with(|g| g.nodes[self.node].schema.clone())
+    }
+
+    /// Sets the parallelism of the operator that produces this stream.
+    pub fn parallelism(self, parallelism: u32) -> Self {
+        self.builder.with(|g| g.nodes[self.node].parallelism = Some(parallelism));
+        self
+    }
+
+    /// Partitions the next edge by the hash of `column`.
+    pub fn key_by(mut self, column: &str) -> Self {
+        if let Some(schema) = self.schema() {
+            if schema.index_of(column).is_err() {
+                self.builder.with(|g| {
+                    g.errors.push(RuntimeError::InvalidGraph(format!(
+                        "key_by: column {column:?} is not in the schema {schema:?}"
+                    )))
+                });
+            }
+        }
+        self.next_partitioning = Some(Partitioning::Hash(column.to_string()));
+        self
+    }
+
+    /// Deals whole batches round-robin over the next operator's subtasks.
+    pub fn rebalance(mut self) -> Self {
+        self.next_partitioning = Some(Partitioning::RoundRobin);
+        self
+    }
+
+    /// Adds an operator with this stream as its only input.
+    pub fn operator<O, F>(self, name: &str, schema: Option<SchemaRef>, factory: F) -> Stream
+    where
+        O: Operator,
+        F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
+    {
+        let factory: OperatorFactory = Arc::new(move |ctx| Box::new(factory(ctx)) as Box<dyn Operator>);
+        let node = self.builder.add(name, NodeKind::Operator(factory), schema);
+        self.builder.with(|g| {
+            g.edges.push(Edge { from: self.node, to: node, partitioning: self.next_partitioning.clone(), input: 0 })
+        });
+        Stream { builder: self.builder, node, next_partitioning: None }
+    }
+
+    /// Adds an operator with two inputs: this stream (input 0) and `other` (input 1).
+    /// Barriers are aligned across both.
+    pub fn connect<O, F>(self, other: Stream, name: &str, schema: Option<SchemaRef>, factory: F) -> Stream
+    where
+        O: Operator,
+        F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
+    {
+        let factory: OperatorFactory = Arc::new(move |ctx| Box::new(factory(ctx)) as Box<dyn Operator>);
+        let node = self.builder.add(name, NodeKind::Operator(factory), schema);
+        self.builder.with(|g| {
+            g.edges.push(Edge { from: self.node, to: node, partitioning: self.next_partitioning.clone(), input: 0 });
+            g.edges.push(Edge { from: other.node, to: node, partitioning: other.next_partitioning.clone(), input: 1 });
+        });
+        Stream { builder: self.builder, node, next_partitioning: None }
+    }
+
+    /// Merges this stream and `other` (same schema) into one.
+    pub fn union(self, other: Stream, name: &str) -> Stream {
+        let schema = self.schema();
+        self.connect(other, name, schema, |_| Union)
+    }
+
+    /// Keeps the rows for which `predicate` is true.
+    pub fn filter<F>(self, name: &str, predicate: F) -> Stream
+    where
+        F: Fn(&RecordBatch) -> Result<BooleanArray> + Send + Sync + 'static,
+    {
+        let schema = self.schema();
+        let predicate = Arc::new(predicate);
+        self.operator(name, schema, move |ctx| Filter { predicate: predicate.clone(), task: ctx.task_name() })
+    }
+
+    /// Transforms each batch, keeping the schema.
+    pub fn map<F>(self, name: &str, f: F) -> Stream
+    where
+        F: Fn(RecordBatch) -> Result<RecordBatch> + Send + Sync + 'static,
+    {
+        let schema = self.schema();
+        self.map_to(name, schema, f)
+    }
+
+    /// Transforms each batch into `schema` (`None`: unknown, so no `.sql` after it).
+    pub fn map_to<F>(self, name: &str, schema: Option<SchemaRef>, f: F) -> Stream
+    where
+        F: Fn(RecordBatch) -> Result<RecordBatch> + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.operator(name, schema, move |_| Map { f: f.clone() })
+    }
+
+    /// A stateless SQL transformation, planned once now against this stream's schema.
+    /// The input table is called `input`.
+    pub fn sql(self, name: &str, query: &str) -> Stream {
+        let Some(schema) = self.schema() else {
+            self.builder.with(|g| {
+                g.errors.push(RuntimeError::Sql {
+                    query: query.to_string(),
+                    message: "the input schema is unknown (after map_to without a schema)".into(),
+                })
+            });
+            return self.operator(name, None, |_| Map { f: Arc::new(Ok) });
+        };
+        match crate::sql::SqlPlan::plan(query, schema) {
+            Ok(plan) => {
+                let plan = Arc::new(plan);
+                let out = plan.output_schema();
+                self.operator(name, Some(out), move |ctx| crate::sql::SqlOperator::new(plan.clone(), ctx.task_name()))
+            }
+            Err(e) => {
+                self.builder.with(|g| g.errors.push(e));
+                self.operator(name, None, |_| Map { f: Arc::new(Ok) })
+            }
+        }
+    }
+
+    /// Ends the stream in a sink (an operator that emits nothing).
+    pub fn sink<O, F>(self, name: &str, factory: F) -> JobBuilder
+    where
+        O: Operator,
+        F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
+    {
+        let builder = self.builder.clone();
+        self.operator(name, None, factory);
+        builder
+    }
+}
+
+struct Union;
+
+#[async_trait]
+impl Operator for Union {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
+        out.emit(batch).await
+    }
+}
+
+type Predicate = Arc<dyn Fn(&RecordBatch) -> Result<BooleanArray> + Send + Sync>;
+
+struct Filter {
+    predicate: Predicate,
+    task: String,
+}
+
+#[async_trait]
+impl Operator for Filter {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
+        let keep = (self.predicate)(&batch)?;
+        let filtered =
+            arrow::compute::filter_record_batch(&batch, &keep).map_err(|e| RuntimeError::arrow(&self.task, e))?;
+        out.emit(filtered).await
+    }
+}
+
+type MapFn = Arc<dyn Fn(RecordBatch) -> Result<RecordBatch> + Send + Sync>;
+
+struct Map {
+    f: MapFn,
+}
+
+#[async_trait]
+impl Operator for Map {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
+        out.emit((self.f)(batch)?).await
+    }
+}

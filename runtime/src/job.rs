@@ -1,0 +1,360 @@
+//! A built job: recovery, deployment of subtasks, the coordinator, and restarts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use shareflow_checkpoint::protocol::{decide_transaction, RetentionPolicy, TransactionDecision};
+use tokio::sync::mpsc;
+
+use crate::config::{JobConfig, RestartStrategy};
+use crate::coordinator::Coordinator;
+use crate::error::{Result, RuntimeError};
+use crate::failpoint::{points, Failpoints};
+use crate::graph::{GraphSpec, NodeKind};
+use crate::metrics::{JobMetrics, JobMetricsSnapshot};
+use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
+use crate::partition::Partitioning;
+use crate::task::{self, Collector, Inputs, OutEdge, Report, TaskIo};
+
+/// A validated job, ready to run (and to run again: every run recovers from storage).
+pub struct Job {
+    spec: GraphSpec,
+    config: JobConfig,
+    template: TransactionTemplate,
+    failpoints: Failpoints,
+    metrics: JobMetrics,
+    /// Resolved parallelism per node.
+    parallelism: Vec<u32>,
+    /// Resolved partitioning per edge.
+    partitioning: Vec<Partitioning>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobReport {
+    /// Attempts, 1 if nothing failed.
+    pub attempts: u32,
+    /// The checkpoint the last attempt restored, if any.
+    pub restored_from: Option<u64>,
+    /// Metrics at the end.
+    pub metrics: JobMetricsSnapshot,
+}
+
+struct Wiring {
+    receivers: Vec<Vec<Option<mpsc::Receiver<task::Tagged>>>>,
+    out_edges: Vec<Vec<Vec<OutEdge>>>,
+    input_edge: Vec<Vec<Vec<usize>>>,
+}
+
+/// What recovery found and did before an attempt.
+struct Recovered {
+    restored_from: Option<u64>,
+    /// operator name -> (old subtask -> items)
+    states: BTreeMap<String, BTreeMap<u32, StateItems>>,
+    first_epoch: u64,
+}
+
+impl Job {
+    pub(crate) fn new(spec: GraphSpec, config: JobConfig) -> Result<Self> {
+        let template = TransactionTemplate::new(&config.transaction_group, &config.transaction_prefix)?;
+        let parallelism: Vec<u32> =
+            spec.nodes.iter().map(|n| n.parallelism.unwrap_or(config.default_parallelism)).collect();
+        let mut partitioning = Vec::new();
+        for e in &spec.edges {
+            let (p_from, p_to) = (parallelism[e.from], parallelism[e.to]);
+            let p = match &e.partitioning {
+                Some(Partitioning::Forward) | None if p_from == p_to => Partitioning::Forward,
+                None => Partitioning::RoundRobin,
+                Some(Partitioning::Forward) => {
+                    return Err(RuntimeError::InvalidGraph(format!(
+                        "forward edge {} -> {} needs equal parallelism, not {p_from} and {p_to}",
+                        spec.nodes[e.from].name, spec.nodes[e.to].name
+                    )))
+                }
+                Some(p) => p.clone(),
+            };
+            partitioning.push(p);
+        }
+        Ok(Self {
+            spec,
+            config,
+            template,
+            failpoints: Failpoints::new(),
+            metrics: JobMetrics::default(),
+            parallelism,
+            partitioning,
+        })
+    }
+
+    /// The failpoints of this job, for tests to arm.
+    pub fn failpoints(&self) -> &Failpoints {
+        &self.failpoints
+    }
+
+    /// Live metrics.
+    pub fn metrics(&self) -> JobMetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// The job's configuration.
+    pub fn config(&self) -> &JobConfig {
+        &self.config
+    }
+
+    /// Runs the job to the end of its input. On a failure, restarts from the latest
+    /// complete checkpoint as the restart strategy allows.
+    pub async fn run(&self) -> Result<JobReport> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let span = tracing::info_span!("attempt", job = %self.config.storage.paths().job_id(), attempt = attempts);
+            let result = {
+                let _enter = span.enter();
+                tracing::info!("starting");
+                drop(_enter);
+                self.attempt().await
+            };
+            match result {
+                Ok(restored_from) => {
+                    return Ok(JobReport { attempts, restored_from, metrics: self.metrics.snapshot() })
+                }
+                Err(e) => {
+                    let (allowed, delay) = match self.config.restart {
+                        RestartStrategy::None => (0, std::time::Duration::ZERO),
+                        RestartStrategy::FixedDelay { attempts, delay } => (attempts, delay),
+                    };
+                    if attempts > allowed {
+                        tracing::error!(error = %e, attempts, "job failed; no restarts left");
+                        return Err(if allowed == 0 {
+                            e
+                        } else {
+                            RuntimeError::RestartsExhausted { attempts, last: Box::new(e) }
+                        });
+                    }
+                    tracing::warn!(error = %e, attempt = attempts, ?delay, "job failed; restarting from the latest complete checkpoint");
+                    self.metrics.restarted();
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// DESIGN.md §3 step 7: restore the newest complete checkpoint, then commit the
+    /// PREPARE transactions it covers and abort everything else. Idempotent.
+    async fn recover(&self) -> Result<Recovered> {
+        for p in &self.spec.participants {
+            p.open(&self.template).await?;
+        }
+        let storage = &self.config.storage;
+        let policy = RetentionPolicy { retain: self.config.retained_checkpoints, protected: BTreeSet::new() };
+        let recovery = storage.recover(&policy).await?;
+        let restored = recovery.plan.restored_id();
+        let mut highest = recovery.plan.next_checkpoint_id.saturating_sub(1);
+        let mut pending = Vec::new();
+        for p in &self.spec.participants {
+            for t in p.pending(&self.template).await? {
+                highest = highest.max(t.id.checkpoint_id());
+                pending.push((p.clone(), t));
+            }
+        }
+        pending.sort_by_key(|(_, t)| t.id.checkpoint_id());
+        for (i, (p, t)) in pending.iter().enumerate() {
+            match decide_transaction(restored, t.id.checkpoint_id(), true) {
+                TransactionDecision::Commit => {
+                    if !t.prepared && !p.prepare(&t.id).await? {
+                        return Err(RuntimeError::Internal(format!(
+                            "{} of {} is covered by checkpoint {restored:?} but was aborted",
+                            t.id,
+                            p.name()
+                        )));
+                    }
+                    tracing::info!(txn = %t.id, participant = p.name(), "recovery: committing a transaction its checkpoint decided");
+                    p.commit(&t.id).await?;
+                    self.metrics.checkpoints(|c| c.transactions_recovered += 1);
+                }
+                TransactionDecision::Abort => {
+                    tracing::info!(txn = %t.id, participant = p.name(), "recovery: aborting an undecided transaction");
+                    p.abort(&t.id).await?;
+                    self.metrics.checkpoints(|c| c.transactions_aborted += 1);
+                }
+            }
+            if i == 0 {
+                self.failpoints.hit(points::RECOVERY_MID)?;
+            }
+        }
+        // Nothing PREPARE is left, so old checkpoints may go.
+        if let Err(e) = storage.collect_garbage(&recovery.plan).await {
+            tracing::warn!(error = %e, "cannot delete old checkpoints during recovery");
+        }
+        let mut states: BTreeMap<String, BTreeMap<u32, StateItems>> = BTreeMap::new();
+        if let Some(r) = &recovery.restored {
+            for ((operator, subtask), bytes) in &r.states {
+                let items: Vec<Bytes> =
+                    postcard::from_bytes(bytes).map_err(|e| shareflow_checkpoint::CheckpointError::Corrupt {
+                        path: storage.paths().checkpoint_dir(r.manifest.checkpoint_id).to_string(),
+                        reason: format!("state of {operator}-{subtask} does not decode: {e}"),
+                    })?;
+                states.entry(operator.clone()).or_default().insert(*subtask, items);
+            }
+        }
+        Ok(Recovered { restored_from: restored, states, first_epoch: highest + 1 })
+    }
+
+    /// The restored items of `operator`, dealt round-robin to `parallelism` subtasks.
+    fn redistribute(
+        states: &BTreeMap<String, BTreeMap<u32, StateItems>>,
+        operator: &str,
+        parallelism: u32,
+    ) -> Vec<StateItems> {
+        let mut out = vec![Vec::new(); parallelism as usize];
+        let all = states.get(operator).into_iter().flat_map(|m| m.values()).flatten();
+        for (i, item) in all.enumerate() {
+            out[i % parallelism as usize].push(item.clone());
+        }
+        out
+    }
+
+    /// Channels and edges of one attempt: a merged input channel per operator subtask;
+    /// for every subtask its outgoing edges; for every input index the logical input.
+    fn wire(&self) -> Wiring {
+        let nodes = &self.spec.nodes;
+        let cap = self.config.channel_capacity;
+        let p = |i: usize| self.parallelism[i] as usize;
+        let mut senders: Vec<Vec<mpsc::Sender<task::Tagged>>> = Vec::new();
+        let mut receivers = Vec::new();
+        for i in 0..nodes.len() {
+            let (tx, rx): (Vec<_>, Vec<_>) = (0..p(i)).map(|_| mpsc::channel(cap)).map(|(t, r)| (t, Some(r))).unzip();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let mut out_edges: Vec<Vec<Vec<OutEdge>>> =
+            (0..nodes.len()).map(|i| (0..p(i)).map(|_| Vec::new()).collect()).collect();
+        let mut input_edge: Vec<Vec<Vec<usize>>> = (0..nodes.len()).map(|i| vec![Vec::new(); p(i)]).collect();
+        let mut order: Vec<usize> = (0..self.spec.edges.len()).collect();
+        order.sort_by_key(|&e| (self.spec.edges[e].to, self.spec.edges[e].input));
+        for e in order {
+            let edge = &self.spec.edges[e];
+            let partitioning = &self.partitioning[e];
+            for (up, outs) in out_edges[edge.from].iter_mut().enumerate() {
+                let targets: Vec<usize> = match partitioning {
+                    Partitioning::Forward => vec![up],
+                    _ => (0..p(edge.to)).collect(),
+                };
+                let targets = targets
+                    .into_iter()
+                    .map(|t| {
+                        // The raw input index at `t` is the count of inputs wired to it so far.
+                        let inputs = &mut input_edge[edge.to][t];
+                        inputs.push(edge.input);
+                        (senders[edge.to][t].clone(), inputs.len() - 1)
+                    })
+                    .collect();
+                outs.push(OutEdge { partitioning: partitioning.clone(), targets, next: up });
+            }
+        }
+        Wiring { receivers, out_edges, input_edge }
+    }
+
+    async fn attempt(&self) -> Result<Option<u64>> {
+        let recovered = self.recover().await?;
+        let nodes = &self.spec.nodes;
+        let Wiring { mut receivers, mut out_edges, mut input_edge } = self.wire();
+        let (report_tx, report_rx) = mpsc::unbounded_channel();
+        let mut controls = Vec::new();
+        let mut triggers = Vec::new();
+        let mut handles = Vec::new();
+        let mut subtasks = 0;
+        for (i, node) in nodes.iter().enumerate() {
+            let p = self.parallelism[i];
+            let restored = Self::redistribute(&recovered.states, &node.name, p);
+            let metrics = self.metrics.operator(&node.name);
+            for s in 0..p {
+                subtasks += 1;
+                let ctx = SubtaskContext {
+                    job: self.config.storage.paths().job_id().to_string(),
+                    operator: node.name.clone(),
+                    subtask: s,
+                    parallelism: p,
+                    first_epoch: recovered.first_epoch,
+                    transactions: self.template.clone(),
+                    failpoints: self.failpoints.clone(),
+                };
+                let (control_tx, control_rx) = mpsc::unbounded_channel();
+                controls.push(control_tx);
+                let edges = std::mem::take(&mut out_edges[i][s as usize]);
+                let io = TaskIo {
+                    out: Collector::new(ctx.task_name(), edges, metrics.clone()),
+                    ctx,
+                    node: i,
+                    restored: restored[s as usize].clone(),
+                    control: control_rx,
+                    report: report_tx.clone(),
+                    metrics: metrics.clone(),
+                };
+                let report = report_tx.clone();
+                match &node.kind {
+                    NodeKind::Source(factory) => {
+                        let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+                        triggers.push(trigger_tx);
+                        let source = factory(&io.ctx);
+                        handles.push(tokio::spawn(async move {
+                            if let Err(e) = task::run_source(source, trigger_rx, io).await {
+                                let _ = report.send(Report::Failed(e));
+                            }
+                        }));
+                    }
+                    NodeKind::Operator(factory) => {
+                        let op = factory(&io.ctx);
+                        let rx = receivers[i][s as usize]
+                            .take()
+                            .ok_or_else(|| RuntimeError::Internal("receiver taken twice".into()))?;
+                        let edge_of = std::mem::take(&mut input_edge[i][s as usize]);
+                        let inputs = Inputs::new(rx, edge_of.len(), edge_of);
+                        handles.push(tokio::spawn(async move {
+                            if let Err(e) = task::run_operator(op, inputs, io).await {
+                                let _ = report.send(Report::Failed(e));
+                            }
+                        }));
+                    }
+                }
+            }
+        }
+        drop(report_tx);
+        let mut coordinator = Coordinator {
+            config: &self.config,
+            participants: &self.spec.participants,
+            template: self.template.clone(),
+            failpoints: self.failpoints.clone(),
+            metrics: self.metrics.clone(),
+            triggers,
+            controls,
+            reports: report_rx,
+            subtasks,
+            node_names: nodes.iter().map(|n| n.name.clone()).collect(),
+            next_id: recovered.first_epoch,
+            uncommitted: BTreeSet::new(),
+        };
+        let result = match coordinator.begin(recovered.first_epoch).await {
+            Ok(()) => coordinator.run().await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => {
+                for h in handles {
+                    let _ = h.await;
+                }
+                Ok(recovered.restored_from)
+            }
+            Err(e) => {
+                // As a crash: tasks stop where they are; recovery sorts out the rest.
+                for h in &handles {
+                    h.abort();
+                }
+                for h in handles {
+                    let _ = h.await;
+                }
+                Err(e)
+            }
+        }
+    }
+}

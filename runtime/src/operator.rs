@@ -1,0 +1,195 @@
+//! The operator lifecycle, as Flink's `CheckpointedFunction` and `CheckpointListener`.
+//!
+//! Every subtask of every operator goes through: `open` (with its restored state),
+//! `process_batch` for each input batch, `snapshot_state` when barrier n has arrived on
+//! all its inputs, `notify_checkpoint_complete(n)` (which also covers every earlier
+//! checkpoint whose notification was lost), `notify_checkpoint_aborted(n)`, and `close`.
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use bytes::Bytes;
+use shareflow_checkpoint::TransactionId;
+
+use crate::error::Result;
+use crate::failpoint::Failpoints;
+use crate::task::Collector;
+
+/// Who a subtask is and what it runs in.
+#[derive(Debug, Clone)]
+pub struct SubtaskContext {
+    /// Job name.
+    pub job: String,
+    /// Operator name.
+    pub operator: String,
+    /// This subtask's index.
+    pub subtask: u32,
+    /// The operator's parallelism.
+    pub parallelism: u32,
+    /// The first epoch this attempt processes: data before barrier `first_epoch` belongs
+    /// to checkpoint `first_epoch`.
+    pub first_epoch: u64,
+    /// The job's transaction id template: `transaction(n)` is T(n).
+    pub transactions: TransactionTemplate,
+    /// The failpoints of the job (tests arm them).
+    pub failpoints: Failpoints,
+}
+
+impl SubtaskContext {
+    /// `operator[subtask]`, for errors and logs.
+    pub fn task_name(&self) -> String {
+        format!("{}[{}]", self.operator, self.subtask)
+    }
+}
+
+/// Makes T(n) = `{group}-{prefix}-{n}` for the job instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionTemplate {
+    base: TransactionId,
+}
+
+impl TransactionTemplate {
+    /// The template of `group` and `prefix`.
+    pub fn new(group: &str, prefix: &str) -> Result<Self> {
+        Ok(Self { base: TransactionId::new(group, prefix, 0)? })
+    }
+
+    /// T(n).
+    pub fn transaction(&self, checkpoint_id: u64) -> TransactionId {
+        self.base.with_checkpoint(checkpoint_id)
+    }
+
+    /// The group id.
+    pub fn group_id(&self) -> &str {
+        self.base.group_id()
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        self.base.prefix()
+    }
+}
+
+/// State of one subtask: a list of independent items. On restore at another
+/// parallelism, the items of all old subtasks are pooled and dealt round-robin to the
+/// new ones (Flink's split redistribution of operator list state).
+pub type StateItems = Vec<Bytes>;
+
+/// A transforming operator (or a sink, which emits nothing).
+#[async_trait]
+pub trait Operator: Send + 'static {
+    /// Called once per attempt, with this subtask's share of the restored state.
+    async fn open(&mut self, _ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
+        Ok(())
+    }
+
+    /// Processes one batch from input `input` (0 for single-input operators).
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, out: &mut Collector) -> Result<()>;
+
+    /// Barrier n arrived on every input: everything of epoch n has been processed.
+    /// Flush what must be durable for n and return the state to store.
+    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+        Ok(Vec::new())
+    }
+
+    /// Checkpoint n completed; covers every earlier checkpoint too.
+    async fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint n was aborted (timeout, decline, failure). Its epoch's data will be
+    /// committed by the next checkpoint that completes.
+    async fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// All inputs ended; emit anything left.
+    async fn close(&mut self, _out: &mut Collector) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What a source returned from one poll.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// Records to emit.
+    Batch(RecordBatch),
+    /// Nothing right now; the runtime checks for barriers and polls again.
+    Idle,
+    /// A bounded source has nothing more, ever.
+    Finished,
+}
+
+/// A parallel source. `poll_next` must return within a short time (return
+/// [`SourceEvent::Idle`] rather than wait long): barriers are injected between polls.
+#[async_trait]
+pub trait Source: Send + 'static {
+    /// Called once per attempt, with this subtask's share of the restored state.
+    async fn open(&mut self, ctx: &SubtaskContext, restored: StateItems) -> Result<()>;
+
+    /// The next batch, or idle, or finished.
+    async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent>;
+
+    /// Barrier n is being emitted: everything of epoch n was emitted. Return the state.
+    async fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<StateItems>;
+
+    /// Checkpoint n completed; covers every earlier checkpoint too.
+    async fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint n was aborted.
+    async fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// The job is stopping.
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A transaction the recovery protocol found undecided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingTransaction {
+    /// Its id.
+    pub id: TransactionId,
+    /// Whether it reached PREPARE.
+    pub prepared: bool,
+}
+
+/// A job-level transactional resource: one transaction T(n) per checkpoint, shared by
+/// all subtasks. The coordinator begins T(n) before epoch n starts, prepares it once
+/// every subtask has acknowledged barrier n, writes the manifest (the decision), then
+/// commits. Every call must be idempotent by transaction id.
+#[async_trait]
+pub trait TransactionParticipant: Send + Sync + 'static {
+    /// A name for logs and the manifest.
+    fn name(&self) -> &str;
+
+    /// Called once per attempt before anything else: take ownership of the prefix
+    /// (fencing older instances).
+    async fn open(&self, _template: &TransactionTemplate) -> Result<()> {
+        Ok(())
+    }
+
+    /// EMPTY -> ONGOING. Idempotent.
+    async fn begin(&self, txn: &TransactionId) -> Result<()>;
+
+    /// ONGOING -> PREPARE, durably. `Ok(false)` means the transaction is already
+    /// ABORTED (for example by its timeout) and cannot commit.
+    async fn prepare(&self, txn: &TransactionId) -> Result<bool>;
+
+    /// PREPARE -> COMMITTED. Idempotent.
+    async fn commit(&self, txn: &TransactionId) -> Result<()>;
+
+    /// -> ABORTED. Idempotent.
+    async fn abort(&self, txn: &TransactionId) -> Result<()>;
+
+    /// This job instance's undecided transactions (same group and prefix).
+    async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>>;
+}
+
+/// A shared participant.
+pub type Participant = Arc<dyn TransactionParticipant>;

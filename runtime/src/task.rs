@@ -1,0 +1,366 @@
+//! Subtasks: the loops that move batches and barriers, align barriers on several inputs,
+//! snapshot state, and report to the checkpoint coordinator.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::record_batch::RecordBatch;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+
+use crate::error::{Result, RuntimeError};
+use crate::metrics::OperatorMetrics;
+use crate::operator::{Operator, Source, SourceEvent, StateItems, SubtaskContext};
+use crate::partition::{split_by_hash, Partitioning};
+
+/// A checkpoint barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Barrier {
+    pub(crate) checkpoint_id: u64,
+    /// The last checkpoint: sources end after it.
+    pub(crate) is_final: bool,
+}
+
+/// What flows on an edge.
+#[derive(Debug, Clone)]
+pub(crate) enum Message {
+    Batch(RecordBatch),
+    Barrier(Barrier),
+    End,
+}
+
+/// A message tagged with the receiving subtask's input index.
+#[derive(Debug)]
+pub(crate) struct Tagged {
+    pub(crate) input: usize,
+    pub(crate) message: Message,
+}
+
+/// Coordinator -> task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Control {
+    Complete(u64),
+    Aborted(u64),
+}
+
+/// Task -> coordinator.
+#[derive(Debug)]
+pub(crate) enum Report {
+    Ack { checkpoint_id: u64, node: usize, subtask: u32, state: StateItems },
+    SourceFinished,
+    Finished,
+    Failed(RuntimeError),
+}
+
+/// One downstream connection of a subtask.
+#[derive(Debug)]
+pub(crate) struct OutEdge {
+    pub(crate) partitioning: Partitioning,
+    /// Per downstream subtask reached: its sender and this edge's input index there.
+    pub(crate) targets: Vec<(mpsc::Sender<Tagged>, usize)>,
+    /// Round-robin position.
+    pub(crate) next: usize,
+}
+
+/// Where an operator's output goes. Sending waits when a downstream channel is full,
+/// which is how backpressure reaches the sources.
+#[derive(Debug)]
+pub struct Collector {
+    task: String,
+    edges: Vec<OutEdge>,
+    metrics: Arc<OperatorMetrics>,
+}
+
+impl Collector {
+    pub(crate) fn new(task: String, edges: Vec<OutEdge>, metrics: Arc<OperatorMetrics>) -> Self {
+        Self { task, edges, metrics }
+    }
+
+    async fn send(task: &str, metrics: &OperatorMetrics, tx: &mpsc::Sender<Tagged>, tagged: Tagged) -> Result<()> {
+        match tx.try_send(tagged) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(tagged)) => {
+                let started = Instant::now();
+                let sent = tx.send(tagged).await;
+                metrics.add_backpressure(started.elapsed());
+                sent.map_err(|_| RuntimeError::Cancelled(format!("{task}: downstream is gone")))
+            }
+            Err(TrySendError::Closed(_)) => Err(RuntimeError::Cancelled(format!("{task}: downstream is gone"))),
+        }
+    }
+
+    /// Emits a batch to every downstream operator, partitioned per edge.
+    pub async fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.metrics.add_rows_out(batch.num_rows() as u64);
+        for edge in &mut self.edges {
+            let batch = batch.clone();
+            match &edge.partitioning {
+                Partitioning::Forward => {
+                    // A forward edge has exactly one target: the subtask of the same index.
+                    let (tx, input) = &edge.targets[0];
+                    Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: Message::Batch(batch) })
+                        .await?;
+                }
+                Partitioning::RoundRobin => {
+                    let (tx, input) = &edge.targets[edge.next % edge.targets.len()];
+                    edge.next = edge.next.wrapping_add(1);
+                    Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: Message::Batch(batch) })
+                        .await?;
+                }
+                Partitioning::Hash(column) => {
+                    let parts = split_by_hash(&batch, column, edge.targets.len(), &self.task)?;
+                    for (target, part) in parts {
+                        let (tx, input) = &edge.targets[target];
+                        Self::send(
+                            &self.task,
+                            &self.metrics,
+                            tx,
+                            Tagged { input: *input, message: Message::Batch(part) },
+                        )
+                        .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a barrier or end-of-stream to every downstream subtask.
+    pub(crate) async fn broadcast(&mut self, message: Message) -> Result<()> {
+        for edge in &self.edges {
+            for (tx, input) in &edge.targets {
+                Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: message.clone() }).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The inputs of a subtask, merged, with barrier alignment: once barrier n arrived on
+/// an input, that input's later messages wait until n arrived on every input.
+pub(crate) struct Inputs {
+    rx: mpsc::Receiver<Tagged>,
+    /// Raw input index -> the operator's logical input (edge) number.
+    edge_of: Vec<usize>,
+    queued: Vec<VecDeque<Message>>,
+    blocked: Vec<bool>,
+    ended: Vec<bool>,
+    aligning: Option<Barrier>,
+}
+
+/// What the inputs produce for the operator.
+pub(crate) enum InputEvent {
+    Batch(usize, RecordBatch),
+    /// Barrier n arrived on every live input.
+    Aligned(Barrier),
+    /// Every input ended.
+    AllEnded,
+}
+
+impl Inputs {
+    pub(crate) fn new(rx: mpsc::Receiver<Tagged>, inputs: usize, edge_of: Vec<usize>) -> Self {
+        Self {
+            rx,
+            edge_of,
+            queued: vec![VecDeque::new(); inputs],
+            blocked: vec![false; inputs],
+            ended: vec![false; inputs],
+            aligning: None,
+        }
+    }
+
+    fn raw_next(&mut self) -> Option<(usize, Message)> {
+        (0..self.queued.len())
+            .find(|&i| !self.blocked[i] && !self.queued[i].is_empty())
+            .and_then(|i| Some((i, self.queued[i].pop_front()?)))
+    }
+
+    fn aligned(&self) -> bool {
+        (0..self.blocked.len()).all(|i| self.blocked[i] || self.ended[i])
+    }
+
+    /// The next event. Cancel-safe: nothing is lost if the future is dropped.
+    pub(crate) async fn next(&mut self, task: &str) -> Result<InputEvent> {
+        loop {
+            let (input, message) = match self.raw_next() {
+                Some(m) => m,
+                None => {
+                    let tagged = self
+                        .rx
+                        .recv()
+                        .await
+                        .ok_or_else(|| RuntimeError::Cancelled(format!("{task}: inputs closed")))?;
+                    if self.blocked[tagged.input] || !self.queued[tagged.input].is_empty() {
+                        self.queued[tagged.input].push_back(tagged.message);
+                        continue;
+                    }
+                    (tagged.input, tagged.message)
+                }
+            };
+            match message {
+                Message::Batch(b) => return Ok(InputEvent::Batch(self.edge_of.get(input).copied().unwrap_or(0), b)),
+                Message::Barrier(b) => {
+                    match self.aligning {
+                        None => self.aligning = Some(b),
+                        Some(current) if current.checkpoint_id == b.checkpoint_id => {}
+                        Some(current) => {
+                            return Err(RuntimeError::Internal(format!(
+                                "{task}: barrier {} arrived while aligning barrier {}",
+                                b.checkpoint_id, current.checkpoint_id
+                            )))
+                        }
+                    }
+                    self.blocked[input] = true;
+                    if self.aligned() {
+                        self.blocked.iter_mut().for_each(|b| *b = false);
+                        self.aligning = None;
+                        return Ok(InputEvent::Aligned(b));
+                    }
+                }
+                Message::End => {
+                    self.ended[input] = true;
+                    if self.ended.iter().all(|e| *e) {
+                        return Ok(InputEvent::AllEnded);
+                    }
+                    if let Some(b) = self.aligning.filter(|_| self.aligned()) {
+                        self.blocked.iter_mut().for_each(|b| *b = false);
+                        self.aligning = None;
+                        return Ok(InputEvent::Aligned(b));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Everything a subtask needs to run.
+pub(crate) struct TaskIo {
+    pub(crate) ctx: SubtaskContext,
+    pub(crate) node: usize,
+    pub(crate) restored: StateItems,
+    pub(crate) out: Collector,
+    pub(crate) control: mpsc::UnboundedReceiver<Control>,
+    pub(crate) report: mpsc::UnboundedSender<Report>,
+    pub(crate) metrics: Arc<OperatorMetrics>,
+}
+
+async fn operator_control(op: &mut Box<dyn Operator>, control: Control) -> Result<()> {
+    match control {
+        Control::Complete(n) => op.notify_checkpoint_complete(n).await,
+        Control::Aborted(n) => op.notify_checkpoint_aborted(n).await,
+    }
+}
+
+async fn source_control(source: &mut Box<dyn Source>, control: Control) -> Result<()> {
+    match control {
+        Control::Complete(n) => source.notify_checkpoint_complete(n).await,
+        Control::Aborted(n) => source.notify_checkpoint_aborted(n).await,
+    }
+}
+
+/// Runs an operator subtask until its inputs end or it fails.
+pub(crate) async fn run_operator(mut op: Box<dyn Operator>, mut inputs: Inputs, mut io: TaskIo) -> Result<()> {
+    let task = io.ctx.task_name();
+    op.open(&io.ctx, std::mem::take(&mut io.restored)).await?;
+    loop {
+        tokio::select! {
+            biased;
+            Some(control) = io.control.recv() => operator_control(&mut op, control).await?,
+            event = inputs.next(&task) => match event? {
+                InputEvent::Batch(input, batch) => {
+                    io.metrics.add_rows_in(batch.num_rows() as u64);
+                    op.process_batch(batch, input, &mut io.out).await?;
+                }
+                InputEvent::Aligned(barrier) => {
+                    tracing::trace!(task = %task, checkpoint = barrier.checkpoint_id, "snapshot");
+                    let state = op.snapshot_state(barrier.checkpoint_id, &mut io.out).await?;
+                    let _ = io.report.send(Report::Ack { checkpoint_id: barrier.checkpoint_id, node: io.node, subtask: io.ctx.subtask, state });
+                    io.out.broadcast(Message::Barrier(barrier)).await?;
+                }
+                InputEvent::AllEnded => {
+                    op.close(&mut io.out).await?;
+                    io.out.broadcast(Message::End).await?;
+                    let _ = io.report.send(Report::Finished);
+                    // The final checkpoint's notifications come after; the coordinator
+                    // closes the channel when there are no more.
+                    while let Some(control) = io.control.recv().await {
+                        operator_control(&mut op, control).await?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// How long an idle source waits before polling again.
+const IDLE_WAIT: Duration = Duration::from_millis(1);
+
+/// Runs a source subtask: polls, and emits barriers when the coordinator triggers.
+pub(crate) async fn run_source(
+    mut source: Box<dyn Source>,
+    mut triggers: mpsc::UnboundedReceiver<Barrier>,
+    mut io: TaskIo,
+) -> Result<()> {
+    source.open(&io.ctx, std::mem::take(&mut io.restored)).await?;
+    let mut epoch = io.ctx.first_epoch;
+    let mut finished = false;
+    let mut trigger: Option<Barrier> = None;
+    loop {
+        while let Ok(c) = io.control.try_recv() {
+            source_control(&mut source, c).await?;
+        }
+        if trigger.is_none() {
+            trigger = triggers.try_recv().ok();
+        }
+        if let Some(barrier) = trigger.take() {
+            let state = source.snapshot_state(barrier.checkpoint_id).await?;
+            let _ = io.report.send(Report::Ack {
+                checkpoint_id: barrier.checkpoint_id,
+                node: io.node,
+                subtask: io.ctx.subtask,
+                state,
+            });
+            io.out.broadcast(Message::Barrier(barrier)).await?;
+            epoch = barrier.checkpoint_id + 1;
+            if barrier.is_final {
+                io.out.broadcast(Message::End).await?;
+                // The final checkpoint's completion may still come: wait for it briefly.
+                source.close().await?;
+                let _ = io.report.send(Report::Finished);
+                while let Some(c) = io.control.recv().await {
+                    source_control(&mut source, c).await?;
+                }
+                return Ok(());
+            }
+            continue;
+        }
+        if finished {
+            tokio::select! {
+                t = triggers.recv() => trigger = t,
+                Some(c) = io.control.recv() => source_control(&mut source, c).await?,
+            }
+            continue;
+        }
+        match source.poll_next(epoch).await? {
+            SourceEvent::Batch(batch) => {
+                io.metrics.add_rows_in(batch.num_rows() as u64);
+                io.out.emit(batch).await?;
+            }
+            SourceEvent::Idle => {
+                tokio::select! {
+                    t = triggers.recv() => trigger = t,
+                    _ = tokio::time::sleep(IDLE_WAIT) => {}
+                }
+            }
+            SourceEvent::Finished => {
+                finished = true;
+                let _ = io.report.send(Report::SourceFinished);
+            }
+        }
+    }
+}
