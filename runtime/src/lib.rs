@@ -51,6 +51,7 @@ mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use async_trait::async_trait;
 pub use config::{JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Failpoints;

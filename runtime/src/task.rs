@@ -364,3 +364,80 @@ pub(crate) async fn run_source(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(v: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![v]))]).unwrap()
+    }
+
+    fn value(e: &InputEvent) -> String {
+        match e {
+            InputEvent::Batch(input, b) => {
+                format!("{input}:{}", b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0))
+            }
+            InputEvent::Aligned(b) => format!("aligned {}", b.checkpoint_id),
+            InputEvent::AllEnded => "end".into(),
+        }
+    }
+
+    /// Input 0 delivers barrier 1 early; its later batch must wait until input 1 also
+    /// delivered barrier 1, while input 1's batches before its barrier flow through.
+    #[tokio::test]
+    async fn two_inputs_align_on_a_barrier() {
+        let (tx, rx) = mpsc::channel(16);
+        let barrier = Barrier { checkpoint_id: 1, is_final: false };
+        let send = |input, message| tx.try_send(Tagged { input, message }).unwrap();
+        send(0, Message::Batch(batch(1)));
+        send(0, Message::Barrier(barrier));
+        send(0, Message::Batch(batch(2))); // after the barrier: held back
+        send(1, Message::Batch(batch(10)));
+        send(1, Message::Batch(batch(11)));
+        send(1, Message::Barrier(barrier));
+        send(1, Message::Batch(batch(12)));
+        send(0, Message::End);
+        send(1, Message::End);
+        let mut inputs = Inputs::new(rx, 2, vec![0, 1]);
+        let mut seen = Vec::new();
+        loop {
+            let e = inputs.next("t").await.unwrap();
+            let end = matches!(e, InputEvent::AllEnded);
+            seen.push(value(&e));
+            if end {
+                break;
+            }
+        }
+        let aligned_at = seen.iter().position(|s| s == "aligned 1").unwrap();
+        let before: Vec<&String> = seen[..aligned_at].iter().collect();
+        assert!(
+            before.contains(&&"0:1".to_string())
+                && before.contains(&&"1:10".to_string())
+                && before.contains(&&"1:11".to_string()),
+            "{seen:?}"
+        );
+        assert!(
+            seen[aligned_at..].contains(&"0:2".to_string()) && seen[aligned_at..].contains(&"1:12".to_string()),
+            "{seen:?}"
+        );
+        assert_eq!(seen.last().unwrap(), "end");
+    }
+
+    #[tokio::test]
+    async fn an_out_of_order_barrier_is_an_error() {
+        let (tx, rx) = mpsc::channel(16);
+        tx.try_send(Tagged { input: 0, message: Message::Barrier(Barrier { checkpoint_id: 1, is_final: false }) })
+            .unwrap();
+        tx.try_send(Tagged { input: 1, message: Message::Barrier(Barrier { checkpoint_id: 2, is_final: false }) })
+            .unwrap();
+        let mut inputs = Inputs::new(rx, 2, vec![0, 1]);
+        assert!(inputs.next("t").await.is_err());
+    }
+}

@@ -31,6 +31,7 @@ pub struct SequenceSource {
     owned: Vec<(u32, u64)>,
     cursor: usize,
     task: String,
+    delay: std::time::Duration,
 }
 
 impl SequenceSource {
@@ -52,6 +53,18 @@ impl SequenceSource {
         Self::factory_with_values(splits, rows_per_split, batch_size, 16)
     }
 
+    /// A factory whose subtasks wait `delay` (tokio time) before each batch, so a test
+    /// on a paused clock sees time pass and periodic checkpoints happen.
+    pub fn factory_throttled(
+        splits: u32,
+        rows_per_split: u64,
+        batch_size: usize,
+        delay: std::time::Duration,
+    ) -> impl Fn(&SubtaskContext) -> SequenceSource + Send + Sync {
+        let inner = Self::factory(splits, rows_per_split, batch_size);
+        move |ctx| SequenceSource { delay, ..inner(ctx) }
+    }
+
     /// A factory with `value_len`-byte values.
     pub fn factory_with_values(
         splits: u32,
@@ -60,6 +73,7 @@ impl SequenceSource {
         value_len: usize,
     ) -> impl Fn(&SubtaskContext) -> SequenceSource + Send + Sync {
         move |ctx| SequenceSource {
+            delay: std::time::Duration::ZERO,
             splits,
             rows_per_split,
             batch_size: batch_size.max(1),
@@ -116,6 +130,9 @@ impl Source for SequenceSource {
             self.cursor = self.cursor.wrapping_add(1);
             let (split, next) = self.owned[i];
             if next < self.rows_per_split {
+                if !self.delay.is_zero() {
+                    tokio::time::sleep(self.delay).await;
+                }
                 let n = (self.rows_per_split - next).min(self.batch_size as u64) as usize;
                 let batch = self.batch(split, next, n)?;
                 self.owned[i].1 += n as u64;
