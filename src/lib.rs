@@ -6,6 +6,8 @@
 //! - [`runtime`]: the dataflow runtime;
 //! - [`checkpoint`]: checkpoint storage and its durable format.
 
+pub mod demo;
+
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_connector as connector;
 pub use shareflow_runtime as runtime;

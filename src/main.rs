@@ -1,37 +1,222 @@
 //! The `shareflow` command line.
 //!
 //! - `shareflow demo`: runs the main exactly-once job on the embedded broker.
-//! - `shareflow help`: prints usage.
+//! - `shareflow txn list`: lists the transactions of an embedded broker directory.
+//! - `shareflow checkpoints`: lists the checkpoints of a job.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-const USAGE: &str = "usage: shareflow <command>
+use shareflow::demo::{self, DemoOptions};
+
+const USAGE: &str = "usage: shareflow <command> [options]
 
 commands:
-  demo     run the exactly-once demo job on the embedded broker
-  help     print this message";
+  demo         run the exactly-once demo job on the embedded broker
+    --records N          records to produce (default 1000000)
+    --interval MS        checkpoint interval in ms (default 500)
+    --crashes K          crashes to inject at random fault points (default 3, at most 9)
+    --seed S             seed of the crash schedule (default 1)
+    --dir PATH           broker and checkpoint directory (default ./target/shareflow-demo)
+    --checkpoints URL    checkpoint storage: file://..., memory://..., s3://... (default file://DIR/checkpoints)
+    --partitions P       topic partitions (default 4)
+    --parallelism P      job parallelism (default 2)
+    --at-least-once      explicit acknowledgement instead of transactions
+    --json               print the summary as one JSON object on the last line
+  txn list     list the transactions of an embedded broker
+    --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
+  checkpoints  list a job's checkpoints
+    --checkpoints URL    storage (default file://$PWD/target/shareflow-demo/checkpoints)
+    --job NAME           job id (default demo)
+  help         print this message";
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("shareflow: {message}\n\n{USAGE}");
+    ExitCode::from(2)
+}
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn flag(&mut self, name: &str) -> bool {
+        match self.0.iter().position(|a| a == name) {
+            Some(i) => {
+                self.0.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn value(&mut self, name: &str) -> Result<Option<String>, String> {
+        match self.0.iter().position(|a| a == name) {
+            Some(i) if i + 1 < self.0.len() => {
+                let v = self.0.remove(i + 1);
+                self.0.remove(i);
+                Ok(Some(v))
+            }
+            Some(_) => Err(format!("{name} needs a value")),
+            None => Ok(None),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&mut self, name: &str) -> Result<Option<T>, String> {
+        self.value(name)?.map(|v| v.parse().map_err(|_| format!("{name} {v:?} is not a valid number"))).transpose()
+    }
+
+    fn finish(self) -> Result<(), String> {
+        match self.0.first() {
+            Some(extra) => Err(format!("unknown argument {extra:?}")),
+            None => Ok(()),
+        }
+    }
+}
+
+fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
+    let mut o = DemoOptions::default();
+    if let Some(n) = args.number("--records")? {
+        o.records = n;
+    }
+    if let Some(ms) = args.number::<u64>("--interval")? {
+        if ms == 0 {
+            return Err("--interval must be > 0 ms".into());
+        }
+        o.interval = Duration::from_millis(ms);
+    }
+    if let Some(k) = args.number("--crashes")? {
+        o.crashes = k;
+    }
+    if let Some(s) = args.number("--seed")? {
+        o.seed = s;
+    }
+    if let Some(d) = args.value("--dir")? {
+        o.dir = d.into();
+    }
+    o.checkpoints = args.value("--checkpoints")?;
+    if let Some(p) = args.number("--partitions")? {
+        o.partitions = p;
+    }
+    if let Some(p) = args.number("--parallelism")? {
+        o.parallelism = p;
+    }
+    if o.partitions == 0 || o.parallelism == 0 {
+        return Err("--partitions and --parallelism must be >= 1".into());
+    }
+    if args.flag("--at-least-once") {
+        o.mode = shareflow::connector::share::AcknowledgementMode::Explicit;
+    }
+    let json = args.flag("--json");
+    Ok((o, json))
+}
+
+async fn txn_list(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let dir = args.value("--dir")?.unwrap_or_else(|| "target/shareflow-demo/broker".into());
+    if !std::path::Path::new(&dir).join("broker").exists() {
+        return Err(format!("no embedded broker in {dir}").into());
+    }
+    let broker = shareflow::connector::broker::EmbeddedBroker::open(
+        shareflow::connector::broker::BrokerOptions::local_dir(&dir)?,
+    )
+    .await?;
+    println!("{:<40} {:<10} {:>6} {:>14} {:>10}", "transaction", "state", "epoch", "pending acks", "produced");
+    for t in broker.transactions()? {
+        println!(
+            "{:<40} {:<10} {:>6} {:>14} {:>10}",
+            t.id.to_string(),
+            t.state.to_string(),
+            t.epoch,
+            t.pending_ack_records,
+            t.produced_records
+        );
+    }
+    Ok(())
+}
+
+async fn checkpoints(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let default = format!("file://{}/target/shareflow-demo/checkpoints", std::env::current_dir()?.display());
+    let url = args.value("--checkpoints")?.unwrap_or(default);
+    let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
+    let store = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], &job)?;
+    println!("{:>12} {:<40} {:>6} {:>12} transactions", "checkpoint", "status", "files", "state bytes");
+    for c in store.list_checkpoints().await? {
+        let txns = c
+            .manifest
+            .map(|m| m.transactions.iter().map(|t| t.transaction_id.clone()).collect::<Vec<_>>().join(","))
+            .unwrap_or_default();
+        println!(
+            "{:>12} {:<40} {:>6} {:>12} {txns}",
+            c.checkpoint_id,
+            format!("{:?}", c.status),
+            c.state_files,
+            c.state_bytes
+        );
+    }
+    Ok(())
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("demo") => {
-            eprintln!(
-                "shareflow demo: not yet available. The embedded broker and the share-group contract are \
-                 in place; the runtime and the end-to-end job come next."
-            );
-            ExitCode::from(2)
+    let mut args = Args(std::env::args().skip(1).collect());
+    if args.0.is_empty() {
+        return fail("no command given");
+    }
+    let command = args.0.remove(0);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHAREFLOW_LOG").unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    match command.as_str() {
+        "demo" => {
+            let (options, json) = match demo_options(&mut args) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            if let Err(e) = args.finish() {
+                return fail(e);
+            }
+            let mut options = options;
+            options.progress = !json;
+            match runtime.block_on(demo::run(&options)) {
+                Ok(summary) => {
+                    if json {
+                        println!("{}", summary.to_json());
+                    } else {
+                        println!("{}", summary.to_text());
+                    }
+                    if summary.violations.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("shareflow demo failed: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
-        Some("help") | Some("--help") | Some("-h") => {
+        "txn" if args.0.first().map(String::as_str) == Some("list") => {
+            args.0.remove(0);
+            match runtime.block_on(txn_list(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        "checkpoints" => {
+            match runtime.block_on(checkpoints(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        "help" | "--help" | "-h" => {
             println!("{USAGE}");
             ExitCode::SUCCESS
         }
-        Some(other) => {
-            eprintln!("shareflow: unknown command {other:?}\n\n{USAGE}");
-            ExitCode::from(2)
-        }
-        None => {
-            eprintln!("{USAGE}");
-            ExitCode::from(2)
-        }
+        other => fail(format!("unknown command {other:?}")),
     }
 }

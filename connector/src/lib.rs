@@ -9,6 +9,10 @@
 //!   [`share::ShareTransactionalProducer`] binds output to the same transaction.
 //! - [`broker`]: [`broker::EmbeddedBroker`], an in-process broker that implements all of
 //!   it durably. It is the zero-set-up default.
+//! - [`source::ShareGroupSource`]: the runtime source; transactional (exactly-once) or
+//!   explicit (at-least-once). [`participant::BrokerTransactions`] makes the broker's
+//!   transaction T(n) part of every checkpoint, and [`sink::TopicSink`] writes output
+//!   into the same T(n).
 //! - [`Error`]: one error type; [`Error::kind`] says whether to fix the input, stop
 //!   (fenced), retry, or report corrupt data.
 //!
@@ -18,6 +22,10 @@
 
 pub mod broker;
 mod error;
+pub mod participant;
 pub mod share;
+pub mod sink;
+pub mod source;
+pub mod verify;
 
 pub use error::{Error, ErrorKind, Result};

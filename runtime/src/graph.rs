@@ -267,15 +267,20 @@ impl Stream {
         }
     }
 
-    /// Ends the stream in a sink (an operator that emits nothing).
-    pub fn sink<O, F>(self, name: &str, factory: F) -> JobBuilder
+    /// Ends the stream in a sink (an operator that emits nothing). The returned stream
+    /// only serves to set the sink's parallelism.
+    pub fn sink<O, F>(self, name: &str, factory: F) -> Stream
     where
         O: Operator,
         F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
     {
-        let builder = self.builder.clone();
-        self.operator(name, None, factory);
-        builder
+        self.operator(name, None, factory)
+    }
+
+    /// Registers a job-level transactional participant (see [`JobBuilder::participant`]).
+    pub fn participant(self, participant: Participant) -> Self {
+        self.builder.participant(participant);
+        self
     }
 }
 

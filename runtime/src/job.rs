@@ -152,6 +152,9 @@ impl Job {
         let mut highest = recovery.plan.next_checkpoint_id.saturating_sub(1);
         let mut pending = Vec::new();
         for p in &self.spec.participants {
+            if let Some(h) = p.highest_checkpoint_id(&self.template).await? {
+                highest = highest.max(h);
+            }
             for t in p.pending(&self.template).await? {
                 highest = highest.max(t.id.checkpoint_id());
                 pending.push((p.clone(), t));

@@ -189,6 +189,12 @@ pub trait TransactionParticipant: Send + Sync + 'static {
 
     /// This job instance's undecided transactions (same group and prefix).
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>>;
+
+    /// The highest checkpoint id of any transaction of this group and prefix, decided or
+    /// not, so that a restarted job never reuses an id (a decided id cannot begin again).
+    async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// A shared participant.

@@ -329,13 +329,13 @@ pub(crate) async fn run_source(
             epoch = barrier.checkpoint_id + 1;
             if barrier.is_final {
                 io.out.broadcast(Message::End).await?;
-                // The final checkpoint's completion may still come: wait for it briefly.
-                source.close().await?;
                 let _ = io.report.send(Report::Finished);
+                // The final checkpoint's completion comes after; the coordinator closes
+                // the channel when there is nothing more.
                 while let Some(c) = io.control.recv().await {
                     source_control(&mut source, c).await?;
                 }
-                return Ok(());
+                return source.close().await;
             }
             continue;
         }

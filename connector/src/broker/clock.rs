@@ -58,3 +58,24 @@ impl Clock for ManualClock {
         self.now_ms.load(Ordering::SeqCst)
     }
 }
+
+/// Tokio's clock: milliseconds since this clock was made, as `tokio::time` counts them.
+/// Under a paused test runtime, broker time then moves with the test's virtual time.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+    offset_ms: u64,
+}
+
+impl TokioClock {
+    /// A clock reading `start_ms` now.
+    pub fn new(start_ms: u64) -> Self {
+        Self { start: tokio::time::Instant::now(), offset_ms: start_ms }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        self.offset_ms + self.start.elapsed().as_millis() as u64
+    }
+}

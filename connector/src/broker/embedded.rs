@@ -133,6 +133,28 @@ pub struct SharePartitionInfo {
     pub run_count: usize,
 }
 
+/// Records of a topic by state, for one share group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// AVAILABLE, including records never delivered.
+    pub available: u64,
+    /// ACQUIRED.
+    pub acquired: u64,
+    /// LOCKED in a transaction.
+    pub locked: u64,
+    /// ACKNOWLEDGED.
+    pub acknowledged: u64,
+    /// ARCHIVED.
+    pub archived: u64,
+}
+
+impl Backlog {
+    /// Nothing left to deliver or to hold: every record is LOCKED or done.
+    pub fn drained(&self) -> bool {
+        self.available == 0 && self.acquired == 0
+    }
+}
+
 /// A transaction as the broker sees it, for inspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionInfo {
@@ -417,6 +439,33 @@ impl EmbeddedBroker {
             in_flight: sp.in_flight(),
             run_count: sp.run_count(),
         }))
+    }
+
+    /// How many records of `topic` are in each state for `group`.
+    pub fn backlog(&self, group: &str, topic: &str) -> Result<Backlog> {
+        let st = self.state()?;
+        let partitions = st
+            .partition_count(topic)
+            .ok_or_else(|| Error::UnknownTopicPartition { topic: topic.to_string(), partition: -1 })?;
+        let mut b = Backlog::default();
+        for p in 0..partitions as i32 {
+            let tp = TopicPartition::new(topic, p);
+            let end = st.log(&tp)?.end();
+            let mut covered = 0;
+            for (first, last, state) in st.share_partition_runs(group, &tp) {
+                let n = (last - first + 1) as u64;
+                covered += n;
+                match state {
+                    RecordState::Available => b.available += n,
+                    RecordState::Acquired => b.acquired += n,
+                    RecordState::Locked => b.locked += n,
+                    RecordState::Acknowledged => b.acknowledged += n,
+                    RecordState::Archived => b.archived += n,
+                }
+            }
+            b.available += (end as u64).saturating_sub(covered);
+        }
+        Ok(b)
     }
 
     /// Every transaction the broker knows, decided ones included.

@@ -19,7 +19,7 @@ mod share_partition;
 mod state;
 mod txn;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use embedded::{
     BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
     SharePartitionInfo, TransactionInfo,

@@ -1,0 +1,130 @@
+//! [`BrokerTransactions`]: the embedded broker as a transactional participant of a job.
+//!
+//! One instance per job serves the share source (acknowledgements) and the topic sink
+//! (output): both join T(n) on the same broker, so one commit makes both visible.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shareflow_checkpoint::TransactionId;
+use shareflow_runtime::{PendingTransaction, Result, RuntimeError, TransactionParticipant, TransactionTemplate};
+
+use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
+use crate::error::Error;
+use crate::share::{ShareTransactionCoordinator, TransactionHandle, TransactionState};
+
+/// Converts a connector error into a runtime error with the same kind.
+pub(crate) fn runtime_error(task: &str, e: Error) -> RuntimeError {
+    RuntimeError::task(task, e.kind(), e)
+}
+
+/// The embedded broker's KIP-1289 coordinator, bound to the job's group and prefix.
+#[derive(Debug)]
+pub struct BrokerTransactions {
+    broker: EmbeddedBroker,
+    timeout: Duration,
+    coordinator: Mutex<Option<EmbeddedTransactionCoordinator>>,
+}
+
+impl BrokerTransactions {
+    /// A participant on `broker`; transactions abort by themselves after `timeout` if
+    /// still ONGOING.
+    pub fn new(broker: EmbeddedBroker, timeout: Duration) -> Arc<Self> {
+        Arc::new(Self { broker, timeout, coordinator: Mutex::new(None) })
+    }
+
+    /// The coordinator of the current attempt.
+    pub fn coordinator(&self) -> Result<EmbeddedTransactionCoordinator> {
+        self.coordinator
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| RuntimeError::Internal("broker transactions used before open".into()))
+    }
+
+    /// The handle through which acknowledgements and output join T(n).
+    pub fn handle(&self, txn: TransactionId) -> Result<TransactionHandle> {
+        Ok(TransactionHandle { id: txn, epoch: self.coordinator()?.epoch() })
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &EmbeddedBroker {
+        &self.broker
+    }
+
+    fn err(&self, op: &'static str, txn: &TransactionId, e: Error) -> RuntimeError {
+        RuntimeError::participant("embedded-broker", op, txn, e.kind(), e)
+    }
+}
+
+#[async_trait]
+impl TransactionParticipant for BrokerTransactions {
+    fn name(&self) -> &str {
+        "embedded-broker"
+    }
+
+    /// Takes the prefix: a new epoch fences any older instance and aborts its ONGOING
+    /// transactions.
+    async fn open(&self, template: &TransactionTemplate) -> Result<()> {
+        let c = self
+            .broker
+            .transaction_coordinator(template.group_id(), template.prefix())
+            .await
+            .map_err(|e| runtime_error("embedded-broker", e))?;
+        tracing::info!(
+            group = template.group_id(),
+            prefix = template.prefix(),
+            epoch = c.epoch(),
+            "took the transactional prefix"
+        );
+        *self.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        Ok(())
+    }
+
+    async fn begin(&self, txn: &TransactionId) -> Result<()> {
+        self.coordinator()?
+            .begin_transaction(txn, self.timeout)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("begin", txn, e))
+    }
+
+    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+        match self.coordinator()?.prepare_transaction(txn).await {
+            Ok(()) => Ok(true),
+            Err(Error::IllegalTransition { state: TransactionState::Aborted, .. }) => Ok(false),
+            Err(e) => Err(self.err("prepare", txn, e)),
+        }
+    }
+
+    async fn commit(&self, txn: &TransactionId) -> Result<()> {
+        self.coordinator()?.commit_transaction(txn).await.map_err(|e| self.err("commit", txn, e))
+    }
+
+    async fn abort(&self, txn: &TransactionId) -> Result<()> {
+        self.coordinator()?.abort_transaction(txn).await.map_err(|e| self.err("abort", txn, e))
+    }
+
+    async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
+        let txns = self.broker.transactions().map_err(|e| runtime_error("embedded-broker", e))?;
+        Ok(txns
+            .iter()
+            .filter(|t| t.id.group_id() == template.group_id() && t.id.prefix() == template.prefix())
+            .map(|t| t.id.checkpoint_id())
+            .max())
+    }
+
+    async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
+        let all = self
+            .coordinator()?
+            .list_pending_transactions(template.group_id())
+            .await
+            .map_err(|e| runtime_error("embedded-broker", e))?;
+        Ok(all
+            .into_iter()
+            .filter(|t| t.id.prefix() == template.prefix())
+            .map(|t| PendingTransaction { prepared: t.state == TransactionState::Prepare, id: t.id })
+            .collect())
+    }
+}
