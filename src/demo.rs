@@ -17,7 +17,9 @@ use shareflow_connector::verify::{check_exactly_once, ExactlyOnceReport};
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 
-/// Every fault point the demo may crash at.
+/// The fault points the demo crashes at. `recovery.mid` is left out: it is reached only
+/// when a crash left decided work, so a schedule could wait on it forever; the
+/// failure-recovery tests cover it.
 pub const FAULT_POINTS: &[&str] = &[
     shareflow_connector::source::points::AFTER_POLL,
     shareflow_connector::source::points::AFTER_LOCK,
@@ -27,7 +29,6 @@ pub const FAULT_POINTS: &[&str] = &[
     runtime_points::COMMIT_BEFORE,
     runtime_points::COMMIT_MID,
     runtime_points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY,
-    runtime_points::RECOVERY_MID,
 ];
 
 const GROUP: &str = "demo";
@@ -206,7 +207,7 @@ pub fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
     for _ in 0..crashes.min(points.len()) {
         let i = (next(&mut s) % points.len() as u64) as usize;
         let point = points.remove(i);
-        out.push((point, (next(&mut s) % 4) as u32));
+        out.push((point, (next(&mut s) % 3) as u32));
     }
     out
 }
@@ -289,9 +290,7 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     config.tolerable_checkpoint_failures = 3;
     let job = job.build(config)?;
     let schedule = crash_schedule(options.seed, options.crashes);
-    for (point, skip) in &schedule {
-        job.failpoints().arm(point, *skip);
-    }
+    job.failpoints().schedule(schedule.iter().map(|(p, s)| (p.to_string(), *s)).collect());
 
     let started = Instant::now();
     let progress = options.progress.then(|| {

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, BinaryArray, LargeBinaryArray, LargeStringArray, StringArray};
+use arrow::array::{
+    Array, BinaryArray, BinaryViewArray, LargeBinaryArray, LargeStringArray, StringArray, StringViewArray,
+};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -41,17 +43,25 @@ fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Ve
         if let Some(a) = col.as_any().downcast_ref::<LargeStringArray>() {
             return Some(Bytes::copy_from_slice(a.value(i).as_bytes()));
         }
+        if let Some(a) = col.as_any().downcast_ref::<StringViewArray>() {
+            return Some(Bytes::copy_from_slice(a.value(i).as_bytes()));
+        }
+        if let Some(a) = col.as_any().downcast_ref::<BinaryViewArray>() {
+            return Some(Bytes::copy_from_slice(a.value(i)));
+        }
         None
     };
     match col.data_type() {
         arrow::datatypes::DataType::Binary
         | arrow::datatypes::DataType::Utf8
         | arrow::datatypes::DataType::LargeBinary
-        | arrow::datatypes::DataType::LargeUtf8 => Ok(Some((0..batch.num_rows()).map(get).collect())),
+        | arrow::datatypes::DataType::LargeUtf8
+        | arrow::datatypes::DataType::Utf8View
+        | arrow::datatypes::DataType::BinaryView => Ok(Some((0..batch.num_rows()).map(get).collect())),
         other => Err(RuntimeError::task_message(
             task,
             ErrorKind::Invalid,
-            format!("column {name} is {other}; the topic sink needs Binary or Utf8 (cast it in SQL)"),
+            format!("column {name} is {other}; the topic sink needs a string or binary column (cast it in SQL)"),
         )),
     }
 }

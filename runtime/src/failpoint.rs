@@ -45,6 +45,8 @@ struct Armed {
 #[derive(Debug, Clone, Default)]
 pub struct Failpoints {
     armed: Arc<Mutex<HashMap<String, Armed>>>,
+    /// Crashes to happen one after the other: only the head is armed.
+    schedule: Arc<Mutex<std::collections::VecDeque<(String, u32)>>>,
     fired: Arc<Mutex<Vec<String>>>,
 }
 
@@ -59,9 +61,16 @@ impl Failpoints {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), Armed { skip, fire: 1 });
     }
 
+    /// Arms a sequence of crashes: `(name, skip)` pairs fired one after the other, each
+    /// armed only once the previous one fired. Replaces any earlier schedule.
+    pub fn schedule(&self, crashes: Vec<(String, u32)>) {
+        *self.schedule.lock().unwrap_or_else(|p| p.into_inner()) = crashes.into();
+    }
+
     /// Disarms everything.
     pub fn clear(&self) {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// The failpoints that fired, in order.
@@ -71,6 +80,20 @@ impl Failpoints {
 
     /// Passes, or returns [`RuntimeError::InjectedCrash`] if `name` is armed and due.
     pub fn hit(&self, name: &str) -> Result<()> {
+        {
+            let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((head, skip)) = schedule.front_mut() {
+                if head == name {
+                    if *skip > 0 {
+                        *skip -= 1;
+                    } else {
+                        schedule.pop_front();
+                        drop(schedule);
+                        return self.fire(name);
+                    }
+                }
+            }
+        }
         let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
         let Some(a) = armed.get_mut(name) else { return Ok(()) };
         if a.skip > 0 {
@@ -82,9 +105,18 @@ impl Failpoints {
         }
         a.fire -= 1;
         drop(armed);
+        self.fire(name)
+    }
+
+    fn fire(&self, name: &str) -> Result<()> {
         tracing::warn!(failpoint = name, "injected crash");
         self.fired.lock().unwrap_or_else(|p| p.into_inner()).push(name.to_string());
         Err(RuntimeError::InjectedCrash(name.to_string()))
+    }
+
+    /// Crashes of the schedule that have not fired yet.
+    pub fn scheduled(&self) -> usize {
+        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -102,5 +134,18 @@ mod tests {
         assert!(f.hit("x").is_ok());
         assert!(f.hit("y").is_ok());
         assert_eq!(f.fired(), vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn a_schedule_fires_in_order() {
+        let f = Failpoints::new();
+        f.schedule(vec![("a".into(), 1), ("b".into(), 0)]);
+        assert!(f.hit("b").is_ok(), "b waits for a");
+        assert!(f.hit("a").is_ok(), "a skips once");
+        assert!(f.hit("a").is_err());
+        assert!(f.hit("a").is_ok(), "a fired already");
+        assert!(f.hit("b").is_err());
+        assert_eq!(f.fired(), vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(f.scheduled(), 0);
     }
 }
