@@ -13,7 +13,7 @@ use object_store::ObjectStore;
 use tokio::sync::Notify;
 
 use super::clock::{Clock, SystemClock};
-use super::journal::{Durability, Journal};
+use super::journal::{Durability, Journal, JournalCore};
 use super::log::LogRecord;
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::share_partition::MemberKey;
@@ -221,7 +221,7 @@ impl EmbeddedBroker {
     /// ACQUIRED when it stopped come back AVAILABLE; everything else is as it was.
     pub async fn open(options: BrokerOptions) -> Result<Self> {
         let fresh = BrokerState::new(options.default_config.clone());
-        let (journal, recovered) = Journal::recover(options.store, options.root, options.local, fresh).await?;
+        let (journal, recovered) = JournalCore::recover(options.store, options.root, options.local, fresh).await?;
         if let Some(tail) = &recovered.truncated_tail {
             tracing::warn!(%tail, "embedded broker recovered after truncating a torn journal tail");
         }
@@ -279,12 +279,12 @@ impl EmbeddedBroker {
         }
         let encoded = {
             let st = self.state()?;
-            Journal::encode_state(&st).map(|bytes| (self.inner.journal.next_lsn() - 1, bytes))
+            JournalCore::encode_state(&st).map(|bytes| (self.inner.journal.next_lsn() - 1, bytes))
         };
         match encoded {
-            Ok((lsn, bytes)) => self.inner.journal.write_snapshot(lsn, bytes).await,
+            Ok((lsn, bytes)) => self.inner.journal.write_snapshot_detached(lsn, bytes).await,
             Err(e) => {
-                self.inner.journal.write_snapshot(0, Vec::new()).await.ok();
+                self.inner.journal.write_snapshot_detached(0, Vec::new()).await.ok();
                 Err(e)
             }
         }

@@ -103,9 +103,77 @@ impl Appender {
     }
 }
 
-/// The durable journal.
-#[derive(Debug)]
+impl Journal {
+    /// Returns once `lsn` is durable, writing the pending group commit if nobody is.
+    pub(crate) async fn sync(&self, lsn: Lsn) -> Result<()> {
+        let mut rx = self.durable.subscribe();
+        loop {
+            if *rx.borrow_and_update() >= lsn {
+                return Ok(());
+            }
+            let job = {
+                let mut b = self.lock()?;
+                if let Some(e) = &b.failed {
+                    return Err(e.clone());
+                }
+                if !b.writing && !b.bytes.is_empty() {
+                    b.writing = true;
+                    let first = b.first_lsn;
+                    let last = b.next_lsn - 1;
+                    b.first_lsn = b.next_lsn;
+                    Some((first, last, std::mem::take(&mut b.bytes)))
+                } else {
+                    None
+                }
+            };
+            match job {
+                Some((first, last, bytes)) => {
+                    let core = self.core.clone();
+                    tokio::spawn(async move { core.write_segment(first, last, bytes).await })
+                        .await
+                        .map_err(|e| Error::Internal(format!("journal writer task failed: {e}")))??
+                }
+                None => {
+                    if rx.changed().await.is_err() {
+                        return Err(Error::Closed { what: "journal".into() });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes a snapshot in its own task (see [`JournalCore::write_snapshot`]).
+    pub(crate) async fn write_snapshot_detached(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
+        if let Err(e) = self.sync(lsn).await {
+            if let Ok(mut b) = self.lock() {
+                b.snapshotting = false;
+            }
+            return Err(e);
+        }
+        let core = self.core.clone();
+        tokio::spawn(async move { core.write_snapshot(lsn, state_bytes).await })
+            .await
+            .map_err(|e| Error::Internal(format!("journal snapshot task failed: {e}")))?
+    }
+}
+
+/// The durable journal. Cheap to clone; writes run in their own tasks, so a caller that
+/// is cancelled mid-write (a crashed job's task) cannot leave the journal half-written
+/// with nobody to finish it.
+#[derive(Debug, Clone)]
 pub(crate) struct Journal {
+    core: Arc<JournalCore>,
+}
+
+impl std::ops::Deref for Journal {
+    type Target = JournalCore;
+    fn deref(&self) -> &JournalCore {
+        &self.core
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct JournalCore {
     store: Arc<dyn ObjectStore>,
     root: Path,
     buffered: Mutex<Buffered>,
@@ -136,7 +204,7 @@ fn is_torn_tail(rest: &[u8], error: &envelope::EnvelopeError) -> bool {
     false
 }
 
-impl Journal {
+impl JournalCore {
     fn segment_path(&self, first: Lsn) -> Path {
         self.root.clone().join("wal").join(format!("{first:020}.seg"))
     }
@@ -160,11 +228,11 @@ impl Journal {
         root: Path,
         local: Option<(PathBuf, Durability)>,
         fresh: BrokerState,
-    ) -> Result<(Self, Recovered)> {
+    ) -> Result<(Journal, Recovered)> {
         let appender = local.map(|(dir, durability)| {
             Arc::new(Mutex::new(Appender { wal_dir: dir.join("wal"), durability, active: None, roll: false }))
         });
-        let journal = Journal {
+        let journal = JournalCore {
             appender,
             store,
             root,
@@ -189,7 +257,7 @@ impl Journal {
             b.segments = recovered.segments.clone();
         }
         journal.durable.send_replace(recovered.next_lsn - 1);
-        Ok((journal, recovered))
+        Ok((Journal { core: Arc::new(journal) }, recovered))
     }
 
     async fn list(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path)>> {
@@ -314,39 +382,6 @@ impl Journal {
         Ok(lsn)
     }
 
-    /// Returns once `lsn` is durable, writing the pending group commit if nobody is.
-    pub(crate) async fn sync(&self, lsn: Lsn) -> Result<()> {
-        let mut rx = self.durable.subscribe();
-        loop {
-            if *rx.borrow_and_update() >= lsn {
-                return Ok(());
-            }
-            let job = {
-                let mut b = self.lock()?;
-                if let Some(e) = &b.failed {
-                    return Err(e.clone());
-                }
-                if !b.writing && !b.bytes.is_empty() {
-                    b.writing = true;
-                    let first = b.first_lsn;
-                    let last = b.next_lsn - 1;
-                    b.first_lsn = b.next_lsn;
-                    Some((first, last, std::mem::take(&mut b.bytes)))
-                } else {
-                    None
-                }
-            };
-            match job {
-                Some((first, last, bytes)) => self.write_segment(first, last, bytes).await?,
-                None => {
-                    if rx.changed().await.is_err() {
-                        return Err(Error::Closed { what: "journal".into() });
-                    }
-                }
-            }
-        }
-    }
-
     async fn write_segment(&self, first: Lsn, last: Lsn, bytes: Vec<u8>) -> Result<()> {
         let len = bytes.len() as u64;
         let result = match &self.appender {
@@ -417,9 +452,9 @@ impl Journal {
         self.lock().is_ok_and(|mut b| !std::mem::replace(&mut b.snapshotting, true))
     }
 
-    /// Writes `state`, which reflects every entry up to `lsn`, then drops the segments
-    /// and snapshots it makes redundant.
-    pub(crate) async fn write_snapshot(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
+    /// Writes `state`, which reflects every entry up to `lsn` (already durable), then
+    /// drops the segments and snapshots it makes redundant.
+    async fn write_snapshot(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
         let result = self.write_snapshot_inner(lsn, state_bytes).await;
         if let Ok(mut b) = self.lock() {
             b.snapshotting = false;
@@ -428,7 +463,6 @@ impl Journal {
     }
 
     async fn write_snapshot_inner(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
-        self.sync(lsn).await?;
         let bytes = envelope::encode(SNAPSHOT_MAGIC, FORMAT_VERSION, &state_bytes);
         let size = bytes.len() as u64;
         let path = self.snapshot_path(lsn);

@@ -1,0 +1,229 @@
+//! Store faults, transaction timeouts, fencing of a second instance, poison records and
+//! the at-least-once mode, on the exactly-once pipeline.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/eos.rs"]
+mod eos;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eos::*;
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
+use shareflow::connector::share::ArchiveReason;
+use shareflow::runtime::failpoint::points;
+use shareflow::runtime::{Collector, Operator, Result as RtResult, StateItems};
+
+const RECORDS: u64 = 2_000;
+
+fn faulty() -> Arc<FaultyStore> {
+    Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 11))
+}
+
+/// Store faults during state and manifest writes: the job retries or restarts; nothing
+/// is lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_errors_and_lost_put_responses_during_state_and_manifest_writes() {
+    for (what, rule) in [
+        ("state put error", FaultRule::once(StoreOp::Put, ".state", Fault::Error)),
+        (
+            "state put error x3 (checkpoint fails)",
+            FaultRule { remaining: Some(3), ..FaultRule::always(StoreOp::Put, ".state", Fault::Error) },
+        ),
+        ("state put applied then timed out", FaultRule::once(StoreOp::Put, ".state", Fault::AppliedThenTimeout)),
+        (
+            "manifest put error x3 (checkpoint fails)",
+            FaultRule { remaining: Some(3), ..FaultRule::always(StoreOp::Put, "_metadata", Fault::Error) },
+        ),
+        ("manifest put applied then timed out", FaultRule::once(StoreOp::Put, "_metadata", Fault::AppliedThenTimeout)),
+        ("torn state file", FaultRule::once(StoreOp::Put, ".state", Fault::Torn { keep: 0.5 })),
+    ] {
+        let store = faulty();
+        store.inject(rule);
+        let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+        let mut run = Run::new(broker, storage_on(store.clone() as Arc<dyn ObjectStore>, "c"));
+        run.inline_threshold = 0; // every subtask writes a state file
+        let (result, _) = run.run(vec![]).await;
+        result.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(!store.injected().is_empty(), "{what}: the fault was injected");
+        assert_exactly_once(&run.check(), RECORDS, what);
+    }
+}
+
+/// A corrupt newest manifest: the restart falls back to the previous checkpoint, the
+/// corrupt checkpoint's transaction is aborted, its records are redelivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_latest_manifest_falls_back_with_nothing_lost() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let storage = storage_on(store.clone(), "c");
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let mut run = Run::new(broker, storage.clone());
+    run.restarts = 0;
+    // Stop after the manifest of the third checkpoint is written, before its commit.
+    let (result, _) = run.run(vec![(points::COMMIT_BEFORE.to_string(), 2)]).await;
+    assert!(result.is_err());
+    let newest = storage.list_checkpoints().await.unwrap().last().unwrap().checkpoint_id;
+    let path = storage.paths().manifest(newest);
+    let mut bytes = store.get(&path).await.unwrap().bytes().await.unwrap().to_vec();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x5a;
+    store.put(&path, PutPayload::from(bytes)).await.unwrap();
+    let mut again = run.clone();
+    again.restarts = 3;
+    let (job, _, _) = again.job();
+    let report = job.run().await.unwrap();
+    assert!(report.restored_from < Some(newest), "fell back from {newest} to {:?}", report.restored_from);
+    assert_exactly_once(&again.check(), RECORDS, "corrupt manifest");
+}
+
+/// Stalls the snapshot of one checkpoint.
+struct Stall(u64, Duration);
+
+#[shareflow::runtime::async_trait]
+impl Operator for Stall {
+    async fn process_batch(
+        &mut self,
+        batch: arrow::record_batch::RecordBatch,
+        _input: usize,
+        out: &mut Collector,
+    ) -> RtResult<()> {
+        out.emit(batch).await
+    }
+    async fn snapshot_state(&mut self, n: u64, _out: &mut Collector) -> RtResult<StateItems> {
+        if n == self.0 {
+            tokio::time::sleep(self.1).await;
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// An ONGOING transaction whose checkpoint is slower than its timeout aborts cleanly:
+/// prepare is refused, the job restarts, the records are redelivered, no duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
+    use shareflow::connector::participant::BrokerTransactions;
+    use shareflow::connector::sink::TopicSink;
+    use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
+    use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_millis(300));
+    let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
+    source.stop_when_drained = true;
+    source.max_poll_records = 100;
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
+    )
+    .operator("stall", Some(record_schema()), |_: &shareflow::runtime::SubtaskContext| {
+        Stall(2, Duration::from_millis(600))
+    })
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .participant(txns.clone());
+    let config = JobConfig::new(memory_storage("timeout"), GROUP, "slow")
+        .checkpoint_interval(Duration::from_millis(20))
+        .checkpoint_timeout(Duration::from_secs(5))
+        .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(10) });
+    let report = job.build(config).unwrap().run().await.unwrap();
+    assert!(report.attempts >= 2, "the refused prepare restarted the job");
+    assert!(broker.metrics().unwrap().transaction_timeout_total >= 1);
+    let check = check(&broker);
+    assert_exactly_once(&check, RECORDS, "transaction timeout");
+}
+
+fn check(broker: &shareflow::connector::broker::EmbeddedBroker) -> shareflow::connector::verify::ExactlyOnceReport {
+    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, shareflow::demo::identity).unwrap()
+}
+
+/// A second live instance with the same group and prefix fences the first: the first
+/// can commit nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_with_the_same_prefix_fences_the_first() {
+    use shareflow::runtime::{TransactionParticipant, TransactionTemplate};
+    let broker = broker_with_input(10, 1, &share_config()).await;
+    let template = TransactionTemplate::new(GROUP, "job").unwrap();
+    let first = shareflow::connector::participant::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    first.open(&template).await.unwrap();
+    first.begin(&template.transaction(1)).await.unwrap();
+    let second = shareflow::connector::participant::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    second.open(&template).await.unwrap();
+    let err = first.prepare(&template.transaction(1)).await.unwrap_err();
+    assert_eq!(err.kind(), shareflow::runtime::ErrorKind::Fenced, "{err}");
+    assert!(err.to_string().contains("another instance with the same prefix"), "{err}");
+    assert!(first.begin(&template.transaction(2)).await.is_err());
+    // The second owns the prefix and works.
+    second.begin(&template.transaction(2)).await.unwrap();
+    assert!(second.prepare(&template.transaction(2)).await.unwrap());
+    second.commit(&template.transaction(2)).await.unwrap();
+}
+
+/// A PREPARE transaction survives any timeout: crash after the manifest, let far more
+/// than the transaction timeout pass, restart: recovery commits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_transaction_survives_its_timeout_and_is_committed_by_recovery() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let mut run = Run::new(broker.clone(), memory_storage("prepared"));
+    run.restarts = 0;
+    run.txn_timeout = Duration::from_millis(200);
+    let (result, _) = run.run(vec![(points::AFTER_MANIFEST.to_string(), 1)]).await;
+    assert!(result.is_err());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    broker.tick().await.unwrap();
+    let prepared: Vec<_> = broker
+        .transactions()
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.state == shareflow::connector::share::TransactionState::Prepare)
+        .collect();
+    assert_eq!(prepared.len(), 1, "the PREPARE transaction outlived its timeout");
+    let mut again = run.clone();
+    again.restarts = 2;
+    again.txn_timeout = Duration::from_secs(60);
+    let (job, _, _) = again.job();
+    let report = job.run().await.unwrap();
+    assert!(report.metrics.checkpoints.transactions_recovered >= 1);
+    assert_exactly_once(&again.check(), RECORDS, "prepared survives");
+}
+
+/// Poison records are rejected (archived with a reason and counted), or dead-lettered
+/// inside the transaction when a dead-letter topic is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_are_rejected_or_dead_lettered() {
+    for dead_letter in [false, true] {
+        let broker = broker_with_input(500, 1, &share_config()).await;
+        let mut run = Run::new(broker.clone(), memory_storage("poison"));
+        run.dead_letter = dead_letter;
+        run.decoder = Some(Arc::new(|r: &shareflow::connector::share::Record| {
+            let id = r.value.as_deref().and_then(shareflow::demo::identity).unwrap_or(0);
+            if id % 50 == 7 {
+                Err(format!("record {id} does not decode"))
+            } else {
+                Ok(())
+            }
+        }));
+        let (job, _, metrics) = run.job();
+        job.run().await.unwrap();
+        let report = run.check();
+        let poison = metrics.records_poison.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(poison, 10);
+        if dead_letter {
+            let dlq = broker
+                .fetch_all(
+                    &shareflow::connector::share::TopicPartition::new("eos-dlq", 0),
+                    shareflow::connector::share::IsolationLevel::ReadCommitted,
+                )
+                .unwrap();
+            assert_eq!(dlq.len(), 10);
+            // Dead-lettered records are ACKNOWLEDGED with their output in the DLQ, not the output topic.
+            assert_eq!(report.committed_output, 490);
+        } else {
+            assert_eq!(report.archived.get(&ArchiveReason::Rejected.to_string()), Some(&10));
+            assert!(report.ok(), "{:?}", report.violations);
+            assert_eq!(report.exactly_once, 490);
+        }
+    }
+}

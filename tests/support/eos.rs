@@ -1,0 +1,150 @@
+//! An exactly-once pipeline on the embedded broker for failure-recovery tests:
+//! share source -> SQL -> transactional topic sink, checked from outside.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use shareflow::checkpoint::{CheckpointPaths, CheckpointStore};
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, TokioClock};
+use shareflow::connector::participant::BrokerTransactions;
+use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
+use shareflow::connector::sink::TopicSink;
+use shareflow::connector::source::{record_schema, Decoder, ShareGroupSource, ShareSourceConfig, SourceMetrics};
+use shareflow::connector::verify::{check_exactly_once, ExactlyOnceReport};
+use shareflow::demo::identity;
+use shareflow::runtime::{Job, JobBuilder, JobConfig, JobReport, RestartStrategy, RuntimeError};
+
+pub const GROUP: &str = "eos";
+pub const INPUT: &str = "eos-in";
+pub const OUTPUT: &str = "eos-out";
+
+pub fn value_of(id: u64) -> Vec<u8> {
+    let mut v = format!("rec-{id:010}-").into_bytes();
+    v.resize(40, b'x');
+    v
+}
+
+/// A broker (in-memory journal, tokio clock) with `records` input records.
+pub async fn broker_with_input(records: u64, partitions: u32, share: &ShareConfig) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::open(
+        BrokerOptions::in_memory().clock(TokioClock::new(1_000_000)).default_config(share.clone()),
+    )
+    .await
+    .unwrap();
+    broker.create_topic(INPUT, partitions).await.unwrap();
+    broker.create_topic(OUTPUT, partitions).await.unwrap();
+    broker.create_topic("eos-dlq", 1).await.unwrap();
+    broker.configure_group(GROUP, share.clone()).await.unwrap();
+    let records: Vec<ProducerRecord> = (0..records)
+        .map(|i| ProducerRecord {
+            partition: Some((i % partitions as u64) as i32),
+            ..ProducerRecord::new(INPUT, 0, value_of(i))
+        })
+        .collect();
+    for chunk in records.chunks(5_000) {
+        broker.produce(chunk.to_vec()).await.unwrap();
+    }
+    broker
+}
+
+pub fn share_config() -> ShareConfig {
+    ShareConfig::builder()
+        .acknowledgement_mode(AcknowledgementMode::Transactional)
+        .record_lock_duration(Duration::from_secs(1))
+        .partition_max_record_locks(1_000_000)
+        .build()
+        .unwrap()
+}
+
+/// Settings of one pipeline run.
+#[derive(Clone)]
+pub struct Run {
+    pub broker: EmbeddedBroker,
+    pub storage: CheckpointStore,
+    pub interval: Duration,
+    pub restarts: u32,
+    pub txn_timeout: Duration,
+    pub decoder: Option<Decoder>,
+    pub dead_letter: bool,
+    pub inline_threshold: usize,
+    pub parallelism: u32,
+    pub prefix: String,
+}
+
+impl Run {
+    pub fn new(broker: EmbeddedBroker, storage: CheckpointStore) -> Self {
+        Self {
+            broker,
+            storage,
+            interval: Duration::from_millis(20),
+            restarts: 5,
+            txn_timeout: Duration::from_secs(60),
+            decoder: None,
+            dead_letter: false,
+            inline_threshold: shareflow::checkpoint::DEFAULT_INLINE_THRESHOLD,
+            parallelism: 2,
+            prefix: "job".into(),
+        }
+    }
+
+    pub fn job(&self) -> (Job, Arc<BrokerTransactions>, Arc<SourceMetrics>) {
+        let txns = BrokerTransactions::new(self.broker.clone(), self.txn_timeout);
+        let metrics = Arc::new(SourceMetrics::default());
+        let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
+        source.stop_when_drained = true;
+        source.max_poll_records = 200;
+        source.decoder = self.decoder.clone();
+        source.dead_letter_topic = self.dead_letter.then(|| "eos-dlq".to_string());
+        let job = JobBuilder::new();
+        job.source(
+            "share-source",
+            record_schema(),
+            ShareGroupSource::factory(self.broker.clone(), Some(txns.clone()), source, metrics.clone()),
+        )
+        .parallelism(self.parallelism)
+        .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
+        .parallelism(self.parallelism)
+        .sink("topic-sink", TopicSink::factory(self.broker.clone(), Some(txns.clone()), OUTPUT))
+        .parallelism(self.parallelism)
+        .participant(txns.clone());
+        let mut config = JobConfig::new(self.storage.clone(), GROUP, &self.prefix)
+            .checkpoint_interval(self.interval)
+            .restart(RestartStrategy::FixedDelay { attempts: self.restarts, delay: Duration::from_millis(10) });
+        config.tolerable_checkpoint_failures = 3;
+        config.inline_state_threshold = self.inline_threshold;
+        (job.build(config).unwrap(), txns, metrics)
+    }
+
+    /// Runs with `crashes` scheduled, to the end of the input.
+    pub async fn run(&self, crashes: Vec<(String, u32)>) -> (Result<JobReport, RuntimeError>, Vec<String>) {
+        let (job, _, _) = self.job();
+        job.failpoints().schedule(crashes);
+        let result = job.run().await;
+        (result, job.failpoints().fired())
+    }
+
+    pub fn check(&self) -> ExactlyOnceReport {
+        check_exactly_once(&self.broker, GROUP, INPUT, OUTPUT, identity).unwrap()
+    }
+}
+
+pub fn memory_storage(name: &str) -> CheckpointStore {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    CheckpointStore::from_url(&format!("memory://eos-{name}-{n}/c"), &[], "eos").unwrap()
+}
+
+pub fn storage_on(store: Arc<dyn ObjectStore>, root: &str) -> CheckpointStore {
+    CheckpointStore::new(store, CheckpointPaths::new(root, "eos").unwrap())
+}
+
+/// Asserts I1-I5 and that every record went through exactly once.
+pub fn assert_exactly_once(report: &ExactlyOnceReport, records: u64, context: &str) {
+    assert!(report.ok(), "{context}: violations: {:?}", report.violations.iter().take(10).collect::<Vec<_>>());
+    assert_eq!(report.produced, records, "{context}");
+    assert_eq!((report.duplicates, report.lost), (0, 0), "{context}");
+    let archived: u64 = report.archived.values().sum();
+    assert_eq!(report.exactly_once + archived, records, "{context}");
+}
