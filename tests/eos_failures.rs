@@ -62,8 +62,9 @@ async fn a_corrupt_latest_manifest_falls_back_with_nothing_lost() {
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let mut run = Run::new(broker, storage.clone());
     run.restarts = 0;
-    // Stop after the manifest of the third checkpoint is written, before its commit.
-    let (result, _) = run.run(vec![(points::COMMIT_BEFORE.to_string(), 2)]).await;
+    run.interval = Duration::from_millis(2);
+    // Stop after the manifest of the second checkpoint is written, before its commit.
+    let (result, _) = run.run(vec![(points::COMMIT_BEFORE.to_string(), 1)]).await;
     assert!(result.is_err());
     let newest = storage.list_checkpoints().await.unwrap().last().unwrap().checkpoint_id;
     let path = storage.paths().manifest(newest);
@@ -79,8 +80,8 @@ async fn a_corrupt_latest_manifest_falls_back_with_nothing_lost() {
     assert_exactly_once(&again.check(), RECORDS, "corrupt manifest");
 }
 
-/// Stalls the snapshot of one checkpoint.
-struct Stall(u64, Duration);
+/// Stalls the snapshot of one checkpoint, once per test.
+struct Stall(u64, Duration, Arc<std::sync::atomic::AtomicBool>);
 
 #[shareflow::runtime::async_trait]
 impl Operator for Stall {
@@ -93,7 +94,7 @@ impl Operator for Stall {
         out.emit(batch).await
     }
     async fn snapshot_state(&mut self, n: u64, _out: &mut Collector) -> RtResult<StateItems> {
-        if n == self.0 {
+        if n == self.0 && !self.2.swap(true, std::sync::atomic::Ordering::SeqCst) {
             tokio::time::sleep(self.1).await;
         }
         Ok(Vec::new())
@@ -113,14 +114,15 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
     let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
     source.stop_when_drained = true;
     source.max_poll_records = 100;
+    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let job = JobBuilder::new();
     job.source(
         "share-source",
         record_schema(),
         ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
     )
-    .operator("stall", Some(record_schema()), |_: &shareflow::runtime::SubtaskContext| {
-        Stall(2, Duration::from_millis(600))
+    .operator("stall", Some(record_schema()), move |ctx: &shareflow::runtime::SubtaskContext| {
+        Stall(ctx.first_epoch, Duration::from_millis(600), stalled.clone())
     })
     .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
     .participant(txns.clone());
@@ -129,7 +131,11 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
         .checkpoint_timeout(Duration::from_secs(5))
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(10) });
     let report = job.build(config).unwrap().run().await.unwrap();
-    assert!(report.attempts >= 2, "the refused prepare restarted the job");
+    assert!(
+        report.attempts >= 2,
+        "the refused prepare restarted the job: {report:?} {:?}",
+        broker.transactions().unwrap()
+    );
     assert!(broker.metrics().unwrap().transaction_timeout_total >= 1);
     let check = check(&broker);
     assert_exactly_once(&check, RECORDS, "transaction timeout");
@@ -168,8 +174,9 @@ async fn a_prepared_transaction_survives_its_timeout_and_is_committed_by_recover
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let mut run = Run::new(broker.clone(), memory_storage("prepared"));
     run.restarts = 0;
+    run.interval = Duration::from_millis(2);
     run.txn_timeout = Duration::from_millis(200);
-    let (result, _) = run.run(vec![(points::AFTER_MANIFEST.to_string(), 1)]).await;
+    let (result, _) = run.run(vec![(points::AFTER_MANIFEST.to_string(), 0)]).await;
     assert!(result.is_err());
     tokio::time::sleep(Duration::from_millis(500)).await;
     broker.tick().await.unwrap();

@@ -260,6 +260,11 @@ impl Job {
 
     async fn attempt(&self) -> Result<Option<u64>> {
         let recovered = self.recover().await?;
+        // T(first epoch) must exist before any task writes into it.
+        let first = self.template.transaction(recovered.first_epoch);
+        for p in &self.spec.participants {
+            p.begin(&first).await?;
+        }
         let nodes = &self.spec.nodes;
         let Wiring { mut receivers, mut out_edges, mut input_edge } = self.wire();
         let (report_tx, report_rx) = mpsc::unbounded_channel();
@@ -337,10 +342,8 @@ impl Job {
             next_id: recovered.first_epoch,
             uncommitted: BTreeSet::new(),
         };
-        let result = match coordinator.begin(recovered.first_epoch).await {
-            Ok(()) => coordinator.run().await,
-            Err(e) => Err(e),
-        };
+        coordinator.uncommitted.insert(recovered.first_epoch);
+        let result = coordinator.run().await;
         match result {
             Ok(()) => {
                 for h in handles {
