@@ -2,7 +2,7 @@
 //! random store faults, each run to quiescence and checked for I1-I5. A failing seed
 //! prints the command that replays it.
 //!
-//! `SHAREFLOW_SEED=n` runs one seed; `SHAREFLOW_CAMPAIGN_SEEDS=k` runs k (default 300).
+//! `SHAREFLOW_SEED=n` runs one seed; `SHAREFLOW_CAMPAIGN_SEEDS=k` runs k (default 1000).
 
 #![allow(clippy::unwrap_used)]
 
@@ -99,7 +99,7 @@ async fn campaign() {
     let seeds: Vec<u64> = match std::env::var("SHAREFLOW_SEED") {
         Ok(s) => vec![s.parse().expect("SHAREFLOW_SEED is a number")],
         Err(_) => {
-            let n: u64 = std::env::var("SHAREFLOW_CAMPAIGN_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+            let n: u64 = std::env::var("SHAREFLOW_CAMPAIGN_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
             (1..=n).collect()
         }
     };
