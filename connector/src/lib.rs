@@ -22,6 +22,7 @@
 
 pub mod broker;
 mod error;
+pub mod file_sink;
 pub mod participant;
 pub mod share;
 pub mod sink;

@@ -1,0 +1,214 @@
+//! [`FileSink`]: Arrow IPC files on object storage, staged under the checkpoint's
+//! transaction and published by its commit.
+//!
+//! Layout under the sink's root:
+//! - `_staging/{T(n)}/part-{subtask}.arrow`: written at barrier n, invisible to readers;
+//! - `_staging/{T(n)}/_prepared`: written by prepare;
+//! - `data/{T(n)}-part-{subtask}.arrow`: published by commit (copy, then delete the
+//!   staged file: repeating it is harmless). Readers list `data/` only.
+
+use std::sync::Arc;
+
+use arrow::ipc::writer::FileWriter;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use shareflow_checkpoint::TransactionId;
+use shareflow_runtime::{
+    Collector, ErrorKind, Operator, PendingTransaction, Result, RuntimeError, StateItems, SubtaskContext,
+    TransactionParticipant, TransactionTemplate,
+};
+
+fn store_error(op: &'static str, txn: &TransactionId, e: object_store::Error) -> RuntimeError {
+    RuntimeError::participant("file-sink", op, txn, ErrorKind::Unavailable, e)
+}
+
+/// The job-level half of the file sink: prepare, commit, abort and recovery of staged
+/// files.
+#[derive(Debug)]
+pub struct FileCommitter {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+}
+
+impl FileCommitter {
+    /// Files go under `root` in `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, root: &str) -> Arc<Self> {
+        Arc::new(Self { store, root: Path::from(root) })
+    }
+
+    fn staging(&self, txn: &TransactionId) -> Path {
+        self.root.clone().join("_staging").join(txn.to_string())
+    }
+
+    /// The published data files, sorted.
+    pub async fn published(&self) -> Result<Vec<Path>> {
+        let prefix = self.root.clone().join("data");
+        let mut files: Vec<Path> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?;
+        files.sort();
+        Ok(files)
+    }
+
+    /// Reads every published batch.
+    pub async fn read_published(&self) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for path in self.published().await? {
+            let data = self
+                .store
+                .get(&path)
+                .await
+                .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?
+                .bytes()
+                .await
+                .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?;
+            let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(data), None)
+                .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Data, e))?;
+            for batch in reader {
+                out.push(batch.map_err(|e| RuntimeError::task("file-sink", ErrorKind::Data, e))?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn staged(&self, txn: &TransactionId) -> Result<Vec<Path>> {
+        let dir = self.staging(txn);
+        self.store.list(Some(&dir)).map_ok(|m| m.location).try_collect().await.map_err(|e| store_error("list", txn, e))
+    }
+}
+
+#[async_trait]
+impl TransactionParticipant for FileCommitter {
+    fn name(&self) -> &str {
+        "file-sink"
+    }
+
+    async fn begin(&self, _txn: &TransactionId) -> Result<()> {
+        Ok(())
+    }
+
+    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+        let marker = self.staging(txn).join("_prepared");
+        self.store
+            .put(&marker, PutPayload::from_static(b"prepared"))
+            .await
+            .map_err(|e| store_error("prepare", txn, e))?;
+        Ok(true)
+    }
+
+    async fn commit(&self, txn: &TransactionId) -> Result<()> {
+        for staged in self.staged(txn).await? {
+            let Some(name) = staged.filename() else { continue };
+            if name == "_prepared" {
+                continue;
+            }
+            let target = self.root.clone().join("data").join(format!("{txn}-{name}"));
+            self.store.copy(&staged, &target).await.map_err(|e| store_error("commit", txn, e))?;
+            self.store.delete(&staged).await.map_err(|e| store_error("commit", txn, e))?;
+        }
+        let marker = self.staging(txn).join("_prepared");
+        match self.store.delete(&marker).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error("commit", txn, e)),
+        }
+    }
+
+    async fn abort(&self, txn: &TransactionId) -> Result<()> {
+        for staged in self.staged(txn).await? {
+            match self.store.delete(&staged).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(store_error("abort", txn, e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
+        let prefix = self.root.clone().join("_staging");
+        let files: Vec<Path> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?;
+        let mut out: Vec<PendingTransaction> = Vec::new();
+        for f in files {
+            let Some(dir) = f.prefix_match(&prefix).and_then(|mut p| p.next()) else { continue };
+            let Ok(id) = TransactionId::parse(dir.as_ref(), template.group_id()) else { continue };
+            if id.prefix() != template.prefix() {
+                continue;
+            }
+            let prepared = f.filename() == Some("_prepared");
+            match out.iter_mut().find(|p| p.id == id) {
+                Some(p) => p.prepared |= prepared,
+                None => out.push(PendingTransaction { id, prepared }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One subtask of the file sink: buffers its epoch's batches and stages them as one
+/// Arrow IPC file at the barrier.
+pub struct FileSink {
+    committer: Arc<FileCommitter>,
+    template: TransactionTemplate,
+    subtask: u32,
+    epoch: u64,
+    buffered: Vec<RecordBatch>,
+    task: String,
+}
+
+impl FileSink {
+    /// A factory for the job builder; register `committer` as the job's participant.
+    pub fn factory(committer: Arc<FileCommitter>) -> impl Fn(&SubtaskContext) -> FileSink + Send + Sync {
+        move |ctx| FileSink {
+            committer: committer.clone(),
+            template: ctx.transactions.clone(),
+            subtask: ctx.subtask,
+            epoch: ctx.first_epoch,
+            buffered: Vec::new(),
+            task: ctx.task_name(),
+        }
+    }
+}
+
+#[async_trait]
+impl Operator for FileSink {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
+        self.buffered.push(batch);
+        Ok(())
+    }
+
+    /// pre_commit: stage the epoch's rows under T(n).
+    async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+        let batches = std::mem::take(&mut self.buffered);
+        self.epoch = checkpoint_id + 1;
+        let Some(first) = batches.first() else { return Ok(Vec::new()) };
+        let mut bytes = Vec::new();
+        {
+            let mut writer = FileWriter::try_new(&mut bytes, &first.schema())
+                .map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
+            for b in &batches {
+                writer.write(b).map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
+            }
+            writer.finish().map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
+        }
+        let txn = self.template.transaction(checkpoint_id);
+        let path = self.committer.staging(&txn).join(format!("part-{}.arrow", self.subtask));
+        self.committer
+            .store
+            .put(&path, PutPayload::from(bytes))
+            .await
+            .map_err(|e| RuntimeError::task(&self.task, ErrorKind::Unavailable, e))?;
+        Ok(Vec::new())
+    }
+}
