@@ -164,6 +164,7 @@ pub struct FileSink {
     subtask: u32,
     epoch: u64,
     buffered: Vec<RecordBatch>,
+    failpoints: shareflow_runtime::Failpoints,
     task: String,
 }
 
@@ -176,6 +177,7 @@ impl FileSink {
             subtask: ctx.subtask,
             epoch: ctx.first_epoch,
             buffered: Vec::new(),
+            failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
         }
     }
@@ -185,7 +187,7 @@ impl FileSink {
 impl Operator for FileSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
         self.buffered.push(batch);
-        Ok(())
+        self.failpoints.hit(crate::sink::points::AFTER_WRITE)
     }
 
     /// pre_commit: stage the epoch's rows under T(n).
