@@ -12,7 +12,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         // One crash; the demo's schedule is seeded, so find a seed whose first crash is
         // this point.
         let seed = (0..10_000)
-            .find(|s| demo::crash_schedule(*s, 1).first().is_some_and(|c| c.0 == *point && c.1 < 5))
+            .find(|s| demo::crash_schedule(*s, 1).first().is_some_and(|c| c.0 == *point && c.1 < 8))
             .unwrap_or(0);
         let options = DemoOptions {
             dir,

@@ -208,9 +208,12 @@ pub fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
         let i = (next(&mut s) % points.len() as u64) as usize;
         let point = points.remove(i);
         // Source and sink points are hit per batch, checkpoint points once per checkpoint.
-        let skip = if point.starts_with("source.") || point.starts_with("sink.") { next(&mut s) % 40 } else { 0 };
+        let skip = if point.starts_with("source.") || point.starts_with("sink.") { next(&mut s) % 8 } else { 0 };
         out.push((point, skip as u32));
     }
+    // Per-batch points first: they come round fast, so a short run still reaches the
+    // checkpoint points after them.
+    out.sort_by_key(|(p, _)| !(p.starts_with("source.") || p.starts_with("sink.")));
     out
 }
 
