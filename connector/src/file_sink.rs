@@ -43,18 +43,22 @@ impl FileCommitter {
         self.root.clone().join("_staging").join(txn.to_string())
     }
 
-    /// The published data files, sorted.
-    pub async fn published(&self) -> Result<Vec<Path>> {
-        let prefix = self.root.clone().join("data");
+    /// Every object under `prefix`, sorted.
+    async fn list(&self, prefix: &Path) -> Result<Vec<Path>> {
         let mut files: Vec<Path> = self
             .store
-            .list(Some(&prefix))
+            .list(Some(prefix))
             .map_ok(|m| m.location)
             .try_collect()
             .await
             .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?;
         files.sort();
         Ok(files)
+    }
+
+    /// The published data files, sorted.
+    pub async fn published(&self) -> Result<Vec<Path>> {
+        self.list(&self.root.clone().join("data")).await
     }
 
     /// Reads every published batch.
@@ -132,13 +136,7 @@ impl TransactionParticipant for FileCommitter {
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
         let prefix = self.root.clone().join("_staging");
-        let files: Vec<Path> = self
-            .store
-            .list(Some(&prefix))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-            .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?;
+        let files = self.list(&prefix).await?;
         let mut out: Vec<PendingTransaction> = Vec::new();
         for f in files {
             let Some(dir) = f.prefix_match(&prefix).and_then(|mut p| p.next()) else { continue };
