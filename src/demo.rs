@@ -3,7 +3,6 @@
 //! and an independent exactly-once check at the end.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -331,7 +330,6 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     let check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity)?;
     let broker_metrics = broker.metrics()?;
     let fired = job.failpoints().fired();
-    let _ = metrics.records_emitted.load(Ordering::Relaxed);
     Ok(DemoSummary {
         records_produced: check.produced,
         records_committed: check.committed_output,

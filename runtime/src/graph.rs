@@ -184,12 +184,8 @@ impl Stream {
         O: Operator,
         F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
     {
-        let factory: OperatorFactory = Arc::new(move |ctx| Box::new(factory(ctx)) as Box<dyn Operator>);
-        let node = self.builder.add(name, NodeKind::Operator(factory), schema);
-        self.builder.with(|g| {
-            g.edges.push(Edge { from: self.node, to: node, partitioning: self.next_partitioning.clone(), input: 0 })
-        });
-        Stream { builder: self.builder, node, next_partitioning: None }
+        let input = (self.node, self.next_partitioning);
+        add_operator(self.builder, &[input], name, schema, factory)
     }
 
     /// Adds an operator with two inputs: this stream (input 0) and `other` (input 1).
@@ -199,13 +195,8 @@ impl Stream {
         O: Operator,
         F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
     {
-        let factory: OperatorFactory = Arc::new(move |ctx| Box::new(factory(ctx)) as Box<dyn Operator>);
-        let node = self.builder.add(name, NodeKind::Operator(factory), schema);
-        self.builder.with(|g| {
-            g.edges.push(Edge { from: self.node, to: node, partitioning: self.next_partitioning.clone(), input: 0 });
-            g.edges.push(Edge { from: other.node, to: node, partitioning: other.next_partitioning.clone(), input: 1 });
-        });
-        Stream { builder: self.builder, node, next_partitioning: None }
+        let inputs = [(self.node, self.next_partitioning), (other.node, other.next_partitioning)];
+        add_operator(self.builder, &inputs, name, schema, factory)
     }
 
     /// Merges this stream and `other` (same schema) into one.
@@ -282,6 +273,28 @@ impl Stream {
         self.builder.participant(participant);
         self
     }
+}
+
+/// Adds an operator fed by `inputs` (upstream node, partitioning), in input order.
+fn add_operator<O, F>(
+    builder: JobBuilder,
+    inputs: &[(usize, Option<Partitioning>)],
+    name: &str,
+    schema: Option<SchemaRef>,
+    factory: F,
+) -> Stream
+where
+    O: Operator,
+    F: Fn(&SubtaskContext) -> O + Send + Sync + 'static,
+{
+    let factory: OperatorFactory = Arc::new(move |ctx| Box::new(factory(ctx)) as Box<dyn Operator>);
+    let node = builder.add(name, NodeKind::Operator(factory), schema);
+    builder.with(|g| {
+        for (input, (from, partitioning)) in inputs.iter().enumerate() {
+            g.edges.push(Edge { from: *from, to: node, partitioning: partitioning.clone(), input });
+        }
+    });
+    Stream { builder, node, next_partitioning: None }
 }
 
 struct Union;

@@ -284,7 +284,7 @@ impl EmbeddedBroker {
         match encoded {
             Ok((lsn, bytes)) => self.inner.journal.write_snapshot_detached(lsn, bytes).await,
             Err(e) => {
-                self.inner.journal.write_snapshot_detached(0, Vec::new()).await.ok();
+                self.inner.journal.abandon_snapshot();
                 Err(e)
             }
         }

@@ -145,9 +145,7 @@ impl Journal {
     /// Writes a snapshot in its own task (see [`JournalCore::write_snapshot`]).
     pub(crate) async fn write_snapshot_detached(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
         if let Err(e) = self.sync(lsn).await {
-            if let Ok(mut b) = self.lock() {
-                b.snapshotting = false;
-            }
+            self.abandon_snapshot();
             return Err(e);
         }
         let core = self.core.clone();
@@ -447,6 +445,13 @@ impl JournalCore {
         })
     }
 
+    /// Gives up a snapshot claimed with [`begin_snapshot`](Self::begin_snapshot).
+    pub(crate) fn abandon_snapshot(&self) {
+        if let Ok(mut b) = self.lock() {
+            b.snapshotting = false;
+        }
+    }
+
     /// Claims the right to take a snapshot; returns false if one is under way.
     pub(crate) fn begin_snapshot(&self) -> bool {
         self.lock().is_ok_and(|mut b| !std::mem::replace(&mut b.snapshotting, true))
@@ -456,9 +461,7 @@ impl JournalCore {
     /// drops the segments and snapshots it makes redundant.
     async fn write_snapshot(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
         let result = self.write_snapshot_inner(lsn, state_bytes).await;
-        if let Ok(mut b) = self.lock() {
-            b.snapshotting = false;
-        }
+        self.abandon_snapshot();
         result
     }
 
