@@ -161,6 +161,16 @@ pub enum Error {
         /// What check failed.
         reason: String,
     },
+    /// A call to a real Kafka cluster failed.
+    #[error("kafka {op} failed: {reason}")]
+    Kafka {
+        /// What was attempted, with the topic, group or transaction id.
+        op: String,
+        /// What the client or broker said, and what to do.
+        reason: String,
+        /// Invalid (fix the input), Unavailable (retry), Fenced (stop this instance).
+        kind: ErrorKind,
+    },
     /// A shareflow bug.
     #[error("internal error (a shareflow bug, please report it): {0}")]
     Internal(String),
@@ -184,6 +194,7 @@ impl Error {
             }
             Error::Corrupt { .. } => ErrorKind::Data,
             Error::Internal(_) => ErrorKind::Internal,
+            Error::Kafka { kind, .. } => *kind,
         }
     }
 

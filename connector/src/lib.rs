@@ -23,6 +23,7 @@
 pub mod broker;
 mod error;
 pub mod file_sink;
+pub mod kafka;
 pub mod participant;
 pub mod share;
 pub mod sink;

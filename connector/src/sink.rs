@@ -24,7 +24,7 @@ pub mod points {
 }
 
 /// Reads a column of a batch as bytes per row (Binary, LargeBinary, Utf8, LargeUtf8).
-fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Vec<Option<Bytes>>>> {
+pub(crate) fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Vec<Option<Bytes>>>> {
     let Ok(index) = batch.schema().index_of(name) else { return Ok(None) };
     let col = batch.column(index);
     let get = |i: usize| -> Option<Bytes> {

@@ -11,6 +11,8 @@ use object_store::ObjectStore;
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, ManualClock};
 use shareflow::connector::share::*;
 
+pub mod kafka;
+
 pub const GROUP: &str = "orders-eu";
 pub const PREFIX: &str = "job";
 pub const IN: &str = "in";

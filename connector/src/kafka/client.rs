@@ -1,0 +1,301 @@
+//! [`KafkaCluster`]: one connection handle to a Kafka cluster, with the admin calls the
+//! connector needs.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use krafka::admin::{
+    AdminClient, ConfigOp, ConfigResource, DescribeConfigsOptions, DescribeShareGroupOffsetsOptions,
+    IncrementalAlterConfigsOptions, ListOffsetsOptions, NewTopic, OffsetSpec, TopicPartition,
+};
+use krafka::Kafka;
+
+use super::kafka_error;
+use crate::error::{Error, ErrorKind, Result};
+
+/// A connected Kafka cluster: the client handle every consumer and producer of a job
+/// shares, plus an admin client.
+#[derive(Clone)]
+pub struct KafkaCluster {
+    bootstrap: String,
+    kafka: Kafka,
+    admin: std::sync::Arc<AdminClient>,
+}
+
+impl std::fmt::Debug for KafkaCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaCluster").field("bootstrap", &self.bootstrap).finish_non_exhaustive()
+    }
+}
+
+/// How far a share group is from done on one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShareGroupBacklog {
+    /// Records at or after the share-partition start offsets, summed over partitions.
+    pub records: u64,
+    /// Partitions whose start offset the group has not initialised yet.
+    pub uninitialised_partitions: u32,
+}
+
+impl ShareGroupBacklog {
+    /// True when every record of every partition is acknowledged or archived.
+    pub fn drained(&self) -> bool {
+        self.records == 0 && self.uninitialised_partitions == 0
+    }
+}
+
+impl KafkaCluster {
+    /// Connects to `bootstrap` (`host:port[,host:port...]`). Fails with kind Unavailable,
+    /// naming the address, when no broker answers.
+    pub async fn connect(bootstrap: &str) -> Result<Self> {
+        if bootstrap.trim().is_empty() {
+            return Err(Error::InvalidConfig {
+                key: "bootstrap.servers".into(),
+                value: bootstrap.into(),
+                rule: "name at least one broker as host:port".into(),
+            });
+        }
+        let kafka = Kafka::builder(bootstrap)
+            .client_id("shareflow")
+            .connect_timeout(Duration::from_secs(5))
+            .request_timeout(Duration::from_secs(30))
+            .allow_auto_create_topics(false)
+            .connect()
+            .await
+            .map_err(|e| kafka_error(format!("connect to {bootstrap}"), e))?;
+        let admin = std::sync::Arc::new(kafka.admin());
+        Ok(Self { bootstrap: bootstrap.to_string(), kafka, admin })
+    }
+
+    /// The bootstrap servers.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// The client handle.
+    pub fn client(&self) -> &Kafka {
+        &self.kafka
+    }
+
+    /// The admin client.
+    pub fn admin(&self) -> &AdminClient {
+        &self.admin
+    }
+
+    /// Creates `topic` with `partitions` partitions unless it exists. `configs` are topic
+    /// configs (`cleanup.policy`, ...).
+    pub async fn ensure_topic(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Result<()> {
+        let mut new =
+            NewTopic::new(topic, partitions, 1).map_err(|e| kafka_error(format!("create topic {topic}"), e))?;
+        for (k, v) in configs {
+            new.configs.insert((*k).to_string(), (*v).to_string());
+        }
+        let results = self
+            .admin
+            .create_topics([new], Default::default())
+            .await
+            .map_err(|e| kafka_error(format!("create topic {topic}"), e))?;
+        match results.into_values().next() {
+            Some(Err(krafka::KrafkaError::Broker { code, .. }))
+                if code == krafka::error::ErrorCode::TopicAlreadyExists =>
+            {
+                Ok(())
+            }
+            Some(Err(e)) => Err(kafka_error(format!("create topic {topic}"), e)),
+            _ => {
+                self.wait_for_topic(topic).await?;
+                Ok(())
+            }
+        }
+    }
+
+    async fn wait_for_topic(&self, topic: &str) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.partitions(topic).await {
+                Ok(p) if p > 0 => return Ok(()),
+                _ if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+                Ok(_) => return Err(Error::UnknownTopicPartition { topic: topic.into(), partition: -1 }),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Deletes topics, ignoring those that do not exist.
+    pub async fn delete_topics(&self, topics: &[&str]) -> Result<()> {
+        self.admin
+            .delete_topics(topics.iter().copied(), Default::default())
+            .await
+            .map_err(|e| kafka_error(format!("delete topics {topics:?}"), e))?;
+        Ok(())
+    }
+
+    /// The number of partitions of `topic`.
+    pub async fn partitions(&self, topic: &str) -> Result<i32> {
+        let described = self
+            .admin
+            .describe_topics([topic], Default::default())
+            .await
+            .map_err(|e| kafka_error(format!("describe topic {topic}"), e))?;
+        match described.into_values().next() {
+            Some(Ok(d)) => Ok(d.partitions.len() as i32),
+            Some(Err(krafka::KrafkaError::Broker { code, .. }))
+                if code == krafka::error::ErrorCode::UnknownTopicOrPartition =>
+            {
+                Err(Error::UnknownTopicPartition { topic: topic.into(), partition: -1 })
+            }
+            Some(Err(e)) => Err(kafka_error(format!("describe topic {topic}"), e)),
+            None => Err(Error::UnknownTopicPartition { topic: topic.into(), partition: -1 }),
+        }
+    }
+
+    /// Sets share-group configs (`share.auto.offset.reset`, `share.record.lock.duration.ms`,
+    /// ...) on `group`.
+    pub async fn set_group_configs(&self, group: &str, configs: &[(&str, &str)]) -> Result<()> {
+        let ops = configs.iter().map(|(k, v)| ConfigOp::set(*k, *v)).collect();
+        let results = self
+            .admin
+            .incremental_alter_configs([(ConfigResource::group(group), ops)], IncrementalAlterConfigsOptions::default())
+            .await
+            .map_err(|e| kafka_error(format!("set configs of group {group}"), e))?;
+        for (_, r) in results {
+            r.map_err(|e| kafka_error(format!("set configs {configs:?} of group {group}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// A broker config value, from broker `0`..: the first broker that answers.
+    pub async fn broker_config(&self, key: &str) -> Result<Option<String>> {
+        let brokers =
+            self.admin.describe_cluster(Default::default()).await.map_err(|e| kafka_error("describe cluster", e))?;
+        let Some(node) = brokers.brokers.first() else { return Ok(None) };
+        let described = self
+            .admin
+            .describe_configs([ConfigResource::broker(node.id)], DescribeConfigsOptions::default())
+            .await
+            .map_err(|e| kafka_error(format!("describe config {key} of broker {}", node.id), e))?;
+        for (_, r) in described {
+            let entries = r.map_err(|e| kafka_error(format!("describe config {key}"), e))?;
+            if let Some(entry) = entries.iter().find(|c| c.name == key) {
+                return Ok(entry.value.clone());
+            }
+        }
+        Ok(None)
+    }
+
+    /// The high watermark (`read_committed`: the last stable offset) of each partition.
+    pub async fn end_offsets(&self, topic: &str, read_committed: bool) -> Result<Vec<i64>> {
+        let n = self.partitions(topic).await?;
+        let specs = (0..n).map(|p| (TopicPartition::new(topic, p), OffsetSpec::Latest));
+        let options = ListOffsetsOptions::default().read_committed(read_committed);
+        let listed = self
+            .admin
+            .list_offsets(specs, options)
+            .await
+            .map_err(|e| kafka_error(format!("list offsets of {topic}"), e))?;
+        let mut ends = vec![0; n as usize];
+        for (tp, r) in listed {
+            let o = r.map_err(|e| kafka_error(format!("list offsets of {}-{}", tp.topic, tp.partition), e))?;
+            if let Some(slot) = ends.get_mut(tp.partition as usize) {
+                *slot = o.offset;
+            }
+        }
+        Ok(ends)
+    }
+
+    /// How many records of `topic` the share group `group` has not finished yet.
+    pub async fn share_group_backlog(&self, group: &str, topic: &str) -> Result<ShareGroupBacklog> {
+        let ends = self.end_offsets(topic, false).await?;
+        let options = DescribeShareGroupOffsetsOptions::default()
+            .partitions((0..ends.len() as i32).map(|p| TopicPartition::new(topic, p)).collect());
+        let described = self
+            .admin
+            .describe_share_group_offsets(group, options)
+            .await
+            .map_err(|e| kafka_error(format!("describe offsets of share group {group}"), e))?;
+        // The lag (KIP-1226) counts records not yet acknowledged or archived; the start
+        // offset alone lags behind, as the share coordinator persists it lazily.
+        let by_partition: HashMap<i32, (i64, Option<i64>)> = described
+            .into_iter()
+            .filter_map(|(tp, r)| r.ok().map(|o| (tp.partition, (o.start_offset, o.lag))))
+            .collect();
+        let mut backlog = ShareGroupBacklog::default();
+        for (p, end) in ends.iter().enumerate() {
+            match by_partition.get(&(p as i32)) {
+                Some(&(_, Some(lag))) if lag >= 0 => backlog.records += lag as u64,
+                Some(&(start, _)) if start >= 0 => backlog.records += (*end - start).max(0) as u64,
+                _ if *end == 0 => {}
+                _ => backlog.uninitialised_partitions += 1,
+            }
+        }
+        Ok(backlog)
+    }
+
+    /// Produces `(key, value)` records to `topic` with an idempotent producer and waits
+    /// until all are acknowledged. For loading input.
+    pub async fn produce(&self, topic: &str, records: impl IntoIterator<Item = (Option<Bytes>, Bytes)>) -> Result<u64> {
+        let producer =
+            self.kafka.producer().idempotent(true).build().await.map_err(|e| kafka_error("build producer", e))?;
+        let mut handles = Vec::new();
+        for (key, value) in records {
+            let mut r = krafka::Record::new(topic, value);
+            if let Some(k) = key {
+                r = r.key(k);
+            }
+            handles.push(producer.enqueue(r).await.map_err(|e| kafka_error(format!("produce to {topic}"), e))?);
+        }
+        let n = handles.len() as u64;
+        for h in handles {
+            let _ = h.await.map_err(|e| kafka_error(format!("produce to {topic}"), e))?;
+        }
+        producer.close().await.map_err(|e| kafka_error("close producer", e))?;
+        Ok(n)
+    }
+
+    /// Reads every committed record of `topic` (read_committed, from the beginning to the
+    /// last stable offset) as `(partition, offset, key, value)`.
+    pub async fn read_committed(&self, topic: &str) -> Result<Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>> {
+        let ends = self.end_offsets(topic, true).await?;
+        let consumer = self
+            .kafka
+            .consumer_without_group()
+            .isolation_level(krafka::consumer::IsolationLevel::ReadCommitted)
+            .build()
+            .await
+            .map_err(|e| kafka_error(format!("read {topic}"), e))?;
+        consumer
+            .assign(topic, (0..ends.len() as i32).collect())
+            .await
+            .map_err(|e| kafka_error(format!("assign {topic}"), e))?;
+        for p in 0..ends.len() as i32 {
+            consumer.seek_to_beginning(topic, p).await.map_err(|e| kafka_error(format!("seek {topic}-{p}"), e))?;
+        }
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let mut done = true;
+            for (p, end) in ends.iter().enumerate() {
+                let pos = consumer.position(topic, p as i32).await.unwrap_or(0);
+                done &= pos >= *end;
+            }
+            if done {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Kafka {
+                    op: format!("read {topic}"),
+                    reason: format!("did not reach the last stable offsets {ends:?} in 120 s"),
+                    kind: ErrorKind::Unavailable,
+                });
+            }
+            for r in
+                consumer.poll(Duration::from_millis(200)).await.map_err(|e| kafka_error(format!("read {topic}"), e))?
+            {
+                out.push((r.partition, r.offset, r.key, r.value));
+            }
+        }
+        consumer.close().await.map_err(|e| kafka_error("close consumer", e))?;
+        Ok(out)
+    }
+}

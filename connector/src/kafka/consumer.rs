@@ -1,0 +1,236 @@
+//! [`KafkaShareConsumer`]: the [`ShareConsumer`] contract over the wire to a real Kafka
+//! 4.x broker (ShareGroupHeartbeat, ShareFetch with share sessions, ShareAcknowledge).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use krafka::share_consumer::{AcknowledgementMode as KafkaAckMode, ShareConsumer as Inner};
+use krafka::ConsumerRecord;
+
+use super::{kafka_error, KafkaCluster};
+use crate::error::{Error, ErrorKind, Result};
+use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
+
+/// Settings of a [`KafkaShareConsumer`].
+#[derive(Debug, Clone)]
+pub struct KafkaShareConsumerConfig {
+    /// The share group.
+    pub group: String,
+    /// Most records one fetch asks for (`max.poll.records`).
+    pub max_poll_records: usize,
+    /// How long the broker may hold a fetch open waiting for records.
+    pub fetch_max_wait: Duration,
+}
+
+impl KafkaShareConsumerConfig {
+    /// Defaults: 500 records per poll, fetches held up to 100 ms.
+    pub fn new(group: &str) -> Self {
+        Self { group: group.to_string(), max_poll_records: 500, fetch_max_wait: Duration::from_millis(100) }
+    }
+}
+
+type Key = (Arc<str>, i32, i64);
+
+/// A share-group member on a real Kafka broker, in explicit acknowledgement mode.
+///
+/// Kafka's rule holds: every record a poll returned must be settled (ACCEPT, RELEASE
+/// or REJECT) before the next poll; RENEW keeps the lock and leaves it unsettled.
+/// Acknowledgements ride on the next ShareFetch, or go at once with
+/// [`commit`](ShareConsumer::commit). KIP-1289 transactional acknowledgement does not
+/// exist on stock brokers: [`acknowledge_batches_transactional`](ShareConsumer::acknowledge_batches_transactional)
+/// fails with a message saying so.
+pub struct KafkaShareConsumer {
+    config: KafkaShareConsumerConfig,
+    inner: Inner,
+    member: MemberId,
+    delivered: HashMap<Key, ConsumerRecord>,
+}
+
+impl std::fmt::Debug for KafkaShareConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaShareConsumer")
+            .field("group", &self.config.group)
+            .field("member", &self.member)
+            .field("unsettled", &self.delivered.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaShareConsumer {
+    /// A member of `config.group` on `cluster`. It joins on [`subscribe`](ShareConsumer::subscribe).
+    pub async fn new(cluster: &KafkaCluster, config: KafkaShareConsumerConfig) -> Result<Self> {
+        if config.max_poll_records == 0 || config.max_poll_records > i32::MAX as usize {
+            return Err(Error::InvalidConfig {
+                key: "max.poll.records".into(),
+                value: config.max_poll_records.to_string(),
+                rule: "must be at least 1".into(),
+            });
+        }
+        let inner = cluster
+            .client()
+            .share_consumer(config.group.clone())
+            .acknowledgement_mode(KafkaAckMode::Explicit)
+            .max_poll_records(config.max_poll_records as i32)
+            .fetch_max_wait(config.fetch_max_wait)
+            .build()
+            .await
+            .map_err(|e| kafka_error(format!("create share consumer of group {}", config.group), e))?;
+        Ok(Self { config, inner, member: MemberId(String::new()), delivered: HashMap::new() })
+    }
+
+    /// The group.
+    pub fn group(&self) -> &str {
+        &self.config.group
+    }
+
+    /// Records delivered and not settled yet.
+    pub fn unsettled(&self) -> usize {
+        self.delivered.len()
+    }
+
+    /// The acquisition lock duration the broker reported, once known.
+    pub fn lock_duration(&self) -> Option<Duration> {
+        self.inner.acquisition_lock_timeout()
+    }
+
+    /// Sends buffered acknowledgements and returns the partitions whose
+    /// acknowledgements the broker refused, with the reason (a lock that expired:
+    /// INVALID_RECORD_STATE). Transport failures are errors.
+    pub async fn commit_outcome(&mut self) -> Result<Vec<(String, i32, String)>> {
+        let results = self
+            .inner
+            .commit()
+            .await
+            .map_err(|e| kafka_error(format!("acknowledge in group {}", self.config.group), e))?;
+        let mut refused = Vec::new();
+        for (tp, r) in results {
+            if let Err(e) = r {
+                refused.push((tp.topic.to_string(), tp.partition, e.to_string()));
+            }
+        }
+        Ok(refused)
+    }
+
+    fn key(record: &Record) -> Key {
+        (record.topic.clone(), record.partition, record.offset)
+    }
+}
+
+fn to_record(r: &ConsumerRecord) -> Record {
+    Record {
+        topic: Arc::from(&*r.topic),
+        partition: r.partition,
+        offset: r.offset,
+        key: r.key.clone(),
+        value: r.value.clone(),
+        timestamp_ms: r.timestamp,
+        delivery_count: r.delivery_count.unwrap_or(1),
+    }
+}
+
+#[async_trait]
+impl ShareConsumer for KafkaShareConsumer {
+    fn member_id(&self) -> &MemberId {
+        &self.member
+    }
+
+    async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.inner
+            .subscribe(topics.iter().copied())
+            .await
+            .map_err(|e| kafka_error(format!("subscribe group {} to {topics:?}", self.config.group), e))?;
+        self.member = MemberId(self.inner.member_id());
+        Ok(())
+    }
+
+    async fn poll(&mut self, max_records: usize, timeout: Duration) -> Result<Vec<Record>> {
+        if !self.delivered.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "group {}: {} records of the previous poll are not settled; ACCEPT, RELEASE or REJECT each before polling again",
+                self.config.group,
+                self.delivered.len()
+            )));
+        }
+        let got = self
+            .inner
+            .poll(timeout)
+            .await
+            .map_err(|e| kafka_error(format!("poll share group {}", self.config.group), e))?;
+        if max_records < got.len() {
+            tracing::debug!(max_records, got = got.len(), "poll returned more than asked; max.poll.records rules");
+        }
+        let member = self.inner.member_id();
+        if member != self.member.0 {
+            self.member = MemberId(member);
+        }
+        let mut out = Vec::with_capacity(got.len());
+        for r in got {
+            let rec = to_record(&r);
+            self.delivered.insert(Self::key(&rec), r);
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()> {
+        let key = Self::key(record);
+        let Some(delivered) = self.delivered.get(&key) else {
+            return Err(Error::InvalidRequest(format!(
+                "group {}: {}-{}@{} was not delivered to this member by its last poll, or is settled already",
+                self.config.group, record.topic, record.partition, record.offset
+            )));
+        };
+        let op = format!(
+            "{ack_type} {}-{}@{} in group {}",
+            record.topic, record.partition, record.offset, self.config.group
+        );
+        match ack_type {
+            AcknowledgeType::Accept => self.inner.ack(delivered),
+            AcknowledgeType::Release => self.inner.release(delivered),
+            AcknowledgeType::Reject => self.inner.reject(delivered),
+            AcknowledgeType::Renew => self.inner.renew(delivered),
+        }
+        .map_err(|e| kafka_error(op, e))?;
+        if ack_type != AcknowledgeType::Renew {
+            self.delivered.remove(&key);
+        }
+        Ok(())
+    }
+
+    async fn acknowledge_batches_transactional(
+        &mut self,
+        acks: &ShareAcknowledgements,
+        txn: &TransactionHandle,
+    ) -> Result<()> {
+        Err(Error::Kafka {
+            op: format!("acknowledge {} records into {}", acks.record_count(), txn.id),
+            reason: "stock Kafka brokers do not implement KIP-1289 transactional acknowledgements; \
+                     use KafkaShareSource with KafkaTransactions, which reaches exactly-once through the ledger"
+                .into(),
+            kind: ErrorKind::Invalid,
+        })
+    }
+
+    async fn commit(&mut self) -> Result<()> {
+        let refused = self.commit_outcome().await?;
+        if let Some((topic, partition, reason)) = refused.first() {
+            return Err(Error::Kafka {
+                op: format!("acknowledge {topic}-{partition} in group {}", self.config.group),
+                reason: format!("the broker refused it: {reason} (did the acquisition lock expire?)"),
+                kind: ErrorKind::Invalid,
+            });
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        // Unsettled records go back at once rather than waiting for their locks.
+        let unsettled: Vec<ConsumerRecord> = self.delivered.drain().map(|(_, r)| r).collect();
+        for r in &unsettled {
+            let _ = self.inner.release(r);
+        }
+        self.inner.close().await.map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e))
+    }
+}

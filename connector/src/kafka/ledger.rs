@@ -1,0 +1,393 @@
+//! The acknowledgement ledger: how exactly-once works on stock Kafka.
+//!
+//! Two kinds of entries live in one ledger topic per `(group, prefix)`:
+//!
+//! - **Intent** (written without a transaction, before the records are acknowledged):
+//!   "subtask s of epoch n processes these offsets". Only after the intent is durable
+//!   does the source ACCEPT the records at the share group.
+//! - **Commit** (written inside T(n)): "epoch n is committed". It becomes visible to a
+//!   `read_committed` reader exactly when the output of epoch n does.
+//!
+//! An offset is **done** when some intent naming it belongs to a committed epoch. Every
+//! other offset some intent names must be **replayed** from the topic's log: the share
+//! group will not deliver it again (it was accepted), and its output was aborted.
+//! [`LedgerPlan::from_entries`] computes both sets; the sources replay their share of
+//! the second before reading anything new.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+/// The first bytes of every ledger record value.
+const MAGIC: &[u8; 4] = b"SFL1";
+
+/// One offset range of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LedgerRange {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// First offset, inclusive.
+    pub first: i64,
+    /// Last offset, inclusive.
+    pub last: i64,
+}
+
+/// A ledger record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LedgerEntry {
+    /// Subtask `subtask` processes these offsets in epoch `epoch`.
+    Intent {
+        /// The epoch (checkpoint id) whose transaction carries the output.
+        epoch: u64,
+        /// The source subtask.
+        subtask: u32,
+        /// The offsets, as ranges.
+        ranges: Vec<LedgerRange>,
+    },
+    /// Epoch `epoch` is committed (written inside its transaction).
+    Commit {
+        /// The epoch.
+        epoch: u64,
+    },
+}
+
+impl LedgerEntry {
+    /// The record value: magic, then postcard.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        // Encoding a plain enum of integers, strings and vectors cannot fail.
+        out.extend(postcard::to_allocvec(self).unwrap_or_default());
+        out
+    }
+
+    /// Parses a record value; `Err` says what is wrong with it.
+    pub fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let body = bytes.strip_prefix(MAGIC.as_slice()).ok_or_else(|| {
+            format!("it does not start with the ledger magic {MAGIC:?} (is another application writing to this topic?)")
+        })?;
+        postcard::from_bytes(body).map_err(|e| format!("its body does not decode: {e}"))
+    }
+}
+
+/// Inclusive offset ranges of one partition, merged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeSet {
+    /// first -> last.
+    ranges: BTreeMap<i64, i64>,
+}
+
+impl RangeSet {
+    /// Adds `first..=last`, merging with neighbours.
+    pub fn insert(&mut self, mut first: i64, mut last: i64) {
+        if first > last {
+            return;
+        }
+        // Merge with a range that starts before and reaches first - 1 or beyond.
+        if let Some((&f, &l)) = self.ranges.range(..=first).next_back() {
+            if l >= first.saturating_sub(1) {
+                first = f;
+                last = last.max(l);
+                self.ranges.remove(&f);
+            }
+        }
+        // Absorb ranges that start inside or right after.
+        while let Some((&f, &l)) = self.ranges.range(first..).next() {
+            if f > last.saturating_add(1) {
+                break;
+            }
+            last = last.max(l);
+            self.ranges.remove(&f);
+        }
+        self.ranges.insert(first, last);
+    }
+
+    /// True if `offset` is in the set.
+    pub fn contains(&self, offset: i64) -> bool {
+        self.ranges.range(..=offset).next_back().is_some_and(|(_, &l)| l >= offset)
+    }
+
+    /// The ranges of `self` not in `other`.
+    pub fn minus(&self, other: &RangeSet) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        for (&f, &l) in &self.ranges {
+            let mut start = f;
+            for (&of, &ol) in other.ranges.range(..=l) {
+                if ol < start {
+                    continue;
+                }
+                if of > start {
+                    out.push((start, (of - 1).min(l)));
+                }
+                start = start.max(ol.saturating_add(1));
+                if start > l {
+                    break;
+                }
+            }
+            if start <= l {
+                out.push((start, l));
+            }
+        }
+        out
+    }
+
+    /// The ranges, in order.
+    pub fn ranges(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ranges.iter().map(|(&f, &l)| (f, l))
+    }
+
+    /// How many offsets.
+    pub fn len(&self) -> u64 {
+        self.ranges.iter().map(|(&f, &l)| (l - f + 1) as u64).sum()
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+/// What the ledger says about one record the share group delivered again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerLookup {
+    /// An intent names it: its output is committed or will be replayed. Accept it, do
+    /// not process it again.
+    Covered,
+    /// No intent names it: process it.
+    Unknown,
+}
+
+/// The result of reading the whole ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerPlan {
+    /// Every offset some intent names, per topic partition.
+    pub covered: HashMap<(Arc<str>, i32), RangeSet>,
+    /// Offsets to replay from the log: named by intents, none of them committed.
+    pub replay: Vec<LedgerRange>,
+    /// The committed epochs.
+    pub committed_epochs: BTreeSet<u64>,
+    /// The highest epoch any entry names.
+    pub highest_epoch: Option<u64>,
+}
+
+impl LedgerPlan {
+    /// Computes the plan from every entry of the ledger, in any order.
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a LedgerEntry>) -> Self {
+        let entries: Vec<&LedgerEntry> = entries.into_iter().collect();
+        let mut plan = LedgerPlan::default();
+        for e in &entries {
+            let epoch = match e {
+                LedgerEntry::Commit { epoch } => {
+                    plan.committed_epochs.insert(*epoch);
+                    *epoch
+                }
+                LedgerEntry::Intent { epoch, .. } => *epoch,
+            };
+            plan.highest_epoch = Some(plan.highest_epoch.map_or(epoch, |h| h.max(epoch)));
+        }
+        let mut done: HashMap<(Arc<str>, i32), RangeSet> = HashMap::new();
+        for e in &entries {
+            if let LedgerEntry::Intent { epoch, ranges, .. } = e {
+                for r in ranges {
+                    let key = (Arc::<str>::from(r.topic.as_str()), r.partition);
+                    plan.covered.entry(key.clone()).or_default().insert(r.first, r.last);
+                    if plan.committed_epochs.contains(epoch) {
+                        done.entry(key).or_default().insert(r.first, r.last);
+                    }
+                }
+            }
+        }
+        let empty = RangeSet::default();
+        let mut keys: Vec<&(Arc<str>, i32)> = plan.covered.keys().collect();
+        keys.sort();
+        for key in keys {
+            for (first, last) in plan.covered[key].minus(done.get(key).unwrap_or(&empty)) {
+                plan.replay.push(LedgerRange { topic: key.0.to_string(), partition: key.1, first, last });
+            }
+        }
+        plan
+    }
+
+    /// The replay ranges subtask `subtask` of `parallelism` owns: whole partitions, by
+    /// a stable hash, so two subtasks never replay the same offsets.
+    pub fn replay_share(&self, subtask: u32, parallelism: u32) -> Vec<LedgerRange> {
+        self.replay.iter().filter(|r| owner(&r.topic, r.partition, parallelism) == subtask).cloned().collect()
+    }
+}
+
+fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
+    // FNV-1a: stable across processes and versions.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in topic.bytes().chain(partition.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % u64::from(parallelism.max(1))) as u32
+}
+
+/// The job-wide view of the ledger that every source subtask of one process shares.
+#[derive(Debug, Default)]
+pub struct AckLedger {
+    inner: Mutex<Option<LedgerPlan>>,
+}
+
+impl AckLedger {
+    /// An empty, unloaded ledger.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LedgerPlan>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Installs the plan read from the ledger topic.
+    pub fn install(&self, plan: LedgerPlan) {
+        *self.lock() = Some(plan);
+    }
+
+    /// Forgets everything: the next attempt reads the topic again.
+    pub fn reset(&self) {
+        *self.lock() = None;
+    }
+
+    /// The loaded plan, if any.
+    pub fn plan(&self) -> Option<LedgerPlan> {
+        self.lock().clone()
+    }
+
+    /// Records that an intent naming these ranges is durable.
+    pub fn cover(&self, ranges: &[LedgerRange]) {
+        let mut g = self.lock();
+        let plan = g.get_or_insert_with(LedgerPlan::default);
+        for r in ranges {
+            plan.covered.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
+        }
+    }
+
+    /// Whether an intent names this record.
+    pub fn lookup(&self, topic: &Arc<str>, partition: i32, offset: i64) -> LedgerLookup {
+        let g = self.lock();
+        let covered =
+            g.as_ref().and_then(|p| p.covered.get(&(topic.clone(), partition))).is_some_and(|s| s.contains(offset));
+        if covered {
+            LedgerLookup::Covered
+        } else {
+            LedgerLookup::Unknown
+        }
+    }
+}
+
+/// Turns offsets into merged ranges per partition.
+pub(crate) fn to_ranges<'a>(offsets: impl IntoIterator<Item = (&'a str, i32, i64)>) -> Vec<LedgerRange> {
+    let mut sets: BTreeMap<(String, i32), RangeSet> = BTreeMap::new();
+    for (t, p, o) in offsets {
+        sets.entry((t.to_string(), p)).or_default().insert(o, o);
+    }
+    let mut out = Vec::new();
+    for ((topic, partition), set) in sets {
+        for (first, last) in set.ranges() {
+            out.push(LedgerRange { topic: topic.clone(), partition, first, last });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(first: i64, last: i64) -> LedgerRange {
+        LedgerRange { topic: "in".into(), partition: 0, first, last }
+    }
+
+    fn intent(epoch: u64, ranges: Vec<LedgerRange>) -> LedgerEntry {
+        LedgerEntry::Intent { epoch, subtask: 0, ranges }
+    }
+
+    #[test]
+    fn range_set_merges_and_subtracts() {
+        let mut s = RangeSet::default();
+        s.insert(5, 9);
+        s.insert(0, 3);
+        s.insert(4, 4);
+        assert_eq!(s.ranges().collect::<Vec<_>>(), vec![(0, 9)]);
+        s.insert(20, 25);
+        assert!(s.contains(0) && s.contains(9) && s.contains(22));
+        assert!(!s.contains(10) && !s.contains(26) && !s.contains(-1));
+        let mut o = RangeSet::default();
+        o.insert(2, 3);
+        o.insert(8, 21);
+        assert_eq!(s.minus(&o), vec![(0, 1), (4, 7), (22, 25)]);
+        assert_eq!(s.len(), 16);
+    }
+
+    #[test]
+    fn entries_round_trip_and_foreign_bytes_are_refused() {
+        let e = intent(7, vec![r(1, 2)]);
+        assert_eq!(LedgerEntry::decode(&e.encode()), Ok(e));
+        let c = LedgerEntry::Commit { epoch: 3 };
+        assert_eq!(LedgerEntry::decode(&c.encode()), Ok(c));
+        let err = LedgerEntry::decode(b"hello").unwrap_err();
+        assert!(err.contains("magic"), "{err}");
+        let err = LedgerEntry::decode(b"SFL1\xff\xff\xff").unwrap_err();
+        assert!(err.contains("does not decode"), "{err}");
+    }
+
+    #[test]
+    fn offsets_of_uncommitted_epochs_are_replayed_unless_a_committed_intent_names_them() {
+        // Epoch 1 committed 0..=9. Epoch 2 (aborted) had 10..=19; its replay in epoch 3
+        // committed 10..=14 only before the next crash. Epoch 4 (aborted) had 20..=29.
+        let entries = vec![
+            intent(1, vec![r(0, 9)]),
+            LedgerEntry::Commit { epoch: 1 },
+            intent(2, vec![r(10, 19)]),
+            intent(3, vec![r(10, 14)]),
+            LedgerEntry::Commit { epoch: 3 },
+            intent(4, vec![r(20, 29)]),
+        ];
+        let plan = LedgerPlan::from_entries(&entries);
+        assert_eq!(plan.replay, vec![r(15, 19), r(20, 29)]);
+        assert_eq!(plan.committed_epochs, BTreeSet::from([1, 3]));
+        assert_eq!(plan.highest_epoch, Some(4));
+        assert_eq!(plan.covered[&(Arc::from("in"), 0)].ranges().collect::<Vec<_>>(), vec![(0, 29)]);
+    }
+
+    #[test]
+    fn a_commit_entry_alone_replays_nothing_and_order_does_not_matter() {
+        let entries = [LedgerEntry::Commit { epoch: 2 }, intent(2, vec![r(0, 4)])];
+        assert!(LedgerPlan::from_entries(&entries).replay.is_empty());
+        assert!(LedgerPlan::from_entries(&[]).replay.is_empty());
+    }
+
+    #[test]
+    fn replay_shares_partition_the_work() {
+        let mut plan = LedgerPlan::default();
+        for p in 0..16 {
+            plan.replay.push(LedgerRange { topic: "in".into(), partition: p, first: 0, last: 1 });
+        }
+        let mut all: Vec<LedgerRange> = (0..3).flat_map(|s| plan.replay_share(s, 3)).collect();
+        all.sort();
+        let mut expected = plan.replay.clone();
+        expected.sort();
+        assert_eq!(all, expected);
+    }
+
+    #[test]
+    fn lookups_see_installed_and_covered_ranges() {
+        let ledger = AckLedger::new();
+        let t: Arc<str> = "in".into();
+        assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Unknown);
+        ledger.install(LedgerPlan::from_entries(&[intent(1, vec![r(0, 4)])]));
+        assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Covered);
+        ledger.cover(&[r(10, 10)]);
+        assert_eq!(ledger.lookup(&t, 0, 10), LedgerLookup::Covered);
+        assert_eq!(ledger.lookup(&t, 1, 10), LedgerLookup::Unknown);
+        ledger.reset();
+        assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Unknown);
+        let ranges = to_ranges([("in", 0, 3), ("in", 0, 1), ("in", 0, 2), ("x", 1, 9)]);
+        assert_eq!(ranges, vec![r(1, 3), LedgerRange { topic: "x".into(), partition: 1, first: 9, last: 9 }]);
+    }
+}

@@ -1,0 +1,60 @@
+//! [`KafkaSink`]: writes rows to a Kafka topic inside T(n) (exactly-once) or
+//! idempotently (at-least-once), through the job's [`KafkaTransactions`].
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use shareflow_runtime::{Collector, ErrorKind, Operator, Result, RuntimeError, StateItems, SubtaskContext};
+
+use super::KafkaTransactions;
+use crate::sink::bytes_column;
+
+/// Writes each row's `value` (and `key`, if the batch has one) to a topic.
+///
+/// The output of epoch n goes into T(n) and becomes visible to read_committed readers
+/// when checkpoint n commits. In at-least-once mode it is written at once and flushed
+/// before checkpoint n completes.
+pub struct KafkaSink {
+    txns: Arc<KafkaTransactions>,
+    topic: String,
+    epoch: u64,
+    task: String,
+}
+
+impl KafkaSink {
+    /// A factory for the job builder. `txns` must also be a participant of the job.
+    pub fn factory(txns: Arc<KafkaTransactions>, topic: &str) -> impl Fn(&SubtaskContext) -> KafkaSink + Send + Sync {
+        let topic = topic.to_string();
+        move |ctx| KafkaSink { txns: txns.clone(), topic: topic.clone(), epoch: ctx.first_epoch, task: ctx.task_name() }
+    }
+}
+
+#[async_trait]
+impl Operator for KafkaSink {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
+        let values = bytes_column(&batch, "value", &self.task)?.ok_or_else(|| {
+            RuntimeError::task_message(&self.task, ErrorKind::Invalid, "the kafka sink needs a column named value")
+        })?;
+        let keys = bytes_column(&batch, "key", &self.task)?;
+        let records = values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let mut r = krafka::Record::new(self.topic.as_str(), value.unwrap_or_default());
+                if let Some(k) = keys.as_ref().and_then(|k| k[i].clone()) {
+                    r = r.key(k);
+                }
+                r
+            })
+            .collect();
+        self.txns.send(self.epoch, records).await
+    }
+
+    async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+        // Output of the next epoch goes into the next transaction; this one is flushed
+        // when the checkpoint prepares.
+        self.epoch = checkpoint_id + 1;
+        Ok(Vec::new())
+    }
+}

@@ -1,0 +1,257 @@
+//! [`KafkaShareSource`]: a runtime source whose subtasks are members of one share group
+//! on a real Kafka cluster, exactly-once through the ledger of [`KafkaTransactions`].
+//!
+//! Per poll: records the ledger already names (a redelivery of something this job
+//! processed) are accepted and dropped; the rest get an intent entry in the ledger,
+//! are accepted at the share group, and are emitted in the current epoch. On open, a
+//! subtask first replays its share of the offsets whose epochs never committed.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
+
+use super::ledger::{to_ranges, AckLedger, LedgerLookup};
+use super::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
+use crate::participant::runtime_error;
+use crate::share::{AcknowledgeType, Record, ShareConsumer};
+use crate::source::records_to_batch;
+
+/// Settings of a [`KafkaShareSource`].
+#[derive(Debug, Clone)]
+pub struct KafkaSourceConfig {
+    /// The share group.
+    pub group: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Records per poll (`max.poll.records`).
+    pub max_poll_records: usize,
+    /// How long one poll may wait for records.
+    pub poll_timeout: Duration,
+    /// Finish once the group has no backlog on its topics (bounded runs, tests).
+    pub stop_when_drained: bool,
+    /// Set `share.auto.offset.reset=earliest` on the group when opening, so records
+    /// produced before the first member joined are delivered too.
+    pub from_earliest: bool,
+}
+
+impl KafkaSourceConfig {
+    /// Consumes `topics` as `group`, 500 records per poll.
+    pub fn new(group: &str, topics: &[&str]) -> Self {
+        Self {
+            group: group.to_string(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            max_poll_records: 500,
+            poll_timeout: Duration::from_millis(100),
+            stop_when_drained: false,
+            from_earliest: true,
+        }
+    }
+}
+
+/// Counters shared by a source's subtasks.
+#[derive(Debug, Default)]
+pub struct KafkaSourceMetrics {
+    /// Records emitted (fresh and replayed).
+    pub records_emitted: AtomicU64,
+    /// Records replayed from the log because their epoch never committed.
+    pub records_replayed: AtomicU64,
+    /// Redelivered records the ledger already covered: accepted, not processed again.
+    pub records_skipped: AtomicU64,
+    /// Records released because their lock might have expired before their intent.
+    pub records_released_late: AtomicU64,
+    /// Intent entries written.
+    pub intents_written: AtomicU64,
+}
+
+/// One subtask of a share-group source on real Kafka.
+pub struct KafkaShareSource {
+    cluster: KafkaCluster,
+    txns: Arc<KafkaTransactions>,
+    config: KafkaSourceConfig,
+    consumer: Option<KafkaShareConsumer>,
+    ledger: Option<Arc<AckLedger>>,
+    replay: VecDeque<Record>,
+    subtask: u32,
+    idle_since: Option<tokio::time::Instant>,
+    last_drain_check: Option<tokio::time::Instant>,
+    metrics: Arc<KafkaSourceMetrics>,
+    task: String,
+}
+
+impl KafkaShareSource {
+    /// A factory for the job builder. `txns` must also be a participant of the job.
+    pub fn factory(
+        cluster: KafkaCluster,
+        txns: Arc<KafkaTransactions>,
+        config: KafkaSourceConfig,
+        metrics: Arc<KafkaSourceMetrics>,
+    ) -> impl Fn(&SubtaskContext) -> KafkaShareSource + Send + Sync {
+        move |ctx| KafkaShareSource {
+            cluster: cluster.clone(),
+            txns: txns.clone(),
+            config: config.clone(),
+            consumer: None,
+            ledger: None,
+            replay: VecDeque::new(),
+            subtask: ctx.subtask,
+            idle_since: None,
+            last_drain_check: None,
+            metrics: metrics.clone(),
+            task: ctx.task_name(),
+        }
+    }
+
+    fn consumer(&mut self) -> Result<&mut KafkaShareConsumer> {
+        self.consumer.as_mut().ok_or_else(|| RuntimeError::Internal("kafka source polled before open".into()))
+    }
+
+    async fn drained(&mut self) -> Result<bool> {
+        let now = tokio::time::Instant::now();
+        if self.last_drain_check.is_some_and(|t| now.duration_since(t) < Duration::from_millis(500)) {
+            return Ok(false);
+        }
+        self.last_drain_check = Some(now);
+        for topic in &self.config.topics {
+            let b = self
+                .cluster
+                .share_group_backlog(&self.config.group, topic)
+                .await
+                .map_err(|e| runtime_error(&self.task, e))?;
+            if !b.drained() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn emit(&mut self, epoch: u64, records: Vec<Record>) -> Result<SourceEvent> {
+        self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
+        let _ = epoch;
+        let batch = records_to_batch(&records).map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
+        Ok(SourceEvent::Batch(batch))
+    }
+}
+
+#[async_trait]
+impl Source for KafkaShareSource {
+    async fn open(&mut self, ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
+        if self.config.from_earliest {
+            self.cluster
+                .set_group_configs(&self.config.group, &[("share.auto.offset.reset", "earliest")])
+                .await
+                .map_err(|e| runtime_error(&self.task, e))?;
+        }
+        let (ledger, plan) = self.txns.ledger().await?;
+        let share = plan.replay_share(ctx.subtask, ctx.parallelism);
+        if !share.is_empty() {
+            let records = self.txns.read_ranges(&share).await?;
+            tracing::info!(task = %self.task, records = records.len(), ranges = share.len(), "replaying records of uncommitted epochs");
+            self.replay.extend(records);
+        }
+        self.ledger = Some(ledger);
+        let mut consumer_config = KafkaShareConsumerConfig::new(&self.config.group);
+        consumer_config.max_poll_records = self.config.max_poll_records;
+        consumer_config.fetch_max_wait = self.config.poll_timeout;
+        let mut consumer =
+            KafkaShareConsumer::new(&self.cluster, consumer_config).await.map_err(|e| runtime_error(&self.task, e))?;
+        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics).await.map_err(|e| runtime_error(&self.task, e))?;
+        self.consumer = Some(consumer);
+        Ok(())
+    }
+
+    async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent> {
+        if !self.replay.is_empty() {
+            let n = self.replay.len().min(self.config.max_poll_records);
+            let records: Vec<Record> = self.replay.drain(..n).collect();
+            let ranges = to_ranges(records.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
+            self.txns.write_intent(epoch, self.subtask, ranges).await?;
+            self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
+            self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
+            return self.emit(epoch, records).await;
+        }
+        let (max, timeout) = (self.config.max_poll_records, self.config.poll_timeout);
+        let started = tokio::time::Instant::now();
+        let task = self.task.clone();
+        let records = self.consumer()?.poll(max, timeout).await.map_err(|e| runtime_error(&task, e))?;
+        if records.is_empty() {
+            if self.config.stop_when_drained {
+                let idle = *self.idle_since.get_or_insert(started);
+                if idle.elapsed() > Duration::from_millis(300) && self.drained().await? {
+                    return Ok(SourceEvent::Finished);
+                }
+            }
+            return Ok(SourceEvent::Idle);
+        }
+        self.idle_since = None;
+        let ledger = self.ledger.clone().ok_or_else(|| RuntimeError::Internal("kafka source without ledger".into()))?;
+        let mut fresh = Vec::with_capacity(records.len());
+        let mut skipped = 0u64;
+        for r in records {
+            if r.delivery_count > 1 && ledger.lookup(&r.topic, r.partition, r.offset) == LedgerLookup::Covered {
+                self.consumer()?.acknowledge(&r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
+                skipped += 1;
+            } else {
+                fresh.push(r);
+            }
+        }
+        self.metrics.records_skipped.fetch_add(skipped, Ordering::Relaxed);
+        if fresh.is_empty() {
+            return Ok(SourceEvent::Idle);
+        }
+        // The intent must be durable while we still hold the locks; otherwise another
+        // member may get the records before the ledger names them. Half the lock
+        // duration is the budget; past it the records go back untouched.
+        let lock = self.consumer()?.lock_duration().unwrap_or(Duration::from_secs(15));
+        if started.elapsed() > lock / 2 {
+            for r in &fresh {
+                self.consumer()?.acknowledge(r, AcknowledgeType::Release).await.map_err(|e| runtime_error(&task, e))?;
+            }
+            self.metrics.records_released_late.fetch_add(fresh.len() as u64, Ordering::Relaxed);
+            return Ok(SourceEvent::Idle);
+        }
+        let ranges = to_ranges(fresh.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
+        match tokio::time::timeout(lock / 2, self.txns.write_intent(epoch, self.subtask, ranges)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(RuntimeError::task_message(
+                    &task,
+                    ErrorKind::Unavailable,
+                    format!(
+                        "writing the ledger intent took longer than half the acquisition lock ({lock:?}); \
+                         restarting so the ledger stays exact"
+                    ),
+                ))
+            }
+        }
+        self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
+        for r in &fresh {
+            self.consumer()?.acknowledge(r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
+        }
+        self.emit(epoch, fresh).await
+    }
+
+    async fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<StateItems> {
+        // Nothing to keep: intents are in the ledger, acknowledgements at the broker.
+        // Send the acknowledgements now rather than with the next fetch.
+        let task = self.task.clone();
+        if let Some(c) = self.consumer.as_mut() {
+            let refused = c.commit_outcome().await.map_err(|e| runtime_error(&task, e))?;
+            for (topic, partition, reason) in refused {
+                tracing::debug!(%topic, partition, %reason, "acknowledgement refused; the ledger covers a redelivery");
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        if let Some(mut c) = self.consumer.take() {
+            c.close().await.map_err(|e| runtime_error(&self.task, e))?;
+        }
+        Ok(())
+    }
+}

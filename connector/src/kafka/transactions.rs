@@ -1,0 +1,652 @@
+//! [`KafkaTransactions`]: T(n) as a real Kafka transaction, the acknowledgement ledger,
+//! and recovery of transactions a crash left open.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
+use shareflow_checkpoint::TransactionId;
+use shareflow_runtime::{PendingTransaction, Result, RuntimeError, TransactionParticipant, TransactionTemplate};
+
+use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
+use super::{kafka_error, KafkaCluster};
+use crate::error::{Error, ErrorKind};
+use crate::participant::runtime_error;
+use crate::share::Record;
+
+const NAME: &str = "kafka";
+
+/// Settings of [`KafkaTransactions`].
+#[derive(Debug, Clone)]
+pub struct KafkaTransactionsConfig {
+    /// Exactly-once (a Kafka transaction per checkpoint) or at-least-once (idempotent
+    /// writes flushed at each checkpoint; a crash may repeat output since the last one).
+    pub exactly_once: bool,
+    /// `transaction.timeout.ms` of each T(n). The broker aborts a transaction open this
+    /// long, so it must exceed checkpoint interval plus checkpoint timeout, and fit the
+    /// broker's `transaction.max.timeout.ms`. A job down longer than this between a
+    /// checkpoint and its commit loses that epoch's output, which the ledger then
+    /// replays.
+    pub transaction_timeout: Duration,
+    /// The ledger topic; by default `{group}-{prefix}-ledger`.
+    pub ledger_topic: Option<String>,
+}
+
+impl Default for KafkaTransactionsConfig {
+    fn default() -> Self {
+        Self { exactly_once: true, transaction_timeout: Duration::from_secs(600), ledger_topic: None }
+    }
+}
+
+struct Live {
+    producer: Arc<TransactionalProducer>,
+    handles: Vec<DeliveryHandle>,
+}
+
+/// The job's transactional participant on a real Kafka cluster: one Kafka transaction
+/// T(n) = `{group}-{prefix}-{n}` per checkpoint, the output of every sink subtask in it,
+/// and the ledger that makes share acknowledgements exactly-once without KIP-1289.
+pub struct KafkaTransactions {
+    cluster: KafkaCluster,
+    config: KafkaTransactionsConfig,
+    template: Mutex<Option<TransactionTemplate>>,
+    live: Mutex<BTreeMap<u64, Live>>,
+    /// At-least-once writes (and ledger intents): idempotent, not transactional.
+    plain: tokio::sync::Mutex<Option<Arc<Producer>>>,
+    plain_handles: Mutex<Vec<DeliveryHandle>>,
+    ledger: Arc<AckLedger>,
+    load: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for KafkaTransactions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaTransactions").field("cluster", &self.cluster).field("config", &self.config).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl KafkaTransactions {
+    /// A participant on `cluster`.
+    pub fn new(cluster: KafkaCluster, config: KafkaTransactionsConfig) -> Arc<Self> {
+        Arc::new(Self {
+            cluster,
+            config,
+            template: Mutex::new(None),
+            live: Mutex::new(BTreeMap::new()),
+            plain: tokio::sync::Mutex::new(None),
+            plain_handles: Mutex::new(Vec::new()),
+            ledger: AckLedger::new(),
+            load: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &KafkaCluster {
+        &self.cluster
+    }
+
+    /// True in exactly-once mode.
+    pub fn exactly_once(&self) -> bool {
+        self.config.exactly_once
+    }
+
+    /// Checks the transaction timeout against the job's checkpointing and the broker's
+    /// `transaction.max.timeout.ms`. Call it before running the job.
+    pub async fn validate(&self, checkpoint_interval: Duration, checkpoint_timeout: Duration) -> crate::Result<()> {
+        let timeout = self.config.transaction_timeout;
+        let needed = checkpoint_interval + checkpoint_timeout;
+        if timeout <= needed {
+            return Err(Error::InvalidConfig {
+                key: "transaction.timeout.ms".into(),
+                value: timeout.as_millis().to_string(),
+                rule: format!(
+                    "must exceed checkpoint interval plus checkpoint timeout ({} ms), or the broker aborts T(n) \
+                     before its checkpoint can commit it",
+                    needed.as_millis()
+                ),
+            });
+        }
+        if let Some(max) = self.cluster.broker_config("transaction.max.timeout.ms").await? {
+            let max: u128 = max.parse().unwrap_or(u128::MAX);
+            if timeout.as_millis() > max {
+                return Err(Error::InvalidConfig {
+                    key: "transaction.timeout.ms".into(),
+                    value: timeout.as_millis().to_string(),
+                    rule: format!(
+                        "must not exceed the broker's transaction.max.timeout.ms ({max} ms); lower it or raise the broker's"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn template(&self) -> Result<TransactionTemplate> {
+        lock(&self.template).clone().ok_or_else(|| RuntimeError::Internal("kafka transactions used before open".into()))
+    }
+
+    /// The ledger topic of this job.
+    pub fn ledger_topic(&self) -> Result<String> {
+        if let Some(t) = &self.config.ledger_topic {
+            return Ok(t.clone());
+        }
+        let t = self.template()?;
+        Ok(format!("{}-{}-ledger", t.group_id(), t.prefix()))
+    }
+
+    async fn plain_producer(&self) -> Result<Arc<Producer>> {
+        let mut g = self.plain.lock().await;
+        if let Some(p) = g.as_ref() {
+            return Ok(p.clone());
+        }
+        let p = self
+            .cluster
+            .client()
+            .producer()
+            .idempotent(true)
+            .linger(Duration::from_millis(2))
+            .build()
+            .await
+            .map_err(|e| runtime_error(NAME, kafka_error("build the idempotent producer", e)))?;
+        let p = Arc::new(p);
+        *g = Some(p.clone());
+        Ok(p)
+    }
+
+    /// Writes records of epoch `epoch` to their topics: into T(epoch) in exactly-once
+    /// mode, idempotently otherwise. Returns once they are queued; the checkpoint waits
+    /// for their acknowledgement before it completes.
+    pub async fn send(&self, epoch: u64, records: Vec<krafka::Record>) -> Result<()> {
+        if self.config.exactly_once {
+            let producer = lock(&self.live).get(&epoch).map(|l| l.producer.clone()).ok_or_else(|| {
+                RuntimeError::Internal(format!("T({epoch}) is not open on kafka; the sink ran ahead of its epoch"))
+            })?;
+            let mut handles = Vec::with_capacity(records.len());
+            for r in records {
+                let topic = r.topic.clone();
+                handles.push(
+                    producer
+                        .enqueue(r)
+                        .await
+                        .map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic} in T({epoch})"), e)))?,
+                );
+            }
+            if let Some(l) = lock(&self.live).get_mut(&epoch) {
+                l.handles.extend(handles);
+            }
+        } else {
+            let producer = self.plain_producer().await?;
+            let mut handles = Vec::with_capacity(records.len());
+            for r in records {
+                let topic = r.topic.clone();
+                handles.push(
+                    producer
+                        .enqueue(r)
+                        .await
+                        .map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic}"), e)))?,
+                );
+            }
+            lock(&self.plain_handles).extend(handles);
+        }
+        Ok(())
+    }
+
+    /// Durably records that `subtask` processes `ranges` in epoch `epoch`. The source
+    /// acknowledges the records at the share group only after this returns.
+    pub async fn write_intent(&self, epoch: u64, subtask: u32, ranges: Vec<LedgerRange>) -> Result<()> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let topic = self.ledger_topic()?;
+        let entry = LedgerEntry::Intent { epoch, subtask, ranges };
+        let record = krafka::Record::new(topic.clone(), Bytes::from(entry.encode())).partition(0);
+        let _ =
+            self.plain_producer().await?.send(record).await.map_err(|e| {
+                runtime_error(NAME, kafka_error(format!("write an intent of epoch {epoch} to {topic}"), e))
+            })?;
+        if let LedgerEntry::Intent { ranges, .. } = &entry {
+            self.ledger.cover(ranges);
+        }
+        Ok(())
+    }
+
+    /// The ledger, read from its topic once per attempt: what to replay, and which
+    /// offsets a redelivery may skip.
+    pub async fn ledger(&self) -> Result<(Arc<AckLedger>, LedgerPlan)> {
+        let _g = self.load.lock().await;
+        if let Some(plan) = self.ledger.plan() {
+            return Ok((self.ledger.clone(), plan));
+        }
+        let plan = self.read_ledger().await?;
+        self.ledger.install(plan.clone());
+        Ok((self.ledger.clone(), plan))
+    }
+
+    async fn read_ledger(&self) -> Result<LedgerPlan> {
+        let topic = self.ledger_topic()?;
+        let c = &self.cluster;
+        let rt = |e: Error| runtime_error(NAME, e);
+        c.ensure_topic(&topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")]).await.map_err(rt)?;
+        // Wait until no transaction holds the ledger open: every commit entry that can
+        // become visible has become visible.
+        let deadline = tokio::time::Instant::now() + self.config.transaction_timeout.min(Duration::from_secs(60));
+        loop {
+            let end = c.end_offsets(&topic, false).await.map_err(rt)?;
+            let stable = c.end_offsets(&topic, true).await.map_err(rt)?;
+            if end == stable {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(rt(Error::Kafka {
+                    op: format!("read the ledger {topic}"),
+                    reason: format!(
+                        "a transaction keeps it open (end {end:?}, last stable {stable:?}); another instance of this \
+                         job may be running: stop it, or wait for its transaction timeout"
+                    ),
+                    kind: ErrorKind::Unavailable,
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut entries = Vec::new();
+        for (partition, offset, _key, value) in c.read_committed(&topic).await.map_err(rt)? {
+            let value = value.unwrap_or_default();
+            let entry = LedgerEntry::decode(&value).map_err(|reason| {
+                rt(Error::Corrupt {
+                    path: format!("kafka topic {topic} partition {partition} offset {offset}"),
+                    reason: format!(
+                        "not a ledger entry: {reason}. The ledger topic must be written by this job only; \
+                         delete the record's topic only if you accept losing exactly-once for in-flight epochs"
+                    ),
+                })
+            })?;
+            entries.push(entry);
+        }
+        let plan = LedgerPlan::from_entries(&entries);
+        tracing::info!(
+            ledger = %topic,
+            entries = entries.len(),
+            committed_epochs = plan.committed_epochs.len(),
+            replay_ranges = plan.replay.len(),
+            "read the acknowledgement ledger"
+        );
+        Ok(plan)
+    }
+
+    /// Reads the records of `ranges` from their topics' logs, for replay. Offsets the log
+    /// no longer holds (retention deleted them) are reported and skipped: their output
+    /// is lost, the one case the ledger cannot repair.
+    pub async fn read_ranges(&self, ranges: &[LedgerRange]) -> Result<Vec<Record>> {
+        let mut by_tp: BTreeMap<(String, i32), Vec<(i64, i64)>> = BTreeMap::new();
+        for r in ranges {
+            by_tp.entry((r.topic.clone(), r.partition)).or_default().push((r.first, r.last));
+        }
+        let mut out = Vec::new();
+        for ((topic, partition), wanted) in by_tp {
+            let op = |what: &str| format!("{what} {topic}-{partition} for replay");
+            let consumer = self
+                .cluster
+                .client()
+                .consumer_without_group()
+                .build()
+                .await
+                .map_err(|e| runtime_error(NAME, kafka_error(op("read"), e)))?;
+            consumer
+                .assign(&topic, vec![partition])
+                .await
+                .map_err(|e| runtime_error(NAME, kafka_error(op("assign"), e)))?;
+            let first = wanted.iter().map(|w| w.0).min().unwrap_or(0);
+            let last = wanted.iter().map(|w| w.1).max().unwrap_or(-1);
+            consumer
+                .seek(&topic, partition, first)
+                .await
+                .map_err(|e| runtime_error(NAME, kafka_error(op("seek"), e)))?;
+            let topic_arc: Arc<str> = Arc::from(topic.as_str());
+            let mut found = 0u64;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let pos = consumer.position(&topic, partition).await.unwrap_or(first);
+                if pos > last {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(runtime_error(
+                        NAME,
+                        Error::Kafka {
+                            op: op("read"),
+                            reason: format!("offsets up to {last} did not arrive within 60 s (position {pos})"),
+                            kind: ErrorKind::Unavailable,
+                        },
+                    ));
+                }
+                let records = consumer
+                    .poll(Duration::from_millis(200))
+                    .await
+                    .map_err(|e| runtime_error(NAME, kafka_error(op("read"), e)))?;
+                for r in records {
+                    if wanted.iter().any(|&(f, l)| r.offset >= f && r.offset <= l) {
+                        found += 1;
+                        out.push(Record {
+                            topic: topic_arc.clone(),
+                            partition,
+                            offset: r.offset,
+                            key: r.key,
+                            value: r.value,
+                            timestamp_ms: r.timestamp,
+                            delivery_count: 1,
+                        });
+                    }
+                }
+            }
+            let expected: u64 = wanted.iter().map(|(f, l)| (l - f + 1) as u64).sum();
+            if found < expected {
+                tracing::error!(
+                    topic = %topic,
+                    partition,
+                    expected,
+                    found,
+                    "replay: the log no longer holds some acknowledged records (retention?); their output is lost"
+                );
+            }
+            let _ = consumer.close().await;
+        }
+        Ok(out)
+    }
+
+    async fn await_handles(handles: Vec<DeliveryHandle>, what: &str) -> Result<()> {
+        for h in handles {
+            let _ = h.await.map_err(|e| runtime_error(NAME, kafka_error(format!("deliver {what}"), e)))?;
+        }
+        Ok(())
+    }
+
+    async fn describe(&self, txn: &TransactionId) -> Result<Option<krafka::admin::TransactionDescription>> {
+        let id = txn.to_string();
+        let described = self
+            .cluster
+            .admin()
+            .describe_transactions([id.as_str()], Default::default())
+            .await
+            .map_err(|e| runtime_error(NAME, kafka_error(format!("describe {id}"), e)))?;
+        match described.into_values().next() {
+            Some(Ok(d)) => Ok(Some(d)),
+            Some(Err(krafka::KrafkaError::Broker { code, .. }))
+                if code == krafka::error::ErrorCode::TransactionalIdNotFound =>
+            {
+                Ok(None)
+            }
+            Some(Err(e)) => Err(runtime_error(NAME, kafka_error(format!("describe {id}"), e))),
+            None => Ok(None),
+        }
+    }
+
+    /// Our transactional ids (any state) as the broker lists them.
+    async fn listed(
+        &self,
+        template: &TransactionTemplate,
+        states: Vec<String>,
+    ) -> Result<Vec<(TransactionId, String)>> {
+        let options = krafka::admin::ListTransactionsOptions::default().states(states);
+        let listed = self
+            .cluster
+            .admin()
+            .list_transactions(options)
+            .await
+            .map_err(|e| runtime_error(NAME, kafka_error("list transactions", e)))?;
+        let mut out = Vec::new();
+        for (_, r) in listed {
+            for t in r.map_err(|e| runtime_error(NAME, kafka_error("list transactions", e)))? {
+                let Ok(id) = TransactionId::parse(&t.transactional_id, template.group_id()) else { continue };
+                if id.group_id() == template.group_id() && id.prefix() == template.prefix() {
+                    out.push((id, t.state));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl TransactionParticipant for KafkaTransactions {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn open(&self, template: &TransactionTemplate) -> Result<()> {
+        *lock(&self.template) = Some(template.clone());
+        // A new attempt: producers of the last one are abandoned (recovery decides
+        // their transactions by id), and the ledger is read again.
+        let stale: Vec<Live> = std::mem::take(&mut *lock(&self.live)).into_values().collect();
+        drop(stale);
+        lock(&self.plain_handles).clear();
+        self.ledger.reset();
+        let topic = self.ledger_topic()?;
+        self.cluster
+            .ensure_topic(&topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")])
+            .await
+            .map_err(|e| runtime_error(NAME, e))
+    }
+
+    async fn begin(&self, txn: &TransactionId) -> Result<()> {
+        if !self.config.exactly_once {
+            return Ok(());
+        }
+        let n = txn.checkpoint_id();
+        if lock(&self.live).contains_key(&n) {
+            return Ok(());
+        }
+        let producer = self
+            .cluster
+            .client()
+            .producer()
+            .transaction_timeout(self.config.transaction_timeout)
+            .linger(Duration::from_millis(2))
+            .build_transactional(txn.to_string())
+            .await
+            .map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
+        producer.begin().map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
+        lock(&self.live).insert(n, Live { producer: Arc::new(producer), handles: Vec::new() });
+        Ok(())
+    }
+
+    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+        let n = txn.checkpoint_id();
+        if !self.config.exactly_once {
+            let handles = std::mem::take(&mut *lock(&self.plain_handles));
+            return Self::await_handles(handles, "output").await.map(|_| true);
+        }
+        let (producer, handles) = {
+            let mut live = lock(&self.live);
+            let Some(l) = live.get_mut(&n) else {
+                return Err(RuntimeError::Internal(format!("prepare of {txn}, which this instance did not begin")));
+            };
+            (l.producer.clone(), std::mem::take(&mut l.handles))
+        };
+        // The commit entry rides in T(n): visible exactly when the output is.
+        let topic = self.ledger_topic()?;
+        let entry =
+            krafka::Record::new(topic.clone(), Bytes::from(LedgerEntry::Commit { epoch: n }.encode())).partition(0);
+        let mut handles = handles;
+        handles.push(
+            producer
+                .enqueue(entry)
+                .await
+                .map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic} in {txn}"), e)))?,
+        );
+        Self::await_handles(handles, &format!("the output of {txn}")).await?;
+        producer.flush().await.map_err(|e| runtime_error(NAME, kafka_error(format!("flush {txn}"), e)))?;
+        Ok(true)
+    }
+
+    async fn commit(&self, txn: &TransactionId) -> Result<()> {
+        let n = txn.checkpoint_id();
+        if !self.config.exactly_once {
+            // At-least-once: the commit entry is written after the checkpoint; a crash
+            // before it replays epoch n (duplicates, never loss).
+            let topic = self.ledger_topic()?;
+            let entry =
+                krafka::Record::new(topic.clone(), Bytes::from(LedgerEntry::Commit { epoch: n }.encode())).partition(0);
+            let _ = self.plain_producer().await?.send(entry).await.map_err(|e| {
+                runtime_error(NAME, kafka_error(format!("write the commit of epoch {n} to {topic}"), e))
+            })?;
+            return Ok(());
+        }
+        let live = lock(&self.live).remove(&n);
+        if let Some(l) = live {
+            l.producer.commit().await.map_err(|e| runtime_error(NAME, kafka_error(format!("commit {txn}"), e)))?;
+            let _ = l.producer.close().await;
+            return Ok(());
+        }
+        // Recovery: a crash left T(n) open after its checkpoint completed.
+        match self.describe(txn).await? {
+            Some(d) if d.state == "Ongoing" => {
+                end_txn(&self.cluster, txn, d.producer_id, d.producer_epoch, true)
+                    .await
+                    .map_err(|e| runtime_error(NAME, e))?;
+                tracing::info!(%txn, producer_id = d.producer_id, epoch = d.producer_epoch, "recovery: committed by producer id and epoch");
+                Ok(())
+            }
+            Some(d) if d.state == "PrepareCommit" || d.state == "CompleteCommit" => Ok(()),
+            other => {
+                tracing::warn!(
+                    %txn,
+                    state = ?other.map(|d| d.state),
+                    "recovery: the broker already aborted this transaction (transaction timeout?); its output is lost \
+                     and its records are replayed from the log through the ledger"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    async fn abort(&self, txn: &TransactionId) -> Result<()> {
+        if !self.config.exactly_once {
+            return Ok(());
+        }
+        let live = lock(&self.live).remove(&txn.checkpoint_id());
+        if let Some(l) = live {
+            let r = l.producer.abort().await;
+            let _ = l.producer.close().await;
+            return r.map_err(|e| runtime_error(NAME, kafka_error(format!("abort {txn}"), e)));
+        }
+        if let Some(d) = self.describe(txn).await? {
+            if d.state == "Ongoing" {
+                // A new producer with the same id fences the old one and aborts its
+                // open transaction.
+                let p = self
+                    .cluster
+                    .client()
+                    .producer()
+                    .transaction_timeout(self.config.transaction_timeout)
+                    .build_transactional(txn.to_string())
+                    .await
+                    .map_err(|e| runtime_error(NAME, kafka_error(format!("abort {txn}"), e)))?;
+                let _ = p.close().await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
+        if !self.config.exactly_once {
+            return Ok(Vec::new());
+        }
+        let open = self.listed(template, vec!["Ongoing".into()]).await?;
+        let live = lock(&self.live);
+        Ok(open
+            .into_iter()
+            .filter(|(id, _)| !live.contains_key(&id.checkpoint_id()))
+            // Flushed before any manifest that covers it, so committable if decided.
+            .map(|(id, _)| PendingTransaction { id, prepared: true })
+            .collect())
+    }
+
+    async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
+        if !self.config.exactly_once {
+            return Ok(None);
+        }
+        Ok(self.listed(template, Vec::new()).await?.iter().map(|(id, _)| id.checkpoint_id()).max())
+    }
+}
+
+/// Ends a transaction by producer id and epoch (EndTxn), as the producer that began it
+/// would have. The only way to finish a transaction whose producer died, on brokers
+/// without KIP-939.
+async fn end_txn(
+    cluster: &KafkaCluster,
+    txn: &TransactionId,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+) -> crate::Result<()> {
+    use krafka::__private::protocol::{
+        versions, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+        VersionedDecode, VersionedEncode,
+    };
+    use krafka::__private::{kafka_metadata, kafka_pool};
+    let id = txn.to_string();
+    let op = format!("{} {id} by producer id {producer_id} epoch {epoch}", if commit { "commit" } else { "abort" });
+    let kafka = cluster.client();
+    let metadata = kafka_metadata(kafka);
+    let mut brokers = metadata.brokers();
+    if brokers.is_empty() {
+        metadata.refresh().await.map_err(|e| kafka_error(op.clone(), e))?;
+        brokers = metadata.brokers();
+    }
+    let Some(broker) = brokers.first() else {
+        return Err(Error::Kafka { op, reason: "no broker is known".into(), kind: ErrorKind::Unavailable });
+    };
+    let pool = kafka_pool(kafka);
+    let conn =
+        pool.get_connection_by_id(broker.id(), broker.address()).await.map_err(|e| kafka_error(op.clone(), e))?;
+    let unsupported = |api: &str| Error::Kafka {
+        op: op.clone(),
+        reason: format!("the broker speaks no {api} version this client knows"),
+        kind: ErrorKind::Invalid,
+    };
+    let v = conn
+        .negotiate_api_version(ApiKey::FindCoordinator, versions::FIND_COORDINATOR_MAX, versions::FIND_COORDINATOR_MIN)
+        .ok_or_else(|| unsupported("FindCoordinator"))?;
+    let request = FindCoordinatorRequest::for_transaction(&id);
+    let mut bytes = conn
+        .send_request(ApiKey::FindCoordinator, v, |buf| request.encode_versioned(v, buf))
+        .await
+        .map_err(|e| kafka_error(op.clone(), e))?;
+    let found = FindCoordinatorResponse::decode_versioned(v, &mut bytes).map_err(|e| kafka_error(op.clone(), e))?;
+    if !found.error_code.is_ok() {
+        return Err(Error::Kafka {
+            op,
+            reason: format!("no transaction coordinator: {:?}", found.error_code),
+            kind: ErrorKind::Unavailable,
+        });
+    }
+    let coordinator =
+        pool.get_connection(&format!("{}:{}", found.host, found.port)).await.map_err(|e| kafka_error(op.clone(), e))?;
+    let v = coordinator
+        .negotiate_api_version(ApiKey::EndTxn, versions::END_TXN_MAX, versions::END_TXN_MIN)
+        .ok_or_else(|| unsupported("EndTxn"))?;
+    let request = if commit {
+        EndTxnRequest::commit(id.clone(), producer_id, epoch)
+    } else {
+        EndTxnRequest::abort(id.clone(), producer_id, epoch)
+    };
+    let mut bytes = coordinator
+        .send_request(ApiKey::EndTxn, v, |buf| request.encode_versioned(v, buf))
+        .await
+        .map_err(|e| kafka_error(op.clone(), e))?;
+    let response = EndTxnResponse::decode_versioned(v, &mut bytes).map_err(|e| kafka_error(op.clone(), e))?;
+    if !response.is_ok() {
+        return Err(Error::Kafka {
+            op,
+            reason: format!("the coordinator refused: {:?}", response.error_code),
+            kind: ErrorKind::Unavailable,
+        });
+    }
+    Ok(())
+}

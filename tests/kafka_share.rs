@@ -1,0 +1,190 @@
+//! The share consumer against a real Kafka 4.x broker: membership, splitting work,
+//! lock expiry, RELEASE, REJECT and RENEW.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use shareflow::connector::kafka::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig};
+use shareflow::connector::share::{AcknowledgeType, Record, ShareConsumer};
+use support::kafka::{cluster, numbered, unique};
+
+async fn topic_with(c: &KafkaCluster, partitions: i32, records: u64) -> String {
+    let topic = unique("share-in");
+    c.ensure_topic(&topic, partitions, &[]).await.expect("create topic");
+    c.produce(&topic, numbered(records)).await.expect("produce");
+    topic
+}
+
+async fn member(c: &KafkaCluster, group: &str, topic: &str, max: usize) -> KafkaShareConsumer {
+    let mut config = KafkaShareConsumerConfig::new(group);
+    config.max_poll_records = max;
+    let mut m = KafkaShareConsumer::new(c, config).await.expect("consumer");
+    m.subscribe(&[topic]).await.expect("subscribe");
+    m
+}
+
+async fn group_with(c: &KafkaCluster, lock_ms: u32) -> String {
+    let group = unique("share-group");
+    c.set_group_configs(
+        &group,
+        &[("share.auto.offset.reset", "earliest"), ("share.record.lock.duration.ms", &lock_ms.to_string())],
+    )
+    .await
+    .expect("group configs");
+    group
+}
+
+/// The share coordinator persists start offsets asynchronously: wait for them.
+async fn wait_drained(c: &KafkaCluster, group: &str, topic: &str) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let backlog = c.share_group_backlog(group, topic).await.expect("backlog");
+        if backlog.drained() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < end, "group {group} never drained {topic}: {backlog:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls until some records arrive or `wait` passes.
+async fn poll_some(m: &mut KafkaShareConsumer, wait: Duration) -> Vec<Record> {
+    let end = tokio::time::Instant::now() + wait;
+    loop {
+        let got = m.poll(500, Duration::from_millis(200)).await.expect("poll");
+        if !got.is_empty() || tokio::time::Instant::now() > end {
+            return got;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_of_one_group_split_the_work_and_every_record_arrives_once() {
+    let Some(c) = cluster().await else { return };
+    let total = 3_000u64;
+    let topic = topic_with(&c, 2, total).await;
+    let group = group_with(&c, 15_000).await;
+    let mut a = member(&c, &group, &topic, 100).await;
+    let mut b = member(&c, &group, &topic, 100).await;
+    let mut seen = BTreeSet::new();
+    let (mut by_a, mut by_b, mut dup) = (0u64, 0u64, 0u64);
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while (seen.len() as u64) < total && tokio::time::Instant::now() < end {
+        for (m, count) in [(&mut a, &mut by_a), (&mut b, &mut by_b)] {
+            for r in m.poll(100, Duration::from_millis(50)).await.expect("poll") {
+                assert_eq!(r.delivery_count, 1, "nothing expired, nothing is redelivered");
+                if !seen.insert((r.partition, r.offset)) {
+                    dup += 1;
+                }
+                *count += 1;
+                m.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+            }
+        }
+    }
+    a.commit().await.expect("commit a");
+    b.commit().await.expect("commit b");
+    assert_eq!(seen.len() as u64, total, "every record arrives");
+    assert_eq!(dup, 0, "no record goes to two members");
+    assert!(by_a > 0 && by_b > 0, "both members got work: a={by_a} b={by_b}");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lock_redelivers_with_the_delivery_count_raised() {
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 1, 1).await;
+    let group = group_with(&c, 1_000).await;
+    let mut a = member(&c, &group, &topic, 10).await;
+    let first = poll_some(&mut a, Duration::from_secs(30)).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].delivery_count, 1);
+    // a never settles it; after the 1 s lock another member gets it again.
+    let mut b = member(&c, &group, &topic, 10).await;
+    let again = poll_some(&mut b, Duration::from_secs(30)).await;
+    assert_eq!(again.len(), 1, "redelivered after the lock expired");
+    assert_eq!((again[0].partition, again[0].offset), (first[0].partition, first[0].offset));
+    assert_eq!(again[0].delivery_count, 2);
+    b.acknowledge(&again[0], AcknowledgeType::Accept).await.expect("accept");
+    b.commit().await.expect("commit");
+    let _ = a.close().await;
+    wait_drained(&c, &group, &topic).await;
+    b.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_redelivers_at_once_and_reject_archives() {
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 1, 2).await;
+    let group = group_with(&c, 15_000).await;
+    let mut a = member(&c, &group, &topic, 10).await;
+    let mut got = poll_some(&mut a, Duration::from_secs(30)).await;
+    while got.len() < 2 {
+        let more = poll_some(&mut a, Duration::from_secs(10)).await;
+        assert!(!more.is_empty(), "both records arrive");
+        got.extend(more);
+    }
+    got.sort_by_key(|r| r.offset);
+    a.acknowledge(&got[0], AcknowledgeType::Release).await.expect("release");
+    a.acknowledge(&got[1], AcknowledgeType::Reject).await.expect("reject");
+    a.commit().await.expect("commit");
+    let again = poll_some(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(again.len(), 1, "only the released record comes back, well before its 15 s lock would expire");
+    assert_eq!(again[0].offset, got[0].offset);
+    assert_eq!(again[0].delivery_count, 2);
+    a.acknowledge(&again[0], AcknowledgeType::Accept).await.expect("accept");
+    a.commit().await.expect("commit");
+    let none = poll_some(&mut a, Duration::from_secs(2)).await;
+    assert!(none.is_empty(), "the rejected record is archived, never delivered again: {none:?}");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_keeps_the_lock_past_its_duration() {
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 1, 1).await;
+    let group = group_with(&c, 1_000).await;
+    let mut a = member(&c, &group, &topic, 10).await;
+    let got = poll_some(&mut a, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1);
+    let mut b = member(&c, &group, &topic, 10).await;
+    // Hold it for 3 lock durations, renewing every 300 ms; b must never see it.
+    let end = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < end {
+        a.acknowledge(&got[0], AcknowledgeType::Renew).await.expect("renew");
+        a.commit().await.expect("renew accepted by the broker");
+        let stolen = b.poll(10, Duration::from_millis(300)).await.expect("poll b");
+        assert!(stolen.is_empty(), "a renewed lock is not redelivered: {stolen:?}");
+    }
+    a.acknowledge(&got[0], AcknowledgeType::Accept).await.expect("accept");
+    a.commit().await.expect("commit");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_use_gets_typed_errors() {
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 1, 3).await;
+    let group = group_with(&c, 15_000).await;
+    let mut a = member(&c, &group, &topic, 10).await;
+    let got = poll_some(&mut a, Duration::from_secs(30)).await;
+    assert!(!got.is_empty());
+    let err = a.poll(10, Duration::from_millis(10)).await.expect_err("unsettled records");
+    assert!(err.to_string().contains("not settled"), "{err}");
+    let mut foreign = got[0].clone();
+    foreign.offset += 1_000;
+    let err = a.acknowledge(&foreign, AcknowledgeType::Accept).await.expect_err("never delivered");
+    assert!(err.to_string().contains("was not delivered"), "{err}");
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    a.close().await.expect("close");
+    let err = KafkaCluster::connect("").await.expect_err("empty bootstrap");
+    assert!(err.to_string().contains("bootstrap.servers"), "{err}");
+}
