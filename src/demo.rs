@@ -200,19 +200,26 @@ fn next(seed: &mut u64) -> u64 {
 
 /// The crash schedule of a seed: distinct fault points, each after a few hits.
 pub fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
+    schedule_from(FAULT_POINTS, seed, crashes)
+}
+
+/// A crash schedule over `points`: `crashes` distinct points in a seeded order, per-batch
+/// points (sources, sinks) first and after a few hits, checkpoint points after them.
+pub fn schedule_from(points: &[&'static str], seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
+    let per_batch = |p: &str| p.contains("source.") || p.starts_with("sink.");
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut points: Vec<&'static str> = FAULT_POINTS.to_vec();
+    let mut points: Vec<&'static str> = points.to_vec();
     let mut out = Vec::new();
     for _ in 0..crashes.min(points.len()) {
         let i = (next(&mut s) % points.len() as u64) as usize;
         let point = points.remove(i);
         // Source and sink points are hit per batch, checkpoint points once per checkpoint.
-        let skip = if point.starts_with("source.") || point.starts_with("sink.") { next(&mut s) % 8 } else { 0 };
+        let skip = if per_batch(point) { next(&mut s) % 8 } else { 0 };
         out.push((point, skip as u32));
     }
     // Per-batch points first: they come round fast, so a short run still reaches the
     // checkpoint points after them.
-    out.sort_by_key(|(p, _)| !(p.starts_with("source.") || p.starts_with("sink.")));
+    out.sort_by_key(|(p, _)| !per_batch(p));
     out
 }
 

@@ -7,6 +7,7 @@
 //! - [`checkpoint`]: checkpoint storage and its durable format.
 
 pub mod demo;
+pub mod kafka_demo;
 
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_connector as connector;

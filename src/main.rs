@@ -23,6 +23,14 @@ commands:
     --parallelism P      job parallelism (default 2)
     --at-least-once      explicit acknowledgement instead of transactions
     --json               print the summary as one JSON object on the last line
+  demo --kafka HOST:PORT   run the same job against a real Kafka 4.x broker
+    --name NAME          group, topics NAME-input/NAME-output and job id (default: fresh)
+    --records N          records to produce first; 0 resumes without producing (default 100000)
+    --value-bytes B      bytes per record value (default 100)
+    --interval MS        checkpoint interval (default 1000)
+    --partitions P, --parallelism P, --checkpoints URL, --at-least-once, --json as above
+    --crashes K --seed S crashes at K of the in-process fault points
+    --no-verify          skip the read_committed check at the end
   txn list     list the transactions of an embedded broker
     --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
   checkpoints  list a job's checkpoints
@@ -109,6 +117,59 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
     Ok((o, json))
 }
 
+fn kafka_demo_options(args: &mut Args) -> Result<(shareflow::kafka_demo::KafkaDemoOptions, bool), String> {
+    let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
+    let mut o = shareflow::kafka_demo::KafkaDemoOptions::new(&bootstrap);
+    if let Some(n) = args.value("--name")? {
+        o.name = n;
+    }
+    if let Some(n) = args.number("--records")? {
+        o.records = n;
+    }
+    if let Some(b) = args.number::<usize>("--value-bytes")? {
+        if b < 16 {
+            return Err("--value-bytes must be >= 16".into());
+        }
+        o.value_len = b;
+    }
+    if let Some(ms) = args.number::<u64>("--interval")? {
+        if ms == 0 {
+            return Err("--interval must be > 0 ms".into());
+        }
+        o.interval = Duration::from_millis(ms);
+    }
+    if let Some(p) = args.number("--partitions")? {
+        o.partitions = p;
+    }
+    if let Some(p) = args.number("--parallelism")? {
+        o.parallelism = p;
+    }
+    if o.partitions == 0 || o.parallelism == 0 {
+        return Err("--partitions and --parallelism must be >= 1".into());
+    }
+    o.checkpoints = args.value("--checkpoints")?;
+    o.exactly_once = !args.flag("--at-least-once");
+    o.verify = !args.flag("--no-verify");
+    let crashes: usize = args.number("--crashes")?.unwrap_or(0);
+    let seed: u64 = args.number("--seed")?.unwrap_or(1);
+    if crashes > shareflow::kafka_demo::FAULT_POINTS.len() {
+        return Err(format!(
+            "--crashes {crashes} is more than the {} fault points",
+            shareflow::kafka_demo::FAULT_POINTS.len()
+        ));
+    }
+    o.crashes = demo::schedule_from(shareflow::kafka_demo::FAULT_POINTS, seed, crashes)
+        .into_iter()
+        .map(|(p, s)| (p.to_string(), s))
+        .collect();
+    let json = args.flag("--json");
+    o.progress = !json;
+    args.0.retain(|a| !a.is_empty());
+    let rest = std::mem::take(&mut args.0);
+    Args(rest).finish()?;
+    Ok((o, json))
+}
+
 async fn txn_list(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let dir = args.value("--dir")?.unwrap_or_else(|| "target/shareflow-demo/broker".into());
     if !std::path::Path::new(&dir).join("broker").exists() {
@@ -171,6 +232,27 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .try_init();
     match command.as_str() {
+        "demo" if args.0.iter().any(|a| a == "--kafka") => match kafka_demo_options(&mut args) {
+            Err(e) => fail(e),
+            Ok((options, json)) => match runtime.block_on(shareflow::kafka_demo::run(&options)) {
+                Ok(summary) => {
+                    if json {
+                        println!("{}", summary.to_json());
+                    } else {
+                        println!("{}", summary.to_text());
+                    }
+                    if options.verify && (summary.duplicates > 0 || summary.lost > 0) {
+                        ExitCode::from(1)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("shareflow demo --kafka failed: {e}");
+                    ExitCode::from(1)
+                }
+            },
+        },
         "demo" => {
             let (options, json) = match demo_options(&mut args) {
                 Ok(o) => o,

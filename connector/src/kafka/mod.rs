@@ -29,7 +29,7 @@ pub use client::{KafkaCluster, ShareGroupBacklog};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use ledger::{AckLedger, LedgerEntry, LedgerLookup};
 pub use sink::KafkaSink;
-pub use source::{KafkaShareSource, KafkaSourceConfig, KafkaSourceMetrics};
+pub use source::{points, KafkaShareSource, KafkaSourceConfig, KafkaSourceMetrics};
 pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};
 
 use crate::error::{Error, ErrorKind};

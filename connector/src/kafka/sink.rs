@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
+use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{Collector, ErrorKind, Operator, Result, RuntimeError, StateItems, SubtaskContext};
 
 use super::KafkaTransactions;
@@ -19,6 +20,7 @@ pub struct KafkaSink {
     txns: Arc<KafkaTransactions>,
     topic: String,
     epoch: u64,
+    failpoints: Failpoints,
     task: String,
 }
 
@@ -26,7 +28,13 @@ impl KafkaSink {
     /// A factory for the job builder. `txns` must also be a participant of the job.
     pub fn factory(txns: Arc<KafkaTransactions>, topic: &str) -> impl Fn(&SubtaskContext) -> KafkaSink + Send + Sync {
         let topic = topic.to_string();
-        move |ctx| KafkaSink { txns: txns.clone(), topic: topic.clone(), epoch: ctx.first_epoch, task: ctx.task_name() }
+        move |ctx| KafkaSink {
+            txns: txns.clone(),
+            topic: topic.clone(),
+            epoch: ctx.first_epoch,
+            failpoints: ctx.failpoints.clone(),
+            task: ctx.task_name(),
+        }
     }
 }
 
@@ -48,7 +56,8 @@ impl Operator for KafkaSink {
                 r
             })
             .collect();
-        self.txns.send(self.epoch, records).await
+        self.txns.send(self.epoch, records).await?;
+        self.failpoints.hit(crate::sink::points::AFTER_WRITE)
     }
 
     async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
 use super::ledger::{to_ranges, AckLedger, LedgerLookup};
@@ -19,6 +20,14 @@ use super::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTra
 use crate::participant::runtime_error;
 use crate::share::{AcknowledgeType, Record, ShareConsumer};
 use crate::source::records_to_batch;
+
+/// Failpoints of the Kafka share source.
+pub mod points {
+    /// Records are acquired; no intent names them yet.
+    pub const AFTER_POLL: &str = "kafka.source.after_poll";
+    /// The intent is durable; the records are not accepted or emitted yet.
+    pub const AFTER_INTENT: &str = "kafka.source.after_intent";
+}
 
 /// Settings of a [`KafkaShareSource`].
 #[derive(Debug, Clone)]
@@ -79,6 +88,7 @@ pub struct KafkaShareSource {
     idle_since: Option<tokio::time::Instant>,
     last_drain_check: Option<tokio::time::Instant>,
     metrics: Arc<KafkaSourceMetrics>,
+    failpoints: Failpoints,
     task: String,
 }
 
@@ -101,6 +111,7 @@ impl KafkaShareSource {
             idle_since: None,
             last_drain_check: None,
             metrics: metrics.clone(),
+            failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
         }
     }
@@ -188,6 +199,7 @@ impl Source for KafkaShareSource {
             return Ok(SourceEvent::Idle);
         }
         self.idle_since = None;
+        self.failpoints.hit(points::AFTER_POLL)?;
         let ledger = self.ledger.clone().ok_or_else(|| RuntimeError::Internal("kafka source without ledger".into()))?;
         let mut fresh = Vec::with_capacity(records.len());
         let mut skipped = 0u64;
@@ -229,6 +241,7 @@ impl Source for KafkaShareSource {
             }
         }
         self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
+        self.failpoints.hit(points::AFTER_INTENT)?;
         for r in &fresh {
             self.consumer()?.acknowledge(r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
         }

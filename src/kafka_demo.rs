@@ -1,0 +1,302 @@
+//! The main job on a real Kafka 4.x broker: share source -> SQL -> transactional Kafka
+//! sink, checkpoints on object storage, exactly-once through the acknowledgement ledger
+//! (`docs/decisions/kafka-exactly-once.md`), and an exactly-once check at the end.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shareflow_checkpoint::CheckpointStore;
+use shareflow_connector::kafka::{
+    points as source_points, KafkaCluster, KafkaShareSource, KafkaSink, KafkaSourceConfig, KafkaSourceMetrics,
+    KafkaTransactions, KafkaTransactionsConfig,
+};
+use shareflow_connector::source::record_schema;
+use shareflow_runtime::failpoint::points as runtime_points;
+use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
+
+/// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
+pub const FAULT_POINTS: &[&str] = &[
+    source_points::AFTER_POLL,
+    source_points::AFTER_INTENT,
+    shareflow_connector::sink::points::AFTER_WRITE,
+    runtime_points::AFTER_STATE_BEFORE_MANIFEST,
+    runtime_points::AFTER_MANIFEST,
+    runtime_points::COMMIT_BEFORE,
+    runtime_points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY,
+];
+
+/// Settings of one run against a real broker.
+#[derive(Debug, Clone)]
+pub struct KafkaDemoOptions {
+    /// `host:port` of the broker.
+    pub bootstrap: String,
+    /// Names the group (`{name}`), the topics (`{name}-input`, `{name}-output`) and the
+    /// checkpoint job. A run with the same name resumes the same job.
+    pub name: String,
+    /// Records to produce first (0: produce nothing; resume or consume what is there).
+    pub records: u64,
+    /// Bytes per record value (at least 16).
+    pub value_len: usize,
+    /// Checkpoint interval.
+    pub interval: Duration,
+    /// Partitions of new topics.
+    pub partitions: u32,
+    /// Job parallelism.
+    pub parallelism: u32,
+    /// Checkpoint storage URL; `None`: `file://target/shareflow-kafka-demo/{name}`.
+    pub checkpoints: Option<String>,
+    /// Exactly-once (Kafka transactions) or at-least-once.
+    pub exactly_once: bool,
+    /// In-process crashes at fault points, in order: `(point, skip)`.
+    pub crashes: Vec<(String, u32)>,
+    /// Check the output against the input at the end.
+    pub verify: bool,
+    /// Print progress to stderr every second.
+    pub progress: bool,
+}
+
+impl KafkaDemoOptions {
+    /// A fresh run on `bootstrap` with a unique name.
+    pub fn new(bootstrap: &str) -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        Self {
+            bootstrap: bootstrap.to_string(),
+            name: format!("shareflow-demo-{nanos}"),
+            records: 100_000,
+            value_len: 100,
+            interval: Duration::from_secs(1),
+            partitions: 4,
+            parallelism: 2,
+            checkpoints: None,
+            exactly_once: true,
+            crashes: Vec::new(),
+            verify: true,
+            progress: true,
+        }
+    }
+}
+
+/// What a run did and what the check found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaDemoSummary {
+    /// Records in the input topic.
+    pub input_records: u64,
+    /// Output records visible to read_committed readers.
+    pub output_records: u64,
+    /// Extra copies in the output.
+    pub duplicates: u64,
+    /// Input records missing from the output.
+    pub lost: u64,
+    /// Records replayed from the log (epochs that never committed).
+    pub replayed: u64,
+    /// Redeliveries the ledger skipped.
+    pub skipped: u64,
+    /// Crashes injected in process.
+    pub crashes: usize,
+    /// Job attempts.
+    pub attempts: u32,
+    /// Checkpoints completed.
+    pub checkpoints_completed: u64,
+    /// Transactions committed by recovery.
+    pub transactions_recovered: u64,
+    /// Records per second through the job (produce excluded).
+    pub records_per_second: f64,
+    /// Seconds the job ran.
+    pub seconds: f64,
+}
+
+impl KafkaDemoSummary {
+    /// One JSON object.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "input_records": self.input_records,
+            "output_records": self.output_records,
+            "duplicates": self.duplicates,
+            "lost": self.lost,
+            "replayed": self.replayed,
+            "skipped": self.skipped,
+            "crashes": self.crashes,
+            "attempts": self.attempts,
+            "checkpoints_completed": self.checkpoints_completed,
+            "transactions_recovered": self.transactions_recovered,
+            "records_per_second": self.records_per_second,
+            "seconds": self.seconds,
+        })
+        .to_string()
+    }
+
+    /// Human-readable lines.
+    pub fn to_text(&self) -> String {
+        format!(
+            "input records:          {}\noutput (read_committed): {}\nduplicates:             {}\nlost:                   {}\n\
+             replayed from the log:  {}\nredeliveries skipped:   {}\ncrashes injected:       {}\nattempts:               {}\n\
+             checkpoints completed:  {}\ntxns committed by recovery: {}\nthroughput:             {:.0} records/s ({:.2} s)",
+            self.input_records,
+            self.output_records,
+            self.duplicates,
+            self.lost,
+            self.replayed,
+            self.skipped,
+            self.crashes,
+            self.attempts,
+            self.checkpoints_completed,
+            self.transactions_recovered,
+            self.records_per_second,
+            self.seconds
+        )
+    }
+}
+
+/// The value of input record `id`: `rec-{id:010}-` padded with `x` to `len` bytes.
+pub fn value_of(id: u64, len: usize) -> Bytes {
+    let mut v = format!("rec-{id:010}-").into_bytes();
+    v.resize(len.max(16), b'x');
+    Bytes::from(v)
+}
+
+/// The input topic of a run.
+pub fn input_topic(name: &str) -> String {
+    format!("{name}-input")
+}
+
+/// The output topic of a run.
+pub fn output_topic(name: &str) -> String {
+    format!("{name}-output")
+}
+
+/// Counts duplicates and losses of output values against ids `0..input`.
+pub fn check(input: u64, output: &[Bytes]) -> (u64, u64) {
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    let mut duplicates = 0;
+    for v in output {
+        match crate::demo::identity(v) {
+            Some(id) => {
+                let n = seen.entry(id).or_default();
+                *n += 1;
+                if *n > 1 {
+                    duplicates += 1;
+                }
+            }
+            None => duplicates += 1,
+        }
+    }
+    let lost = (0..input).filter(|id| !seen.contains_key(id)).count() as u64;
+    (duplicates, lost)
+}
+
+/// Runs the job until the group has consumed its input.
+pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn std::error::Error + Send + Sync>> {
+    if options.partitions == 0 || options.parallelism == 0 {
+        return Err("partitions and parallelism must be >= 1".into());
+    }
+    let cluster = KafkaCluster::connect(&options.bootstrap).await?;
+    let (input, output) = (input_topic(&options.name), output_topic(&options.name));
+    cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
+    cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
+    if options.records > 0 {
+        let started = Instant::now();
+        let chunk = 20_000;
+        let mut id = 0;
+        while id < options.records {
+            let n = chunk.min(options.records - id);
+            cluster.produce(&input, (id..id + n).map(|i| (None, value_of(i, options.value_len)))).await?;
+            id += n;
+        }
+        if options.progress {
+            eprintln!("produced {} records to {input} in {:.2} s", options.records, started.elapsed().as_secs_f64());
+        }
+    }
+
+    let checkpoints = options
+        .checkpoints
+        .clone()
+        .unwrap_or_else(|| format!("file://{}/target/shareflow-kafka-demo/{}", cwd(), options.name));
+    let storage = CheckpointStore::from_url(&checkpoints, &[], &options.name)?;
+    let txns = KafkaTransactions::new(
+        cluster.clone(),
+        KafkaTransactionsConfig { exactly_once: options.exactly_once, ..Default::default() },
+    );
+    let mut config = JobConfig::new(storage, &options.name, "demo").checkpoint_interval(options.interval).restart(
+        RestartStrategy::FixedDelay { attempts: options.crashes.len() as u32 + 3, delay: Duration::from_millis(100) },
+    );
+    config.channel_capacity = 8;
+    config.tolerable_checkpoint_failures = 3;
+    txns.validate(options.interval, config.checkpoint_timeout).await?;
+
+    let metrics = Arc::new(KafkaSourceMetrics::default());
+    let mut source_config = KafkaSourceConfig::new(&options.name, &[&input]);
+    source_config.stop_when_drained = true;
+    source_config.max_poll_records = 2_000;
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        KafkaShareSource::factory(cluster.clone(), txns.clone(), source_config, metrics.clone()),
+    )
+    .parallelism(options.parallelism)
+    .sql("transform", r#"SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input"#)
+    .parallelism(options.parallelism)
+    .sink("kafka-sink", KafkaSink::factory(txns.clone(), &output))
+    .parallelism(options.parallelism);
+    job.participant(txns.clone());
+    let job = job.build(config)?;
+    job.failpoints().schedule(options.crashes.clone());
+
+    let started = Instant::now();
+    let progress = options.progress.then(|| {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                eprintln!(
+                    "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
+                    metrics.records_emitted.load(Ordering::Relaxed),
+                    metrics.records_replayed.load(Ordering::Relaxed),
+                    metrics.records_skipped.load(Ordering::Relaxed)
+                );
+            }
+        })
+    });
+    let outcome = job.run().await;
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(p) = progress {
+        p.abort();
+    }
+    let report = match outcome {
+        Ok(r) => r,
+        Err(RuntimeError::RestartsExhausted { attempts, last }) => {
+            return Err(format!("the job failed {attempts} times; last error: {last}").into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let emitted = metrics.records_emitted.load(Ordering::Relaxed);
+    let input_records: u64 = cluster.end_offsets(&input, false).await?.iter().map(|&o| o.max(0) as u64).sum();
+    let (output_records, duplicates, lost) = if options.verify {
+        let out: Vec<Bytes> = cluster.read_committed(&output).await?.into_iter().filter_map(|(_, _, _, v)| v).collect();
+        let (d, l) = check(input_records, &out);
+        (out.len() as u64, d, l)
+    } else {
+        (0, 0, 0)
+    };
+    Ok(KafkaDemoSummary {
+        input_records,
+        output_records,
+        duplicates,
+        lost,
+        replayed: metrics.records_replayed.load(Ordering::Relaxed),
+        skipped: metrics.records_skipped.load(Ordering::Relaxed),
+        crashes: job.failpoints().fired().len(),
+        attempts: report.attempts,
+        checkpoints_completed: report.metrics.checkpoints.completed,
+        transactions_recovered: report.metrics.checkpoints.transactions_recovered,
+        records_per_second: emitted as f64 / seconds,
+        seconds,
+    })
+}
+
+fn cwd() -> String {
+    std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into())
+}
