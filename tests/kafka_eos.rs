@@ -1,0 +1,172 @@
+//! Exactly-once on a real Kafka 4.x broker: Kafka transactions as T(n), recovery of
+//! transactions a crash left open, the ledger, and the whole pipeline crashing at every
+//! fault point.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use shareflow::connector::kafka::{krafka, KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
+use shareflow::kafka_demo::{self, KafkaDemoOptions, FAULT_POINTS};
+use shareflow::runtime::{ErrorKind, TransactionParticipant, TransactionTemplate};
+use support::kafka::{cluster, unique};
+
+fn participant(c: &KafkaCluster) -> std::sync::Arc<KafkaTransactions> {
+    KafkaTransactions::new(
+        c.clone(),
+        KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(60), ..Default::default() },
+    )
+}
+
+async fn setup(c: &KafkaCluster) -> (TransactionTemplate, String) {
+    let group = unique("txn-group");
+    let template = TransactionTemplate::new(&group, "job").expect("template");
+    let out = unique("txn-out");
+    c.ensure_topic(&out, 1, &[]).await.expect("topic");
+    (template, out)
+}
+
+fn records(topic: &str, n: u32) -> Vec<krafka::Record> {
+    (0..n).map(|i| krafka::Record::new(topic, Bytes::from(format!("rec-{i:010}-")))).collect()
+}
+
+async fn committed(c: &KafkaCluster, topic: &str) -> usize {
+    c.read_committed(topic).await.expect("read").len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_of_t_n_is_visible_only_once_it_commits() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let p = participant(&c);
+    p.open(&template).await.expect("open");
+    let t1 = template.transaction(1);
+    p.begin(&t1).await.expect("begin");
+    p.send(1, records(&out, 10)).await.expect("send");
+    assert!(p.prepare(&t1).await.expect("prepare"));
+    assert_eq!(committed(&c, &out).await, 0, "nothing visible before the commit");
+    p.commit(&t1).await.expect("commit");
+    assert_eq!(committed(&c, &out).await, 10);
+    let t2 = template.transaction(2);
+    p.begin(&t2).await.expect("begin");
+    p.send(2, records(&out, 5)).await.expect("send");
+    p.abort(&t2).await.expect("abort");
+    assert_eq!(committed(&c, &out).await, 10, "aborted output never shows");
+    // The ledger holds the commit of epoch 1 only.
+    let (_, plan) = p.ledger().await.expect("ledger");
+    assert_eq!(plan.committed_epochs.into_iter().collect::<Vec<_>>(), vec![1]);
+    let err = p.send(9, records(&out, 1)).await.expect_err("T(9) was never begun");
+    assert!(err.to_string().contains("T(9) is not open"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_commits_a_decided_transaction_by_producer_id_and_aborts_the_rest() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    // The crashed instance: T(4) prepared (its checkpoint completed), T(5) still open.
+    let crashed = participant(&c);
+    crashed.open(&template).await.expect("open");
+    for (n, count) in [(4u64, 7u32), (5, 3)] {
+        let t = template.transaction(n);
+        crashed.begin(&t).await.expect("begin");
+        crashed.send(n, records(&out, count)).await.expect("send");
+    }
+    assert!(crashed.prepare(&template.transaction(4)).await.expect("prepare"));
+    drop(crashed);
+    // The new instance sees both open, and decides them as the runtime would.
+    let p = participant(&c);
+    p.open(&template).await.expect("open");
+    let mut pending: Vec<u64> =
+        p.pending(&template).await.expect("pending").iter().map(|t| t.id.checkpoint_id()).collect();
+    pending.sort_unstable();
+    assert_eq!(pending, vec![4, 5]);
+    assert!(p.highest_checkpoint_id(&template).await.expect("highest") >= Some(5));
+    p.commit(&template.transaction(4)).await.expect("recovery commit");
+    p.abort(&template.transaction(5)).await.expect("recovery abort");
+    assert!(p.pending(&template).await.expect("pending").is_empty(), "nothing lingers");
+    assert_eq!(committed(&c, &out).await, 7, "T(4) committed by producer id and epoch; T(5) aborted");
+    // Deciding again is harmless.
+    p.commit(&template.transaction(4)).await.expect("idempotent commit");
+    p.abort(&template.transaction(5)).await.expect("idempotent abort");
+    assert_eq!(committed(&c, &out).await, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_timeouts_are_checked_against_checkpointing_and_the_broker() {
+    let Some(c) = cluster().await else { return };
+    let short = KafkaTransactions::new(
+        c.clone(),
+        KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(5), ..Default::default() },
+    );
+    let err = short.validate(Duration::from_secs(4), Duration::from_secs(2)).await.expect_err("too short");
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    assert!(err.to_string().contains("checkpoint interval plus checkpoint timeout"), "{err}");
+    let long = KafkaTransactions::new(
+        c.clone(),
+        KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(3_600), ..Default::default() },
+    );
+    let err = long.validate(Duration::from_secs(1), Duration::from_secs(60)).await.expect_err("over the broker max");
+    assert!(err.to_string().contains("transaction.max.timeout.ms"), "{err}");
+    participant(&c).validate(Duration::from_secs(1), Duration::from_secs(30)).await.expect("60 s fits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_record_in_the_ledger_is_a_data_error_naming_its_offset() {
+    let Some(c) = cluster().await else { return };
+    let (template, _) = setup(&c).await;
+    let p = participant(&c);
+    p.open(&template).await.expect("open");
+    let ledger = p.ledger_topic().expect("ledger topic");
+    c.produce(&ledger, [(None, Bytes::from_static(b"not a ledger entry"))]).await.expect("produce");
+    let err = p.ledger().await.expect_err("corrupt ledger");
+    assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+    assert!(err.to_string().contains(&format!("{ledger} partition 0 offset 0")), "{err}");
+}
+
+fn options(records: u64) -> KafkaDemoOptions {
+    let bootstrap = support::kafka::bootstrap().expect("checked by the caller");
+    let mut o = KafkaDemoOptions::new(&bootstrap);
+    o.name = unique("eos");
+    o.records = records;
+    o.interval = Duration::from_millis(300);
+    o.partitions = 2;
+    o.parallelism = 2;
+    o.progress = false;
+    o.checkpoints = Some(format!("memory://{}", o.name));
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_stays_exactly_once_through_a_crash_at_every_fault_point() {
+    if support::kafka::bootstrap().is_none() {
+        return;
+    }
+    let mut o = options(20_000);
+    // Per-batch points first, while fresh records still arrive; every attempt has at
+    // least its final checkpoint, so the checkpoint points come round after them.
+    o.crashes = FAULT_POINTS.iter().map(|p| (p.to_string(), u32::from(p.contains("source.")))).collect();
+    let s = kafka_demo::run(&o).await.expect("run");
+    assert_eq!(s.crashes, FAULT_POINTS.len(), "every fault point fired: {s:?}");
+    assert_eq!((s.duplicates, s.lost), (0, 0), "{s:?}");
+    assert_eq!(s.output_records, 20_000, "{s:?}");
+    assert!(s.transactions_recovered >= 1, "a crash after the manifest leaves T(n) for recovery to commit: {s:?}");
+    assert!(s.replayed > 0, "crashes before the commit replay from the log: {s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_mode_loses_nothing_through_crashes() {
+    if support::kafka::bootstrap().is_none() {
+        return;
+    }
+    let mut o = options(3_000);
+    o.exactly_once = false;
+    o.crashes = vec![
+        ("sink.after_write".to_string(), 1),
+        (shareflow::runtime::failpoint::points::AFTER_MANIFEST.to_string(), 0),
+    ];
+    let s = kafka_demo::run(&o).await.expect("run");
+    assert_eq!(s.crashes, 2, "{s:?}");
+    assert_eq!(s.lost, 0, "at-least-once never loses: {s:?}");
+    assert!(s.output_records >= 3_000, "{s:?}");
+}
