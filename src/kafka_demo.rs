@@ -56,6 +56,8 @@ pub struct KafkaDemoOptions {
     pub verify: bool,
     /// Print progress to stderr every second.
     pub progress: bool,
+    /// At most this many records per second through the job; `None`: unlimited.
+    pub max_rate: Option<u64>,
 }
 
 impl KafkaDemoOptions {
@@ -75,6 +77,7 @@ impl KafkaDemoOptions {
             crashes: Vec::new(),
             verify: true,
             progress: true,
+            max_rate: None,
         }
     }
 }
@@ -230,6 +233,10 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
     let mut source_config = KafkaSourceConfig::new(&options.name, &[&input]);
     source_config.stop_when_drained = true;
     source_config.max_poll_records = 2_000;
+    source_config.max_records_per_second = options.max_rate.map(|r| (r / u64::from(options.parallelism)).max(1));
+    if let Some(rate) = source_config.max_records_per_second {
+        source_config.max_poll_records = source_config.max_poll_records.min(rate.max(10) as usize / 10);
+    }
     let job = JobBuilder::new();
     job.source(
         "share-source",

@@ -31,6 +31,7 @@ commands:
     --partitions P, --parallelism P, --checkpoints URL, --at-least-once, --json as above
     --crashes K --seed S crashes at K of the in-process fault points
     --no-verify          skip the read_committed check at the end
+    --max-rate R         at most R records per second through the job
   txn list     list the transactions of an embedded broker
     --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
   checkpoints  list a job's checkpoints
@@ -150,6 +151,10 @@ fn kafka_demo_options(args: &mut Args) -> Result<(shareflow::kafka_demo::KafkaDe
     o.checkpoints = args.value("--checkpoints")?;
     o.exactly_once = !args.flag("--at-least-once");
     o.verify = !args.flag("--no-verify");
+    o.max_rate = args.number("--max-rate")?;
+    if o.max_rate == Some(0) {
+        return Err("--max-rate must be >= 1".into());
+    }
     let crashes: usize = args.number("--crashes")?.unwrap_or(0);
     let seed: u64 = args.number("--seed")?.unwrap_or(1);
     if crashes > shareflow::kafka_demo::FAULT_POINTS.len() {

@@ -12,6 +12,7 @@ use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, ManualClock};
 use shareflow::connector::share::*;
 
 pub mod kafka;
+pub mod s3;
 
 pub const GROUP: &str = "orders-eu";
 pub const PREFIX: &str = "job";

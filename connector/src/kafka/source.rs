@@ -42,6 +42,9 @@ pub struct KafkaSourceConfig {
     pub poll_timeout: Duration,
     /// Finish once the group has no backlog on its topics (bounded runs, tests).
     pub stop_when_drained: bool,
+    /// At most this many records per second per subtask (fresh and replayed); `None`:
+    /// as fast as it goes.
+    pub max_records_per_second: Option<u64>,
     /// Set `share.auto.offset.reset=earliest` on the group when opening, so records
     /// produced before the first member joined are delivered too.
     pub from_earliest: bool,
@@ -56,6 +59,7 @@ impl KafkaSourceConfig {
             max_poll_records: 500,
             poll_timeout: Duration::from_millis(100),
             stop_when_drained: false,
+            max_records_per_second: None,
             from_earliest: true,
         }
     }
@@ -86,6 +90,8 @@ pub struct KafkaShareSource {
     replay: VecDeque<Record>,
     subtask: u32,
     idle_since: Option<tokio::time::Instant>,
+    /// Rate limiting: when this subtask started emitting, and how much since.
+    rate_start: Option<(tokio::time::Instant, u64)>,
     last_drain_check: Option<tokio::time::Instant>,
     metrics: Arc<KafkaSourceMetrics>,
     failpoints: Failpoints,
@@ -109,6 +115,7 @@ impl KafkaShareSource {
             replay: VecDeque::new(),
             subtask: ctx.subtask,
             idle_since: None,
+            rate_start: None,
             last_drain_check: None,
             metrics: metrics.clone(),
             failpoints: ctx.failpoints.clone(),
@@ -139,7 +146,18 @@ impl KafkaShareSource {
         Ok(true)
     }
 
+    /// Sleeps while this subtask is ahead of its rate limit.
+    async fn throttle(&mut self) {
+        let Some(rate) = self.config.max_records_per_second.filter(|r| *r > 0) else { return };
+        let (start, emitted) = *self.rate_start.get_or_insert((tokio::time::Instant::now(), 0));
+        let due = start + Duration::from_secs_f64(emitted as f64 / rate as f64);
+        tokio::time::sleep_until(due).await;
+    }
+
     async fn emit(&mut self, epoch: u64, records: Vec<Record>) -> Result<SourceEvent> {
+        if let Some((_, emitted)) = self.rate_start.as_mut() {
+            *emitted += records.len() as u64;
+        }
         self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
         let _ = epoch;
         let batch = records_to_batch(&records).map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
@@ -176,6 +194,7 @@ impl Source for KafkaShareSource {
     }
 
     async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent> {
+        self.throttle().await;
         if !self.replay.is_empty() {
             let n = self.replay.len().min(self.config.max_poll_records);
             let records: Vec<Record> = self.replay.drain(..n).collect();
