@@ -11,6 +11,7 @@ use object_store::ObjectStore;
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, ManualClock};
 use shareflow::connector::share::*;
 
+pub mod conformance;
 pub mod kafka;
 pub mod s3;
 
