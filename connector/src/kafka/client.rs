@@ -97,11 +97,7 @@ impl KafkaCluster {
             .await
             .map_err(|e| kafka_error(format!("create topic {topic}"), e))?;
         match results.into_values().next() {
-            Some(Err(krafka::KrafkaError::Broker { code, .. }))
-                if code == krafka::error::ErrorCode::TopicAlreadyExists =>
-            {
-                Ok(())
-            }
+            Some(Err(krafka::KrafkaError::Broker { code: krafka::error::ErrorCode::TopicAlreadyExists, .. })) => Ok(()),
             Some(Err(e)) => Err(kafka_error(format!("create topic {topic}"), e)),
             _ => {
                 self.wait_for_topic(topic).await?;
@@ -140,11 +136,9 @@ impl KafkaCluster {
             .map_err(|e| kafka_error(format!("describe topic {topic}"), e))?;
         match described.into_values().next() {
             Some(Ok(d)) => Ok(d.partitions.len() as i32),
-            Some(Err(krafka::KrafkaError::Broker { code, .. }))
-                if code == krafka::error::ErrorCode::UnknownTopicOrPartition =>
-            {
-                Err(Error::UnknownTopicPartition { topic: topic.into(), partition: -1 })
-            }
+            Some(Err(krafka::KrafkaError::Broker {
+                code: krafka::error::ErrorCode::UnknownTopicOrPartition, ..
+            })) => Err(Error::UnknownTopicPartition { topic: topic.into(), partition: -1 }),
             Some(Err(e)) => Err(kafka_error(format!("describe topic {topic}"), e)),
             None => Err(Error::UnknownTopicPartition { topic: topic.into(), partition: -1 }),
         }

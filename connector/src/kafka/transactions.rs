@@ -376,11 +376,9 @@ impl KafkaTransactions {
             .map_err(|e| runtime_error(NAME, kafka_error(format!("describe {id}"), e)))?;
         match described.into_values().next() {
             Some(Ok(d)) => Ok(Some(d)),
-            Some(Err(krafka::KrafkaError::Broker { code, .. }))
-                if code == krafka::error::ErrorCode::TransactionalIdNotFound =>
-            {
-                Ok(None)
-            }
+            Some(Err(krafka::KrafkaError::Broker {
+                code: krafka::error::ErrorCode::TransactionalIdNotFound, ..
+            })) => Ok(None),
             Some(Err(e)) => Err(runtime_error(NAME, kafka_error(format!("describe {id}"), e))),
             None => Ok(None),
         }
