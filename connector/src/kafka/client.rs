@@ -229,8 +229,14 @@ impl KafkaCluster {
     /// Produces `(key, value)` records to `topic` with an idempotent producer and waits
     /// until all are acknowledged. For loading input.
     pub async fn produce(&self, topic: &str, records: impl IntoIterator<Item = (Option<Bytes>, Bytes)>) -> Result<u64> {
-        let producer =
-            self.kafka.producer().idempotent(true).build().await.map_err(|e| kafka_error("build producer", e))?;
+        let producer = self
+            .kafka
+            .producer()
+            .idempotent(true)
+            .batch_size(1 << 20)
+            .build()
+            .await
+            .map_err(|e| kafka_error("build producer", e))?;
         let mut handles = Vec::new();
         for (key, value) in records {
             let mut r = krafka::Record::new(topic, value);

@@ -19,6 +19,12 @@ use crate::share::Record;
 
 const NAME: &str = "kafka";
 
+/// Producer batches: one batch per partition is in flight at a time, so small batches
+/// cap throughput at batch / round trip. 1 MiB matches the broker's default fetch size.
+const BATCH_BYTES: usize = 1 << 20;
+/// How long a producer waits to fill a batch.
+const LINGER: Duration = Duration::from_millis(2);
+
 /// Settings of [`KafkaTransactions`].
 #[derive(Debug, Clone)]
 pub struct KafkaTransactionsConfig {
@@ -56,6 +62,8 @@ pub struct KafkaTransactions {
     live: Mutex<BTreeMap<u64, Live>>,
     /// At-least-once writes (and ledger intents): idempotent, not transactional.
     plain: tokio::sync::Mutex<Option<Arc<Producer>>>,
+    /// Ledger intents: small, latency-bound writes, kept apart from bulk output.
+    intents: tokio::sync::Mutex<Option<Arc<Producer>>>,
     plain_handles: Mutex<Vec<DeliveryHandle>>,
     ledger: Arc<AckLedger>,
     load: tokio::sync::Mutex<()>,
@@ -80,6 +88,7 @@ impl KafkaTransactions {
             template: Mutex::new(None),
             live: Mutex::new(BTreeMap::new()),
             plain: tokio::sync::Mutex::new(None),
+            intents: tokio::sync::Mutex::new(None),
             plain_handles: Mutex::new(Vec::new()),
             ledger: AckLedger::new(),
             load: tokio::sync::Mutex::new(()),
@@ -141,7 +150,20 @@ impl KafkaTransactions {
     }
 
     async fn plain_producer(&self) -> Result<Arc<Producer>> {
-        let mut g = self.plain.lock().await;
+        self.cached_producer(&self.plain, LINGER, BATCH_BYTES).await
+    }
+
+    async fn intent_producer(&self) -> Result<Arc<Producer>> {
+        self.cached_producer(&self.intents, Duration::ZERO, 64 << 10).await
+    }
+
+    async fn cached_producer(
+        &self,
+        slot: &tokio::sync::Mutex<Option<Arc<Producer>>>,
+        linger: Duration,
+        batch: usize,
+    ) -> Result<Arc<Producer>> {
+        let mut g = slot.lock().await;
         if let Some(p) = g.as_ref() {
             return Ok(p.clone());
         }
@@ -150,7 +172,8 @@ impl KafkaTransactions {
             .client()
             .producer()
             .idempotent(true)
-            .linger(Duration::from_millis(2))
+            .linger(linger)
+            .batch_size(batch)
             .build()
             .await
             .map_err(|e| runtime_error(NAME, kafka_error("build the idempotent producer", e)))?;
@@ -207,7 +230,7 @@ impl KafkaTransactions {
         let entry = LedgerEntry::Intent { epoch, subtask, ranges };
         let record = krafka::Record::new(topic.clone(), Bytes::from(entry.encode())).partition(0);
         let _ =
-            self.plain_producer().await?.send(record).await.map_err(|e| {
+            self.intent_producer().await?.send(record).await.map_err(|e| {
                 runtime_error(NAME, kafka_error(format!("write an intent of epoch {epoch} to {topic}"), e))
             })?;
         if let LedgerEntry::Intent { ranges, .. } = &entry {
@@ -444,7 +467,8 @@ impl TransactionParticipant for KafkaTransactions {
             .client()
             .producer()
             .transaction_timeout(self.config.transaction_timeout)
-            .linger(Duration::from_millis(2))
+            .linger(LINGER)
+            .batch_size(BATCH_BYTES)
             .build_transactional(txn.to_string())
             .await
             .map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
@@ -490,7 +514,7 @@ impl TransactionParticipant for KafkaTransactions {
             let topic = self.ledger_topic()?;
             let entry =
                 krafka::Record::new(topic.clone(), Bytes::from(LedgerEntry::Commit { epoch: n }.encode())).partition(0);
-            let _ = self.plain_producer().await?.send(entry).await.map_err(|e| {
+            let _ = self.intent_producer().await?.send(entry).await.map_err(|e| {
                 runtime_error(NAME, kafka_error(format!("write the commit of epoch {n} to {topic}"), e))
             })?;
             return Ok(());
@@ -498,7 +522,10 @@ impl TransactionParticipant for KafkaTransactions {
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
             l.producer.commit().await.map_err(|e| runtime_error(NAME, kafka_error(format!("commit {txn}"), e)))?;
-            let _ = l.producer.close().await;
+            // Nothing is left to send; closing only releases its tasks.
+            tokio::spawn(async move {
+                let _ = l.producer.close().await;
+            });
             return Ok(());
         }
         // Recovery: a crash left T(n) open after its checkpoint completed.
