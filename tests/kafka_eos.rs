@@ -74,13 +74,14 @@ async fn recovery_commits_a_decided_transaction_by_producer_id_and_aborts_the_re
     }
     assert!(crashed.prepare(&template.transaction(4)).await.expect("prepare"));
     drop(crashed);
-    // The new instance sees both open, and decides them as the runtime would.
+    // The new instance: T(4) prepared (the ledger is among its partitions) and waits for
+    // the runtime's decision; T(5) never prepared, so no checkpoint can cover it and it
+    // is aborted on the spot.
     let p = participant(&c);
     p.open(&template).await.expect("open");
-    let mut pending: Vec<u64> =
-        p.pending(&template).await.expect("pending").iter().map(|t| t.id.checkpoint_id()).collect();
-    pending.sort_unstable();
-    assert_eq!(pending, vec![4, 5]);
+    let pending: Vec<(u64, bool)> =
+        p.pending(&template).await.expect("pending").iter().map(|t| (t.id.checkpoint_id(), t.prepared)).collect();
+    assert_eq!(pending, vec![(4, true)]);
     assert!(p.highest_checkpoint_id(&template).await.expect("highest") >= Some(5));
     p.commit(&template.transaction(4)).await.expect("recovery commit");
     p.abort(&template.transaction(5)).await.expect("recovery abort");
@@ -90,6 +91,45 @@ async fn recovery_commits_a_decided_transaction_by_producer_id_and_aborts_the_re
     p.commit(&template.transaction(4)).await.expect("idempotent commit");
     p.abort(&template.transaction(5)).await.expect("idempotent abort");
     assert_eq!(committed(&c, &out).await, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_attempt_aborts_the_live_transactions_of_the_last_one() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let p = participant(&c);
+    p.open(&template).await.expect("open");
+    let t3 = template.transaction(3);
+    p.begin(&t3).await.expect("begin");
+    p.send(3, records(&out, 5)).await.expect("send");
+    // The attempt fails in process; the next one opens the participant again.
+    p.open(&template).await.expect("reopen");
+    assert!(p.pending(&template).await.expect("pending").is_empty(), "T(3) is not left for recovery to decide");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(committed(&c, &out).await, 0, "buffered writes of T(3) never become visible");
+    let end = c.end_offsets(&out, false).await.expect("ends");
+    let stable = c.end_offsets(&out, true).await.expect("stable");
+    assert_eq!(end, stable, "no transaction holds the output topic open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epochs_named_by_the_ledger_are_never_reused() {
+    let Some(c) = cluster().await else { return };
+    let (template, _) = setup(&c).await;
+    // At-least-once has no transactions to list: only the ledger knows epoch 9 was used.
+    let p = KafkaTransactions::new(
+        c.clone(),
+        KafkaTransactionsConfig {
+            exactly_once: false,
+            transaction_timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
+    );
+    p.open(&template).await.expect("open");
+    assert_eq!(p.highest_checkpoint_id(&template).await.expect("highest"), None);
+    let range = shareflow::connector::kafka::LedgerRange { topic: "in".into(), partition: 0, first: 0, last: 9 };
+    p.write_intent(9, 0, vec![range]).await.expect("intent");
+    assert_eq!(p.highest_checkpoint_id(&template).await.expect("highest"), Some(9));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,3 +188,24 @@ async fn bad_use_gets_typed_errors() {
     let err = KafkaCluster::connect("").await.expect_err("empty bootstrap");
     assert!(err.to_string().contains("bootstrap.servers"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_an_expired_lock_is_refused() {
+    // The Kafka source relies on this: a lock it cannot renew is reported, so it
+    // releases the record instead of naming it in an intent.
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 1, 1).await;
+    let group = group_with(&c, 1_000).await;
+    let mut a = member(&c, &group, &topic, 10).await;
+    let got = poll_some(&mut a, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1);
+    let mut b = member(&c, &group, &topic, 10).await;
+    let again = poll_some(&mut b, Duration::from_secs(30)).await;
+    assert_eq!(again.len(), 1, "the lock expired and b holds the record now");
+    a.acknowledge(&got[0], AcknowledgeType::Renew).await.expect("queued");
+    let refused = a.commit_outcome().await.expect("outcome");
+    assert_eq!(refused.len(), 1, "renewing a lock a owns no more must be refused: {refused:?}");
+    b.acknowledge(&again[0], AcknowledgeType::Accept).await.expect("accept");
+    b.close().await.expect("close");
+    let _ = a.close().await;
+}

@@ -256,11 +256,27 @@ impl KafkaCluster {
     /// Reads every committed record of `topic` (read_committed, from the beginning to the
     /// last stable offset) as `(partition, offset, key, value)`.
     pub async fn read_committed(&self, topic: &str) -> Result<Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>> {
-        let ends = self.end_offsets(topic, true).await?;
+        self.read_topic(topic, true).await
+    }
+
+    /// Reads every record of `topic` from the beginning to its end: the last stable
+    /// offset with `read_committed`, else the high watermark (open transactions
+    /// included). Gives up only when 60 s pass without progress.
+    pub async fn read_topic(
+        &self,
+        topic: &str,
+        read_committed: bool,
+    ) -> Result<Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>> {
+        let ends = self.end_offsets(topic, read_committed).await?;
+        let isolation = if read_committed {
+            krafka::consumer::IsolationLevel::ReadCommitted
+        } else {
+            krafka::consumer::IsolationLevel::ReadUncommitted
+        };
         let consumer = self
             .kafka
             .consumer_without_group()
-            .isolation_level(krafka::consumer::IsolationLevel::ReadCommitted)
+            .isolation_level(isolation)
             .build()
             .await
             .map_err(|e| kafka_error(format!("read {topic}"), e))?;
@@ -272,20 +288,29 @@ impl KafkaCluster {
             consumer.seek_to_beginning(topic, p).await.map_err(|e| kafka_error(format!("seek {topic}-{p}"), e))?;
         }
         let mut out = Vec::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let stall = Duration::from_secs(60);
+        let mut last_progress = tokio::time::Instant::now();
+        let mut last_total = -1i64;
         loop {
             let mut done = true;
+            let mut total = 0i64;
             for (p, end) in ends.iter().enumerate() {
                 let pos = consumer.position(topic, p as i32).await.unwrap_or(0);
                 done &= pos >= *end;
+                total += pos;
             }
             if done {
                 break;
             }
-            if tokio::time::Instant::now() > deadline {
+            if total > last_total {
+                last_total = total;
+                last_progress = tokio::time::Instant::now();
+            } else if last_progress.elapsed() > stall {
                 return Err(Error::Kafka {
                     op: format!("read {topic}"),
-                    reason: format!("did not reach the last stable offsets {ends:?} in 120 s"),
+                    reason: format!(
+                        "no progress towards the end offsets {ends:?} for {stall:?}; is the broker healthy?"
+                    ),
                     kind: ErrorKind::Unavailable,
                 });
             }

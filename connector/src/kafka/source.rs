@@ -74,7 +74,7 @@ pub struct KafkaSourceMetrics {
     pub records_replayed: AtomicU64,
     /// Redelivered records the ledger already covered: accepted, not processed again.
     pub records_skipped: AtomicU64,
-    /// Records released because their lock might have expired before their intent.
+    /// Records released because their locks could not be renewed before their intent.
     pub records_released_late: AtomicU64,
     /// Intent entries written.
     pub intents_written: AtomicU64,
@@ -90,6 +90,9 @@ pub struct KafkaShareSource {
     replay: VecDeque<Record>,
     subtask: u32,
     idle_since: Option<tokio::time::Instant>,
+    /// When the consumer's buffer was last known empty (a poll returned fewer records
+    /// than asked): every record handed out since was acquired after this instant.
+    buffer_empty_at: tokio::time::Instant,
     /// Rate limiting: when this subtask started emitting, and how much since.
     rate_start: Option<(tokio::time::Instant, u64)>,
     last_drain_check: Option<tokio::time::Instant>,
@@ -115,6 +118,7 @@ impl KafkaShareSource {
             replay: VecDeque::new(),
             subtask: ctx.subtask,
             idle_since: None,
+            buffer_empty_at: tokio::time::Instant::now(),
             rate_start: None,
             last_drain_check: None,
             metrics: metrics.clone(),
@@ -146,6 +150,32 @@ impl KafkaShareSource {
         Ok(true)
     }
 
+    /// Renews the locks of `records` and returns those the broker renewed; records of a
+    /// partition whose renewal was refused are released (their locks may be gone).
+    async fn renew(&mut self, records: Vec<Record>) -> Result<Vec<Record>> {
+        let task = self.task.clone();
+        for r in &records {
+            self.consumer()?.acknowledge(r, AcknowledgeType::Renew).await.map_err(|e| runtime_error(&task, e))?;
+        }
+        let refused = self.consumer()?.commit_outcome().await.map_err(|e| runtime_error(&task, e))?;
+        let (kept, lost): (Vec<Record>, Vec<Record>) = records
+            .into_iter()
+            .partition(|r| !refused.iter().any(|(t, p, _)| t.as_str() == r.topic.as_ref() && *p == r.partition));
+        for r in &lost {
+            self.consumer()?.acknowledge(r, AcknowledgeType::Release).await.map_err(|e| runtime_error(&task, e))?;
+        }
+        if !lost.is_empty() {
+            tracing::warn!(
+                task = %task,
+                records = lost.len(),
+                reasons = ?refused,
+                "locks could not be renewed before the intent; released (delivery count raised)"
+            );
+            self.metrics.records_released_late.fetch_add(lost.len() as u64, Ordering::Relaxed);
+        }
+        Ok(kept)
+    }
+
     /// Sleeps while this subtask is ahead of its rate limit.
     async fn throttle(&mut self) {
         let Some(rate) = self.config.max_records_per_second.filter(|r| *r > 0) else { return };
@@ -175,7 +205,11 @@ impl Source for KafkaShareSource {
                 .map_err(|e| runtime_error(&self.task, e))?;
         }
         let (ledger, plan) = self.txns.ledger().await?;
-        let share = plan.replay_share(ctx.subtask, ctx.parallelism);
+        let share: Vec<_> = plan
+            .replay_share(ctx.subtask, ctx.parallelism)
+            .into_iter()
+            .filter(|r| self.config.topics.contains(&r.topic))
+            .collect();
         if !share.is_empty() {
             let records = self.txns.read_ranges(&share).await?;
             tracing::info!(task = %self.task, records = records.len(), ranges = share.len(), "replaying records of uncommitted epochs");
@@ -190,6 +224,7 @@ impl Source for KafkaShareSource {
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).await.map_err(|e| runtime_error(&self.task, e))?;
         self.consumer = Some(consumer);
+        self.buffer_empty_at = tokio::time::Instant::now();
         Ok(())
     }
 
@@ -205,12 +240,17 @@ impl Source for KafkaShareSource {
             return self.emit(epoch, records).await;
         }
         let (max, timeout) = (self.config.max_poll_records, self.config.poll_timeout);
-        let started = tokio::time::Instant::now();
         let task = self.task.clone();
         let records = self.consumer()?.poll(max, timeout).await.map_err(|e| runtime_error(&task, e))?;
+        let returned_at = tokio::time::Instant::now();
+        // Every record of this poll was acquired after the buffer was last empty.
+        let mut acquired_after = self.buffer_empty_at;
+        if records.len() < max {
+            self.buffer_empty_at = returned_at;
+        }
         if records.is_empty() {
             if self.config.stop_when_drained {
-                let idle = *self.idle_since.get_or_insert(started);
+                let idle = *self.idle_since.get_or_insert(returned_at);
                 if idle.elapsed() > Duration::from_millis(300) && self.drained().await? {
                     return Ok(SourceEvent::Finished);
                 }
@@ -223,7 +263,8 @@ impl Source for KafkaShareSource {
         let mut fresh = Vec::with_capacity(records.len());
         let mut skipped = 0u64;
         for r in records {
-            if r.delivery_count > 1 && ledger.lookup(&r.topic, r.partition, r.offset) == LedgerLookup::Covered {
+            // Any delivery, not only redeliveries: the ledger is the authority.
+            if ledger.lookup(&r.topic, r.partition, r.offset) == LedgerLookup::Covered {
                 self.consumer()?.acknowledge(&r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
                 skipped += 1;
             } else {
@@ -235,20 +276,28 @@ impl Source for KafkaShareSource {
             return Ok(SourceEvent::Idle);
         }
         // The intent must be durable while we still hold the locks; otherwise another
-        // member may get the records before the ledger names them. Half the lock
-        // duration is the budget; past it the records go back untouched.
+        // member may get the records before the ledger names them. Half the lock is
+        // the budget. Past it, renew the locks first, and give back what the broker
+        // will not renew.
         let lock = self.consumer()?.lock_duration().unwrap_or(Duration::from_secs(15));
-        if started.elapsed() > lock / 2 {
-            for r in &fresh {
-                self.consumer()?.acknowledge(r, AcknowledgeType::Release).await.map_err(|e| runtime_error(&task, e))?;
+        if acquired_after.elapsed() > lock / 2 {
+            fresh = self.renew(fresh).await?;
+            acquired_after = tokio::time::Instant::now();
+            if fresh.is_empty() {
+                return Ok(SourceEvent::Idle);
             }
-            self.metrics.records_released_late.fetch_add(fresh.len() as u64, Ordering::Relaxed);
-            return Ok(SourceEvent::Idle);
         }
         let ranges = to_ranges(fresh.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
-        match tokio::time::timeout(lock / 2, self.txns.write_intent(epoch, self.subtask, ranges)).await {
+        let budget = lock / 2 - acquired_after.elapsed().min(lock / 2);
+        match tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges)).await {
             Ok(r) => r?,
             Err(_) => {
+                tracing::error!(
+                    task = %task,
+                    records = fresh.len(),
+                    "the ledger intent was not durable within half the acquisition lock; restarting so the ledger stays \
+                     exact (the records return with their delivery count raised)"
+                );
                 return Err(RuntimeError::task_message(
                     &task,
                     ErrorKind::Unavailable,
@@ -256,7 +305,7 @@ impl Source for KafkaShareSource {
                         "writing the ledger intent took longer than half the acquisition lock ({lock:?}); \
                          restarting so the ledger stays exact"
                     ),
-                ))
+                ));
             }
         }
         self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);

@@ -50,6 +50,8 @@ impl Default for KafkaTransactionsConfig {
 struct Live {
     producer: Arc<TransactionalProducer>,
     handles: Vec<DeliveryHandle>,
+    /// Flushed, with its commit entry: a checkpoint may have decided it.
+    prepared: bool,
 }
 
 /// The job's transactional participant on a real Kafka cluster: one Kafka transaction
@@ -246,12 +248,15 @@ impl KafkaTransactions {
         if let Some(plan) = self.ledger.plan() {
             return Ok((self.ledger.clone(), plan));
         }
-        let plan = self.read_ledger().await?;
+        let plan = self.read_ledger(true).await?;
         self.ledger.install(plan.clone());
         Ok((self.ledger.clone(), plan))
     }
 
-    async fn read_ledger(&self) -> Result<LedgerPlan> {
+    /// Reads the ledger. `stable`: wait until no transaction holds it open and read
+    /// only committed entries (what the replay plan needs); otherwise read everything
+    /// written, open transactions included (enough to know every epoch ever used).
+    async fn read_ledger(&self, stable: bool) -> Result<LedgerPlan> {
         let topic = self.ledger_topic()?;
         let c = &self.cluster;
         let rt = |e: Error| runtime_error(NAME, e);
@@ -259,7 +264,7 @@ impl KafkaTransactions {
         // Wait until no transaction holds the ledger open: every commit entry that can
         // become visible has become visible.
         let deadline = tokio::time::Instant::now() + self.config.transaction_timeout.min(Duration::from_secs(60));
-        loop {
+        while stable {
             let end = c.end_offsets(&topic, false).await.map_err(rt)?;
             let stable = c.end_offsets(&topic, true).await.map_err(rt)?;
             if end == stable {
@@ -278,7 +283,7 @@ impl KafkaTransactions {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let mut entries = Vec::new();
-        for (partition, offset, _key, value) in c.read_committed(&topic).await.map_err(rt)? {
+        for (partition, offset, _key, value) in c.read_topic(&topic, stable).await.map_err(rt)? {
             let value = value.unwrap_or_default();
             let entry = LedgerEntry::decode(&value).map_err(|reason| {
                 rt(Error::Corrupt {
@@ -382,6 +387,21 @@ impl KafkaTransactions {
         Ok(out)
     }
 
+    /// Aborts whatever transaction `id` has open: a new producer with the id fences
+    /// the old one and aborts its transaction.
+    async fn fence(&self, id: &str) -> Result<()> {
+        let p = self
+            .cluster
+            .client()
+            .producer()
+            .transaction_timeout(self.config.transaction_timeout)
+            .build_transactional(id.to_string())
+            .await
+            .map_err(|e| runtime_error(NAME, kafka_error(format!("abort {id}"), e)))?;
+        let _ = p.close().await;
+        Ok(())
+    }
+
     async fn await_handles(handles: Vec<DeliveryHandle>, what: &str) -> Result<()> {
         for h in handles {
             let _ = h.await.map_err(|e| runtime_error(NAME, kafka_error(format!("deliver {what}"), e)))?;
@@ -441,10 +461,24 @@ impl TransactionParticipant for KafkaTransactions {
 
     async fn open(&self, template: &TransactionTemplate) -> Result<()> {
         *lock(&self.template) = Some(template.clone());
-        // A new attempt: producers of the last one are abandoned (recovery decides
-        // their transactions by id), and the ledger is read again.
-        let stale: Vec<Live> = std::mem::take(&mut *lock(&self.live)).into_values().collect();
-        drop(stale);
+        // A new attempt. Live transactions of the last attempt that prepared are left
+        // to recovery, which commits them if their checkpoint completed (nothing of
+        // theirs is buffered any more). The others can never commit: abort them now, so
+        // buffered writes cannot open them again behind recovery's back. The ledger is
+        // read again.
+        let stale: Vec<(u64, Live)> = std::mem::take(&mut *lock(&self.live)).into_iter().collect();
+        for (n, l) in stale {
+            if l.prepared {
+                continue;
+            }
+            let aborted = tokio::time::timeout(Duration::from_secs(10), l.producer.abort()).await;
+            if !matches!(aborted, Ok(Ok(()))) {
+                self.fence(&template.transaction(n).to_string()).await?;
+            }
+            tokio::spawn(async move {
+                let _ = l.producer.close().await;
+            });
+        }
         lock(&self.plain_handles).clear();
         self.ledger.reset();
         let topic = self.ledger_topic()?;
@@ -473,7 +507,7 @@ impl TransactionParticipant for KafkaTransactions {
             .await
             .map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
         producer.begin().map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
-        lock(&self.live).insert(n, Live { producer: Arc::new(producer), handles: Vec::new() });
+        lock(&self.live).insert(n, Live { producer: Arc::new(producer), handles: Vec::new(), prepared: false });
         Ok(())
     }
 
@@ -503,6 +537,9 @@ impl TransactionParticipant for KafkaTransactions {
         );
         Self::await_handles(handles, &format!("the output of {txn}")).await?;
         producer.flush().await.map_err(|e| runtime_error(NAME, kafka_error(format!("flush {txn}"), e)))?;
+        if let Some(l) = lock(&self.live).get_mut(&n) {
+            l.prepared = true;
+        }
         Ok(true)
     }
 
@@ -562,17 +599,7 @@ impl TransactionParticipant for KafkaTransactions {
         }
         if let Some(d) = self.describe(txn).await? {
             if d.state == "Ongoing" {
-                // A new producer with the same id fences the old one and aborts its
-                // open transaction.
-                let p = self
-                    .cluster
-                    .client()
-                    .producer()
-                    .transaction_timeout(self.config.transaction_timeout)
-                    .build_transactional(txn.to_string())
-                    .await
-                    .map_err(|e| runtime_error(NAME, kafka_error(format!("abort {txn}"), e)))?;
-                let _ = p.close().await;
+                self.fence(&txn.to_string()).await?;
             }
         }
         Ok(())
@@ -583,20 +610,35 @@ impl TransactionParticipant for KafkaTransactions {
             return Ok(Vec::new());
         }
         let open = self.listed(template, vec!["Ongoing".into()]).await?;
-        let live = lock(&self.live);
-        Ok(open
-            .into_iter()
-            .filter(|(id, _)| !live.contains_key(&id.checkpoint_id()))
-            // Flushed before any manifest that covers it, so committable if decided.
-            .map(|(id, _)| PendingTransaction { id, prepared: true })
-            .collect())
+        let ledger = self.ledger_topic()?;
+        let mut pending = Vec::new();
+        for (id, _) in open {
+            if lock(&self.live).contains_key(&id.checkpoint_id()) {
+                continue;
+            }
+            // Prepare writes the commit entry into the ledger: a transaction without the
+            // ledger among its partitions never prepared, so no checkpoint covers it.
+            let prepared = self.describe(&id).await?.is_some_and(|d| d.partitions.iter().any(|tp| tp.topic == ledger));
+            if prepared {
+                pending.push(PendingTransaction { id, prepared: true });
+            } else {
+                tracing::info!(txn = %id, "recovery: aborting a transaction that never prepared");
+                self.fence(&id.to_string()).await?;
+            }
+        }
+        Ok(pending)
     }
 
     async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
-        if !self.config.exactly_once {
-            return Ok(None);
-        }
-        Ok(self.listed(template, Vec::new()).await?.iter().map(|(id, _)| id.checkpoint_id()).max())
+        // Every epoch the ledger names, open transactions included: an epoch number
+        // must never be used twice, or an old intent would pass for a new one.
+        let ledger = self.read_ledger(false).await?.highest_epoch;
+        let listed = if self.config.exactly_once {
+            self.listed(template, Vec::new()).await?.iter().map(|(id, _)| id.checkpoint_id()).max()
+        } else {
+            None
+        };
+        Ok(ledger.max(listed))
     }
 }
 
