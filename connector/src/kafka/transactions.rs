@@ -264,23 +264,25 @@ impl KafkaTransactions {
         // Wait until no transaction holds the ledger open: every commit entry that can
         // become visible has become visible.
         let deadline = tokio::time::Instant::now() + self.config.transaction_timeout.min(Duration::from_secs(60));
-        while stable {
-            let end = c.end_offsets(&topic, false).await.map_err(rt)?;
-            let stable = c.end_offsets(&topic, true).await.map_err(rt)?;
-            if end == stable {
-                break;
+        if stable {
+            loop {
+                let end = c.end_offsets(&topic, false).await.map_err(rt)?;
+                let lso = c.end_offsets(&topic, true).await.map_err(rt)?;
+                if end == lso {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(rt(Error::Kafka {
+                        op: format!("read the ledger {topic}"),
+                        reason: format!(
+                            "a transaction keeps it open (end {end:?}, last stable {lso:?}); another instance of \
+                             this job may be running: stop it, or wait for its transaction timeout"
+                        ),
+                        kind: ErrorKind::Unavailable,
+                    }));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            if tokio::time::Instant::now() > deadline {
-                return Err(rt(Error::Kafka {
-                    op: format!("read the ledger {topic}"),
-                    reason: format!(
-                        "a transaction keeps it open (end {end:?}, last stable {stable:?}); another instance of this \
-                         job may be running: stop it, or wait for its transaction timeout"
-                    ),
-                    kind: ErrorKind::Unavailable,
-                }));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let mut entries = Vec::new();
         for (partition, offset, _key, value) in c.read_topic(&topic, stable).await.map_err(rt)? {
@@ -290,7 +292,7 @@ impl KafkaTransactions {
                     path: format!("kafka topic {topic} partition {partition} offset {offset}"),
                     reason: format!(
                         "not a ledger entry: {reason}. The ledger topic must be written by this job only; \
-                         delete the record's topic only if you accept losing exactly-once for in-flight epochs"
+                         recreating it empty gives up exactly-once for epochs that were in flight"
                     ),
                 })
             })?;
