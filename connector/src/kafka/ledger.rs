@@ -267,6 +267,17 @@ impl AckLedger {
         }
     }
 
+    /// For each `(topic, partition, offset)`, whether an intent names it; one lock for
+    /// the whole poll.
+    pub fn covered<'a>(&self, records: impl IntoIterator<Item = (&'a Arc<str>, i32, i64)>) -> Vec<bool> {
+        let g = self.lock();
+        let Some(plan) = g.as_ref() else { return records.into_iter().map(|_| false).collect() };
+        if plan.covered.is_empty() {
+            return records.into_iter().map(|_| false).collect();
+        }
+        records.into_iter().map(|(t, p, o)| plan.covered.get(&(t.clone(), p)).is_some_and(|s| s.contains(o))).collect()
+    }
+
     /// Whether an intent names this record.
     pub fn lookup(&self, topic: &Arc<str>, partition: i32, offset: i64) -> LedgerLookup {
         let g = self.lock();
@@ -386,6 +397,7 @@ mod tests {
         ledger.cover(&[r(10, 10)]);
         assert_eq!(ledger.lookup(&t, 0, 10), LedgerLookup::Covered);
         assert_eq!(ledger.lookup(&t, 1, 10), LedgerLookup::Unknown);
+        assert_eq!(ledger.covered([(&t, 0, 3), (&t, 0, 7), (&t, 0, 10)]), vec![true, false, true]);
         ledger.reset();
         assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Unknown);
         let ranges = to_ranges([("in", 0, 3), ("in", 0, 1), ("in", 0, 2), ("x", 1, 9)]);

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
-use super::ledger::{to_ranges, AckLedger, LedgerLookup};
+use super::ledger::{to_ranges, AckLedger};
 use super::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
 use crate::participant::runtime_error;
 use crate::share::{AcknowledgeType, Record, ShareConsumer};
@@ -260,11 +260,12 @@ impl Source for KafkaShareSource {
         self.idle_since = None;
         self.failpoints.hit(points::AFTER_POLL)?;
         let ledger = self.ledger.clone().ok_or_else(|| RuntimeError::Internal("kafka source without ledger".into()))?;
+        // Every delivery, not only redeliveries: the ledger is the authority.
+        let covered = ledger.covered(records.iter().map(|r| (&r.topic, r.partition, r.offset)));
         let mut fresh = Vec::with_capacity(records.len());
         let mut skipped = 0u64;
-        for r in records {
-            // Any delivery, not only redeliveries: the ledger is the authority.
-            if ledger.lookup(&r.topic, r.partition, r.offset) == LedgerLookup::Covered {
+        for (r, covered) in records.into_iter().zip(covered) {
+            if covered {
                 self.consumer()?.acknowledge(&r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
                 skipped += 1;
             } else {
