@@ -93,6 +93,7 @@ async fn main() -> Result<(), Error> {
             best_java = best_java.max(java(&c, &bootstrap, &topic, records).await?);
             best_ours = best_ours.max(ours(&c, &topic, records).await?);
         }
+        c.delete_topics(&[&topic]).await?;
         println!(
             "{partitions} partition(s): shareflow {best_ours:>9.0} rec/s ({:.1} MiB/s) | kafka-share-consumer-perf-test {best_java:>9.0} rec/s | ratio {:.2}x",
             best_ours / 1024.0,
@@ -114,6 +115,9 @@ async fn main() -> Result<(), Error> {
             o.progress = false;
             o.checkpoints = Some(format!("memory://{}", o.name));
             let s = kafka_demo::run(&o).await?;
+            // 2 x records KiB per run: give the disk back.
+            let ledger = format!("{}-demo-ledger", o.name);
+            c.delete_topics(&[&kafka_demo::input_topic(&o.name), &kafka_demo::output_topic(&o.name), &ledger]).await?;
             let best = if exactly_once { &mut eos } else { &mut alo };
             *best = best.max(s.records_per_second);
         }
