@@ -227,7 +227,6 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
     );
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 3;
-    txns.validate(options.interval, config.checkpoint_timeout).await?;
 
     let metrics = Arc::new(KafkaSourceMetrics::default());
     let mut source_config = KafkaSourceConfig::new(&options.name, &[&input]);

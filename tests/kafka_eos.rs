@@ -152,6 +152,17 @@ async fn transaction_timeouts_are_checked_against_checkpointing_and_the_broker()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_checkpoints_outlast_the_transaction_timeout_does_not_start() {
+    if support::kafka::bootstrap().is_none() {
+        return;
+    }
+    let mut o = options(10);
+    o.interval = Duration::from_secs(700); // the default transaction timeout is 600 s
+    let err = kafka_demo::run(&o).await.expect_err("refused before running");
+    assert!(err.to_string().contains("transaction.timeout.ms"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_record_in_the_ledger_is_a_data_error_naming_its_offset() {
     let Some(c) = cluster().await else { return };
     let (template, _) = setup(&c).await;

@@ -104,6 +104,10 @@ impl Job {
     /// Runs the job to the end of its input. On a failure, restarts from the latest
     /// complete checkpoint as the restart strategy allows.
     pub async fn run(&self) -> Result<JobReport> {
+        // A configuration a participant refuses fails now, not after a restart loop.
+        for p in &self.spec.participants {
+            p.validate(self.config.checkpoint_interval, self.config.checkpoint_timeout).await?;
+        }
         let mut attempts = 0;
         loop {
             attempts += 1;

@@ -168,6 +168,17 @@ pub trait TransactionParticipant: Send + Sync + 'static {
     /// A name for logs and the manifest.
     fn name(&self) -> &str;
 
+    /// Called once before the job's first attempt: refuse a configuration this
+    /// participant cannot honour (for example a transaction timeout shorter than a
+    /// checkpoint can take). `checkpoint_interval` is `None` without periodic checkpoints.
+    async fn validate(
+        &self,
+        _checkpoint_interval: Option<std::time::Duration>,
+        _checkpoint_timeout: std::time::Duration,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Called once per attempt before anything else: take ownership of the prefix
     /// (fencing older instances).
     async fn open(&self, _template: &TransactionTemplate) -> Result<()> {

@@ -461,6 +461,16 @@ impl TransactionParticipant for KafkaTransactions {
         NAME
     }
 
+    /// The transaction timeout must outlast a checkpoint and fit the broker's maximum.
+    async fn validate(&self, checkpoint_interval: Option<Duration>, checkpoint_timeout: Duration) -> Result<()> {
+        if !self.config.exactly_once {
+            return Ok(());
+        }
+        KafkaTransactions::validate(self, checkpoint_interval.unwrap_or_default(), checkpoint_timeout)
+            .await
+            .map_err(|e| runtime_error(NAME, e))
+    }
+
     async fn open(&self, template: &TransactionTemplate) -> Result<()> {
         *lock(&self.template) = Some(template.clone());
         // A new attempt. Live transactions of the last attempt that prepared are left
