@@ -147,13 +147,13 @@ async fn release_redelivers_at_once_and_reject_archives() {
 async fn renew_keeps_the_lock_past_its_duration() {
     let Some(c) = cluster().await else { return };
     let topic = topic_with(&c, 1, 1).await;
-    let group = group_with(&c, 1_000).await;
+    let group = group_with(&c, 2_000).await;
     let mut a = member(&c, &group, &topic, 10).await;
     let got = poll_some(&mut a, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1);
     let mut b = member(&c, &group, &topic, 10).await;
-    // Hold it for 3 lock durations, renewing every 300 ms; b must never see it.
-    let end = tokio::time::Instant::now() + Duration::from_secs(3);
+    // Hold it for 2.5 lock durations, renewing every ~600 ms; b must never see it.
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
     while tokio::time::Instant::now() < end {
         a.acknowledge(&got[0], AcknowledgeType::Renew).await.expect("renew");
         a.commit().await.expect("renew accepted by the broker");

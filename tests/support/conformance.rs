@@ -24,7 +24,8 @@ pub trait Backend: Send + Sync {
     async fn pass(&self, by: Duration);
 }
 
-const LOCK: Duration = Duration::from_millis(1_000);
+/// Long enough that a renewal every quarter of it has a wide margin on a loaded machine.
+const LOCK: Duration = Duration::from_millis(2_000);
 
 /// Polls until `want` records arrived; callers ask for at most one poll's worth.
 async fn poll_until(m: &mut dyn ShareConsumer, want: usize, backend: &dyn Backend) -> Vec<Record> {
@@ -112,8 +113,9 @@ pub async fn renew_keeps_the_lock(b: &dyn Backend) {
     let mut holder = b.member(&group, &topic).await;
     let got = poll_until(holder.as_mut(), 1, b).await;
     let mut other = b.member(&group, &topic).await;
-    for _ in 0..4 {
-        b.pass(LOCK / 2).await;
+    // Held for 1.5 lock durations, renewed every quarter.
+    for _ in 0..6 {
+        b.pass(LOCK / 4).await;
         holder.acknowledge(&got[0], AcknowledgeType::Renew).await.expect("renew");
         holder.commit().await.expect("renew reaches the broker");
         let stolen = other.poll(10, Duration::from_millis(50)).await.expect("poll");
