@@ -184,10 +184,47 @@ pub fn identity(value: &[u8]) -> Option<u64> {
     text.parse().ok()
 }
 
-fn value_of(id: u64) -> Vec<u8> {
+/// The value of input record `id`: `rec-{id:010}-` padded with `x` to `len` bytes (at
+/// least 16), which [`identity`] reads back.
+pub fn value_of(id: u64, len: usize) -> Vec<u8> {
     let mut v = format!("rec-{id:010}-").into_bytes();
-    v.resize(VALUE_LEN, b'x');
+    v.resize(len.max(16), b'x');
     v
+}
+
+/// The demo's transform. It keeps each record's identity (upper-casing `rec-` is fine
+/// for [`identity`]).
+pub const TRANSFORM_SQL: &str = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input";
+
+/// Runs `job` to its end, printing the line `progress` makes every second if given.
+/// Returns the report and how many seconds the job ran.
+pub(crate) async fn run_job(
+    job: &shareflow_runtime::Job,
+    progress: Option<impl Fn() -> Option<String> + Send + 'static>,
+) -> Result<(shareflow_runtime::JobReport, f64), Box<dyn std::error::Error + Send + Sync>> {
+    let started = Instant::now();
+    let printer = progress.map(|line| {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Some(l) = line() {
+                    eprintln!("{l}");
+                }
+            }
+        })
+    });
+    let outcome = job.run().await;
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(p) = printer {
+        p.abort();
+    }
+    match outcome {
+        Ok(r) => Ok((r, seconds)),
+        Err(RuntimeError::RestartsExhausted { attempts, last }) => {
+            Err(format!("the job failed {attempts} times; last error: {last}").into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A small deterministic generator for the crash schedule.
@@ -260,7 +297,7 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
         let records = (id..id + n)
             .map(|i| ProducerRecord {
                 partition: Some((i % options.partitions as u64) as i32),
-                ..ProducerRecord::new(INPUT, 0, value_of(i))
+                ..ProducerRecord::new(INPUT, 0, value_of(i, VALUE_LEN))
             })
             .collect();
         broker.produce(records).await?;
@@ -287,7 +324,7 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
         ShareGroupSource::factory(broker.clone(), txns.clone(), source_config, metrics.clone()),
     )
     .parallelism(options.parallelism)
-    .sql("transform", r#"SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input"#)
+    .sql("transform", TRANSFORM_SQL)
     .parallelism(options.parallelism)
     .sink("topic-sink", TopicSink::factory(broker.clone(), txns.clone(), OUTPUT))
     .parallelism(options.parallelism);
@@ -303,36 +340,20 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     let schedule = crash_schedule(options.seed, options.crashes);
     job.failpoints().schedule(schedule.iter().map(|(p, s)| (p.to_string(), *s)).collect());
 
-    let started = Instant::now();
     let progress = options.progress.then(|| {
         let broker = broker.clone();
         let total = options.records;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Ok(b) = broker.backlog(GROUP, INPUT) {
-                    eprintln!(
-                        "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
-                        100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64,
-                        b.acknowledged,
-                        b.locked
-                    );
-                }
-            }
-        })
-    });
-    let outcome = job.run().await;
-    let seconds = started.elapsed().as_secs_f64();
-    if let Some(p) = progress {
-        p.abort();
-    }
-    let report = match outcome {
-        Ok(r) => r,
-        Err(RuntimeError::RestartsExhausted { attempts, last }) => {
-            return Err(format!("the job failed {attempts} times; last error: {last}").into())
+        move || {
+            let b = broker.backlog(GROUP, INPUT).ok()?;
+            Some(format!(
+                "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
+                100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64,
+                b.acknowledged,
+                b.locked
+            ))
         }
-        Err(e) => return Err(e.into()),
-    };
+    });
+    let (report, seconds) = run_job(&job, progress).await?;
     // Independent check: the output topic read_committed, and every share-partition state.
     let check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity)?;
     let broker_metrics = broker.metrics()?;

@@ -15,7 +15,9 @@ use shareflow_connector::kafka::{
 };
 use shareflow_connector::source::record_schema;
 use shareflow_runtime::failpoint::points as runtime_points;
-use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
+use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
+
+use crate::demo::{identity, run_job, value_of, TRANSFORM_SQL};
 
 /// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
 pub const FAULT_POINTS: &[&str] = &[
@@ -153,13 +155,6 @@ impl KafkaDemoSummary {
     }
 }
 
-/// The value of input record `id`: `rec-{id:010}-` padded with `x` to `len` bytes.
-pub fn value_of(id: u64, len: usize) -> Bytes {
-    let mut v = format!("rec-{id:010}-").into_bytes();
-    v.resize(len.max(16), b'x');
-    Bytes::from(v)
-}
-
 /// The input topic of a run.
 pub fn input_topic(name: &str) -> String {
     format!("{name}-input")
@@ -175,7 +170,7 @@ pub fn check(input: u64, output: &[Bytes]) -> (u64, u64) {
     let mut seen: HashMap<u64, u64> = HashMap::new();
     let mut duplicates = 0;
     for v in output {
-        match crate::demo::identity(v) {
+        match identity(v) {
             Some(id) => {
                 let n = seen.entry(id).or_default();
                 *n += 1;
@@ -205,7 +200,7 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
         let mut id = 0;
         while id < options.records {
             let n = chunk.min(options.records - id);
-            cluster.produce(&input, (id..id + n).map(|i| (None, value_of(i, options.value_len)))).await?;
+            cluster.produce(&input, (id..id + n).map(|i| (None, Bytes::from(value_of(i, options.value_len))))).await?;
             id += n;
         }
         if options.progress {
@@ -243,7 +238,7 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
         KafkaShareSource::factory(cluster.clone(), txns.clone(), source_config, metrics.clone()),
     )
     .parallelism(options.parallelism)
-    .sql("transform", r#"SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input"#)
+    .sql("transform", TRANSFORM_SQL)
     .parallelism(options.parallelism)
     .sink("kafka-sink", KafkaSink::factory(txns.clone(), &output))
     .parallelism(options.parallelism);
@@ -251,33 +246,18 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
     let job = job.build(config)?;
     job.failpoints().schedule(options.crashes.clone());
 
-    let started = Instant::now();
     let progress = options.progress.then(|| {
         let metrics = metrics.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                eprintln!(
-                    "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
-                    metrics.records_emitted.load(Ordering::Relaxed),
-                    metrics.records_replayed.load(Ordering::Relaxed),
-                    metrics.records_skipped.load(Ordering::Relaxed)
-                );
-            }
-        })
-    });
-    let outcome = job.run().await;
-    let seconds = started.elapsed().as_secs_f64();
-    if let Some(p) = progress {
-        p.abort();
-    }
-    let report = match outcome {
-        Ok(r) => r,
-        Err(RuntimeError::RestartsExhausted { attempts, last }) => {
-            return Err(format!("the job failed {attempts} times; last error: {last}").into())
+        move || {
+            Some(format!(
+                "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
+                metrics.records_emitted.load(Ordering::Relaxed),
+                metrics.records_replayed.load(Ordering::Relaxed),
+                metrics.records_skipped.load(Ordering::Relaxed)
+            ))
         }
-        Err(e) => return Err(e.into()),
-    };
+    });
+    let (report, seconds) = run_job(&job, progress).await?;
     let emitted = metrics.records_emitted.load(Ordering::Relaxed);
     let input_records: u64 = cluster.end_offsets(&input, false).await?.iter().map(|&o| o.max(0) as u64).sum();
     let (output_records, duplicates, lost) = if options.verify {

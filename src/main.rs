@@ -73,7 +73,7 @@ impl Args {
         self.value(name)?.map(|v| v.parse().map_err(|_| format!("{name} {v:?} is not a valid number"))).transpose()
     }
 
-    fn finish(self) -> Result<(), String> {
+    fn finish(&self) -> Result<(), String> {
         match self.0.first() {
             Some(extra) => Err(format!("unknown argument {extra:?}")),
             None => Ok(()),
@@ -81,51 +81,65 @@ impl Args {
     }
 }
 
-fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
-    let mut o = DemoOptions::default();
-    if let Some(n) = args.number("--records")? {
-        o.records = n;
-    }
-    if let Some(ms) = args.number::<u64>("--interval")? {
-        if ms == 0 {
-            return Err("--interval must be > 0 ms".into());
-        }
-        o.interval = Duration::from_millis(ms);
-    }
-    if let Some(k) = args.number("--crashes")? {
-        o.crashes = k;
-    }
-    if let Some(s) = args.number("--seed")? {
-        o.seed = s;
-    }
-    if let Some(d) = args.value("--dir")? {
-        o.dir = d.into();
-    }
-    o.checkpoints = args.value("--checkpoints")?;
-    if let Some(p) = args.number("--partitions")? {
-        o.partitions = p;
-    }
-    if let Some(p) = args.number("--parallelism")? {
-        o.parallelism = p;
-    }
-    if o.partitions == 0 || o.parallelism == 0 {
+/// Options both demos take.
+struct Common {
+    records: Option<u64>,
+    interval: Option<Duration>,
+    partitions: Option<u32>,
+    parallelism: Option<u32>,
+    checkpoints: Option<String>,
+    crashes: Option<usize>,
+    seed: Option<u64>,
+    at_least_once: bool,
+    json: bool,
+}
+
+fn common_options(args: &mut Args) -> Result<Common, String> {
+    let interval = match args.number::<u64>("--interval")? {
+        Some(0) => return Err("--interval must be > 0 ms".into()),
+        ms => ms.map(Duration::from_millis),
+    };
+    let c = Common {
+        records: args.number("--records")?,
+        interval,
+        partitions: args.number("--partitions")?,
+        parallelism: args.number("--parallelism")?,
+        checkpoints: args.value("--checkpoints")?,
+        crashes: args.number("--crashes")?,
+        seed: args.number("--seed")?,
+        at_least_once: args.flag("--at-least-once"),
+        json: args.flag("--json"),
+    };
+    if c.partitions == Some(0) || c.parallelism == Some(0) {
         return Err("--partitions and --parallelism must be >= 1".into());
     }
-    if args.flag("--at-least-once") {
-        o.mode = shareflow::connector::share::AcknowledgementMode::Explicit;
-    }
-    let json = args.flag("--json");
-    Ok((o, json))
+    Ok(c)
+}
+
+fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
+    let c = common_options(args)?;
+    let d = DemoOptions::default();
+    let o = DemoOptions {
+        records: c.records.unwrap_or(d.records),
+        interval: c.interval.unwrap_or(d.interval),
+        crashes: c.crashes.unwrap_or(d.crashes),
+        seed: c.seed.unwrap_or(d.seed),
+        dir: args.value("--dir")?.map_or(d.dir, Into::into),
+        checkpoints: c.checkpoints,
+        partitions: c.partitions.unwrap_or(d.partitions),
+        parallelism: c.parallelism.unwrap_or(d.parallelism),
+        progress: !c.json,
+        mode: if c.at_least_once { shareflow::connector::share::AcknowledgementMode::Explicit } else { d.mode },
+    };
+    Ok((o, c.json))
 }
 
 fn kafka_demo_options(args: &mut Args) -> Result<(shareflow::kafka_demo::KafkaDemoOptions, bool), String> {
     let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
+    let c = common_options(args)?;
     let mut o = shareflow::kafka_demo::KafkaDemoOptions::new(&bootstrap);
     if let Some(n) = args.value("--name")? {
         o.name = n;
-    }
-    if let Some(n) = args.number("--records")? {
-        o.records = n;
     }
     if let Some(b) = args.number::<usize>("--value-bytes")? {
         if b < 16 {
@@ -133,46 +147,53 @@ fn kafka_demo_options(args: &mut Args) -> Result<(shareflow::kafka_demo::KafkaDe
         }
         o.value_len = b;
     }
-    if let Some(ms) = args.number::<u64>("--interval")? {
-        if ms == 0 {
-            return Err("--interval must be > 0 ms".into());
-        }
-        o.interval = Duration::from_millis(ms);
-    }
-    if let Some(p) = args.number("--partitions")? {
-        o.partitions = p;
-    }
-    if let Some(p) = args.number("--parallelism")? {
-        o.parallelism = p;
-    }
-    if o.partitions == 0 || o.parallelism == 0 {
-        return Err("--partitions and --parallelism must be >= 1".into());
-    }
-    o.checkpoints = args.value("--checkpoints")?;
-    o.exactly_once = !args.flag("--at-least-once");
+    o.records = c.records.unwrap_or(o.records);
+    o.interval = c.interval.unwrap_or(o.interval);
+    o.partitions = c.partitions.unwrap_or(o.partitions);
+    o.parallelism = c.parallelism.unwrap_or(o.parallelism);
+    o.checkpoints = c.checkpoints;
+    o.exactly_once = !c.at_least_once;
     o.verify = !args.flag("--no-verify");
     o.max_rate = args.number("--max-rate")?;
     if o.max_rate == Some(0) {
         return Err("--max-rate must be >= 1".into());
     }
-    let crashes: usize = args.number("--crashes")?.unwrap_or(0);
-    let seed: u64 = args.number("--seed")?.unwrap_or(1);
-    if crashes > shareflow::kafka_demo::FAULT_POINTS.len() {
-        return Err(format!(
-            "--crashes {crashes} is more than the {} fault points",
-            shareflow::kafka_demo::FAULT_POINTS.len()
-        ));
+    let points = shareflow::kafka_demo::FAULT_POINTS;
+    let crashes = c.crashes.unwrap_or(0);
+    if crashes > points.len() {
+        return Err(format!("--crashes {crashes} is more than the {} fault points", points.len()));
     }
-    o.crashes = demo::schedule_from(shareflow::kafka_demo::FAULT_POINTS, seed, crashes)
+    o.crashes = demo::schedule_from(points, c.seed.unwrap_or(1), crashes)
         .into_iter()
         .map(|(p, s)| (p.to_string(), s))
         .collect();
-    let json = args.flag("--json");
-    o.progress = !json;
-    args.0.retain(|a| !a.is_empty());
-    let rest = std::mem::take(&mut args.0);
-    Args(rest).finish()?;
-    Ok((o, json))
+    o.progress = !c.json;
+    Ok((o, c.json))
+}
+
+/// Prints a demo's summary and turns its outcome into the exit code.
+fn report<S>(
+    what: &str,
+    outcome: Result<S, Box<dyn std::error::Error + Send + Sync>>,
+    json: bool,
+    to_json: impl Fn(&S) -> String,
+    to_text: impl Fn(&S) -> String,
+    clean: impl Fn(&S) -> bool,
+) -> ExitCode {
+    match outcome {
+        Ok(summary) => {
+            println!("{}", if json { to_json(&summary) } else { to_text(&summary) });
+            if clean(&summary) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("shareflow {what} failed: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 async fn txn_list(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -237,55 +258,33 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .try_init();
     match command.as_str() {
-        "demo" if args.0.iter().any(|a| a == "--kafka") => match kafka_demo_options(&mut args) {
-            Err(e) => fail(e),
-            Ok((options, json)) => match runtime.block_on(shareflow::kafka_demo::run(&options)) {
-                Ok(summary) => {
-                    if json {
-                        println!("{}", summary.to_json());
-                    } else {
-                        println!("{}", summary.to_text());
-                    }
-                    if options.verify && (summary.duplicates > 0 || summary.lost > 0) {
-                        ExitCode::from(1)
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                }
-                Err(e) => {
-                    eprintln!("shareflow demo --kafka failed: {e}");
-                    ExitCode::from(1)
-                }
-            },
-        },
-        "demo" => {
-            let (options, json) = match demo_options(&mut args) {
+        "demo" if args.0.iter().any(|a| a == "--kafka") => {
+            let (options, json) = match kafka_demo_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
                 Ok(o) => o,
                 Err(e) => return fail(e),
             };
-            if let Err(e) = args.finish() {
-                return fail(e);
-            }
-            let mut options = options;
-            options.progress = !json;
-            match runtime.block_on(demo::run(&options)) {
-                Ok(summary) => {
-                    if json {
-                        println!("{}", summary.to_json());
-                    } else {
-                        println!("{}", summary.to_text());
-                    }
-                    if summary.violations.is_empty() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("shareflow demo failed: {e}");
-                    ExitCode::from(1)
-                }
-            }
+            report(
+                "demo --kafka",
+                runtime.block_on(shareflow::kafka_demo::run(&options)),
+                json,
+                |s| s.to_json(),
+                |s| s.to_text(),
+                |s| !options.verify || (s.duplicates == 0 && s.lost == 0),
+            )
+        }
+        "demo" => {
+            let (options, json) = match demo_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            report(
+                "demo",
+                runtime.block_on(demo::run(&options)),
+                json,
+                |s| s.to_json(),
+                |s| s.to_text(),
+                |s| s.violations.is_empty(),
+            )
         }
         "txn" if args.0.first().map(String::as_str) == Some("list") => {
             args.0.remove(0);

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shareflow::kafka_demo::{input_topic, output_topic, value_of};
+use bytes::Bytes;
+use shareflow::demo::value_of;
+use shareflow::kafka_demo::{input_topic, output_topic};
 use support::kafka::{cluster, unique};
 
 const RECORDS: u64 = 100_000;
@@ -61,7 +63,7 @@ async fn sigkill_five_times_and_the_output_equals_the_input_exactly_once() {
     let (input, output) = (input_topic(&name), output_topic(&name));
     c.ensure_topic(&input, 4, &[]).await.expect("input topic");
     c.ensure_topic(&output, 4, &[]).await.expect("output topic");
-    c.produce(&input, (0..RECORDS).map(|i| (None, value_of(i, 100)))).await.expect("produce");
+    c.produce(&input, (0..RECORDS).map(|i| (None, Bytes::from(value_of(i, 100))))).await.expect("produce");
     let bucket = std::env::var("SHAREFLOW_S3_BUCKET").unwrap_or_else(|_| "shareflow".into());
     let checkpoints = format!("s3://{bucket}/{name}");
 

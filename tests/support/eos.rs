@@ -21,9 +21,7 @@ pub const INPUT: &str = "eos-in";
 pub const OUTPUT: &str = "eos-out";
 
 pub fn value_of(id: u64) -> Vec<u8> {
-    let mut v = format!("rec-{id:010}-").into_bytes();
-    v.resize(40, b'x');
-    v
+    shareflow::demo::value_of(id, 40)
 }
 
 /// A broker (in-memory journal, tokio clock) with `records` input records.
