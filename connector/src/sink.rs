@@ -24,7 +24,7 @@ pub mod points {
 }
 
 /// Reads a column of a batch as bytes per row (Binary, LargeBinary, Utf8, LargeUtf8).
-pub(crate) fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Vec<Option<Bytes>>>> {
+fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Vec<Option<Bytes>>>> {
     let Ok(index) = batch.schema().index_of(name) else { return Ok(None) };
     let col = batch.column(index);
     let get = |i: usize| -> Option<Bytes> {
@@ -66,6 +66,16 @@ pub(crate) fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Resul
     }
 }
 
+/// Each row's `(key, value)`: the `value` column is required, `key` optional, both
+/// string or binary. `sink` names the operator kind in the error.
+pub(crate) fn key_values(batch: &RecordBatch, task: &str, sink: &str) -> Result<Vec<(Option<Bytes>, Option<Bytes>)>> {
+    let values = bytes_column(batch, "value", task)?.ok_or_else(|| {
+        RuntimeError::task_message(task, ErrorKind::Invalid, format!("the {sink} needs a column named value"))
+    })?;
+    let keys = bytes_column(batch, "key", task)?;
+    Ok(values.into_iter().enumerate().map(|(i, v)| (keys.as_ref().and_then(|k| k[i].clone()), v)).collect())
+}
+
 /// Writes each row's `value` (and `key`, if present) to a topic of the embedded broker.
 /// With a [`BrokerTransactions`] participant the output of epoch n goes into T(n) and is
 /// visible to read_committed readers only once checkpoint n commits; without, it is
@@ -103,17 +113,12 @@ impl TopicSink {
 #[async_trait]
 impl Operator for TopicSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
-        let values = bytes_column(&batch, "value", &self.task)?.ok_or_else(|| {
-            RuntimeError::task_message(&self.task, ErrorKind::Invalid, "the topic sink needs a column named value")
-        })?;
-        let keys = bytes_column(&batch, "key", &self.task)?;
-        let records: Vec<ProducerRecord> = values
+        let records: Vec<ProducerRecord> = key_values(&batch, &self.task, "topic sink")?
             .into_iter()
-            .enumerate()
-            .map(|(i, value)| ProducerRecord {
+            .map(|(key, value)| ProducerRecord {
                 topic: self.topic.clone(),
                 partition: None,
-                key: keys.as_ref().and_then(|k| k[i].clone()),
+                key,
                 value,
                 timestamp_ms: 0,
             })
@@ -165,5 +170,34 @@ impl Operator for PrintSink {
             println!("{} {}", self.prefix, cells.join(" | "));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int32Array, StringArray};
+    use arrow::record_batch::RecordBatch;
+
+    use super::*;
+
+    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(columns).expect("batch")
+    }
+
+    #[test]
+    fn rows_become_key_value_pairs_and_bad_columns_are_named() {
+        let values: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None]));
+        let keys: ArrayRef = Arc::new(StringArray::from(vec![None, Some("k")]));
+        let rows = key_values(&batch(vec![("value", values.clone()), ("key", keys)]), "t", "kafka sink").expect("rows");
+        assert_eq!(rows, vec![(None, Some(Bytes::from_static(b"a"))), (Some(Bytes::from_static(b"k")), None)]);
+        let rows = key_values(&batch(vec![("value", values)]), "t", "kafka sink").expect("keyless rows");
+        assert!(rows.iter().all(|(k, _)| k.is_none()));
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![1]));
+        let err = key_values(&batch(vec![("other", ints.clone())]), "t", "kafka sink").expect_err("no value");
+        assert!(err.to_string().contains("the kafka sink needs a column named value"), "{err}");
+        let err = key_values(&batch(vec![("value", ints)]), "t", "topic sink").expect_err("int value");
+        assert!(err.to_string().contains("column value is Int32"), "{err}");
     }
 }

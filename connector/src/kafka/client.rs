@@ -198,6 +198,23 @@ impl KafkaCluster {
         Ok(ends)
     }
 
+    /// Waits until no transaction holds `topic` open (every partition's last stable
+    /// offset equals its end), at most `timeout`. Returns whether it got there. A
+    /// commit returns before its markers are written, so a reader that must see it
+    /// waits here first.
+    pub async fn wait_stable(&self, topic: &str, timeout: Duration) -> Result<bool> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.end_offsets(topic, false).await? == self.end_offsets(topic, true).await? {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// How many records of `topic` the share group `group` has not finished yet.
     pub async fn share_group_backlog(&self, group: &str, topic: &str) -> Result<ShareGroupBacklog> {
         let ends = self.end_offsets(topic, false).await?;

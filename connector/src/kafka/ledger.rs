@@ -63,6 +63,14 @@ impl LedgerEntry {
         out
     }
 
+    /// "intent of epoch n" or "commit of epoch n", for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            LedgerEntry::Intent { epoch, .. } => format!("an intent of epoch {epoch}"),
+            LedgerEntry::Commit { epoch } => format!("the commit of epoch {epoch}"),
+        }
+    }
+
     /// Parses a record value; `Err` says what is wrong with it.
     pub fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
         let body = bytes.strip_prefix(MAGIC.as_slice()).ok_or_else(|| {
@@ -147,16 +155,6 @@ impl RangeSet {
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
-}
-
-/// What the ledger says about one record the share group delivered again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LedgerLookup {
-    /// An intent names it: its output is committed or will be replayed. Accept it, do
-    /// not process it again.
-    Covered,
-    /// No intent names it: process it.
-    Unknown,
 }
 
 /// The result of reading the whole ledger.
@@ -267,27 +265,16 @@ impl AckLedger {
         }
     }
 
-    /// For each `(topic, partition, offset)`, whether an intent names it; one lock for
-    /// the whole poll.
+    /// For each `(topic, partition, offset)`, whether an intent names it: its output is
+    /// committed or will be replayed, so a delivery of it is accepted, not processed.
+    /// One lock for the whole poll.
     pub fn covered<'a>(&self, records: impl IntoIterator<Item = (&'a Arc<str>, i32, i64)>) -> Vec<bool> {
         let g = self.lock();
-        let Some(plan) = g.as_ref() else { return records.into_iter().map(|_| false).collect() };
-        if plan.covered.is_empty() {
-            return records.into_iter().map(|_| false).collect();
-        }
-        records.into_iter().map(|(t, p, o)| plan.covered.get(&(t.clone(), p)).is_some_and(|s| s.contains(o))).collect()
-    }
-
-    /// Whether an intent names this record.
-    pub fn lookup(&self, topic: &Arc<str>, partition: i32, offset: i64) -> LedgerLookup {
-        let g = self.lock();
-        let covered =
-            g.as_ref().and_then(|p| p.covered.get(&(topic.clone(), partition))).is_some_and(|s| s.contains(offset));
-        if covered {
-            LedgerLookup::Covered
-        } else {
-            LedgerLookup::Unknown
-        }
+        let covered = g.as_ref().map(|p| &p.covered);
+        records
+            .into_iter()
+            .map(|(t, p, o)| covered.and_then(|c| c.get(&(t.clone(), p))).is_some_and(|s| s.contains(o)))
+            .collect()
     }
 }
 
@@ -391,15 +378,14 @@ mod tests {
     fn lookups_see_installed_and_covered_ranges() {
         let ledger = AckLedger::new();
         let t: Arc<str> = "in".into();
-        assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Unknown);
+        assert_eq!(ledger.covered([(&t, 0, 3)]), vec![false]);
         ledger.install(LedgerPlan::from_entries(&[intent(1, vec![r(0, 4)])]));
-        assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Covered);
+        assert_eq!(ledger.covered([(&t, 0, 3)]), vec![true]);
         ledger.cover(&[r(10, 10)]);
-        assert_eq!(ledger.lookup(&t, 0, 10), LedgerLookup::Covered);
-        assert_eq!(ledger.lookup(&t, 1, 10), LedgerLookup::Unknown);
+        assert_eq!(ledger.covered([(&t, 0, 10), (&t, 1, 10)]), vec![true, false]);
         assert_eq!(ledger.covered([(&t, 0, 3), (&t, 0, 7), (&t, 0, 10)]), vec![true, false, true]);
         ledger.reset();
-        assert_eq!(ledger.lookup(&t, 0, 3), LedgerLookup::Unknown);
+        assert_eq!(ledger.covered([(&t, 0, 3)]), vec![false]);
         let ranges = to_ranges([("in", 0, 3), ("in", 0, 1), ("in", 0, 2), ("x", 1, 9)]);
         assert_eq!(ranges, vec![r(1, 3), LedgerRange { topic: "x".into(), partition: 1, first: 9, last: 9 }]);
     }

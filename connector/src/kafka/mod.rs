@@ -27,7 +27,7 @@ mod transactions;
 
 pub use client::{KafkaCluster, ShareGroupBacklog};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
-pub use ledger::{AckLedger, LedgerEntry, LedgerLookup, LedgerPlan, LedgerRange};
+pub use ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
 pub use sink::KafkaSink;
 pub use source::{points, KafkaShareSource, KafkaSourceConfig, KafkaSourceMetrics};
 pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};

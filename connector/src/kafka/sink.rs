@@ -6,10 +6,10 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{Collector, ErrorKind, Operator, Result, RuntimeError, StateItems, SubtaskContext};
+use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext};
 
 use super::KafkaTransactions;
-use crate::sink::bytes_column;
+use crate::sink::key_values;
 
 /// Writes each row's `value` (and `key`, if the batch has one) to a topic.
 ///
@@ -41,19 +41,14 @@ impl KafkaSink {
 #[async_trait]
 impl Operator for KafkaSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
-        let values = bytes_column(&batch, "value", &self.task)?.ok_or_else(|| {
-            RuntimeError::task_message(&self.task, ErrorKind::Invalid, "the kafka sink needs a column named value")
-        })?;
-        let keys = bytes_column(&batch, "key", &self.task)?;
-        let records = values
+        let records = key_values(&batch, &self.task, "kafka sink")?
             .into_iter()
-            .enumerate()
-            .map(|(i, value)| {
-                let mut r = krafka::Record::new(self.topic.as_str(), value.unwrap_or_default());
-                if let Some(k) = keys.as_ref().and_then(|k| k[i].clone()) {
-                    r = r.key(k);
+            .map(|(key, value)| {
+                let r = krafka::Record::new(self.topic.as_str(), value.unwrap_or_default());
+                match key {
+                    Some(k) => r.key(k),
+                    None => r,
                 }
-                r
             })
             .collect();
         self.txns.send(self.epoch, records).await?;

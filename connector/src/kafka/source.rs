@@ -184,12 +184,11 @@ impl KafkaShareSource {
         tokio::time::sleep_until(due).await;
     }
 
-    async fn emit(&mut self, epoch: u64, records: Vec<Record>) -> Result<SourceEvent> {
+    fn emit(&mut self, records: Vec<Record>) -> Result<SourceEvent> {
         if let Some((_, emitted)) = self.rate_start.as_mut() {
             *emitted += records.len() as u64;
         }
         self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
-        let _ = epoch;
         let batch = records_to_batch(&records).map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
         Ok(SourceEvent::Batch(batch))
     }
@@ -237,7 +236,7 @@ impl Source for KafkaShareSource {
             self.txns.write_intent(epoch, self.subtask, ranges).await?;
             self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
             self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
-            return self.emit(epoch, records).await;
+            return self.emit(records);
         }
         let (max, timeout) = (self.config.max_poll_records, self.config.poll_timeout);
         let task = self.task.clone();
@@ -314,7 +313,7 @@ impl Source for KafkaShareSource {
         for r in &fresh {
             self.consumer()?.acknowledge(r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
         }
-        self.emit(epoch, fresh).await
+        self.emit(fresh)
     }
 
     async fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<StateItems> {

@@ -192,33 +192,32 @@ impl KafkaTransactions {
             let producer = lock(&self.live).get(&epoch).map(|l| l.producer.clone()).ok_or_else(|| {
                 RuntimeError::Internal(format!("T({epoch}) is not open on kafka; the sink ran ahead of its epoch"))
             })?;
-            let mut handles = Vec::with_capacity(records.len());
-            for r in records {
-                let topic = r.topic.clone();
-                handles.push(
-                    producer
-                        .enqueue(r)
-                        .await
-                        .map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic} in T({epoch})"), e)))?,
-                );
-            }
+            let p = &*producer;
+            let handles = enqueue_all(records, &format!(" in T({epoch})"), |r| p.enqueue(r)).await?;
             if let Some(l) = lock(&self.live).get_mut(&epoch) {
                 l.handles.extend(handles);
             }
         } else {
             let producer = self.plain_producer().await?;
-            let mut handles = Vec::with_capacity(records.len());
-            for r in records {
-                let topic = r.topic.clone();
-                handles.push(
-                    producer
-                        .enqueue(r)
-                        .await
-                        .map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic}"), e)))?,
-                );
-            }
+            let p = &*producer;
+            let handles = enqueue_all(records, "", |r| p.enqueue(r)).await?;
             lock(&self.plain_handles).extend(handles);
         }
+        Ok(())
+    }
+
+    /// A ledger entry as a record of the ledger topic's only partition.
+    fn ledger_record(&self, entry: &LedgerEntry) -> Result<krafka::Record> {
+        Ok(krafka::Record::new(self.ledger_topic()?, Bytes::from(entry.encode())).partition(0))
+    }
+
+    /// Writes `entry` outside any transaction and waits until it is durable.
+    async fn write_ledger(&self, entry: &LedgerEntry) -> Result<()> {
+        let record = self.ledger_record(entry)?;
+        let topic = record.topic.clone();
+        let _ = self.intent_producer().await?.send(record).await.map_err(|e| {
+            runtime_error(NAME, kafka_error(format!("write {} to the ledger {topic}", entry.describe()), e))
+        })?;
         Ok(())
     }
 
@@ -228,13 +227,8 @@ impl KafkaTransactions {
         if ranges.is_empty() {
             return Ok(());
         }
-        let topic = self.ledger_topic()?;
         let entry = LedgerEntry::Intent { epoch, subtask, ranges };
-        let record = krafka::Record::new(topic.clone(), Bytes::from(entry.encode())).partition(0);
-        let _ =
-            self.intent_producer().await?.send(record).await.map_err(|e| {
-                runtime_error(NAME, kafka_error(format!("write an intent of epoch {epoch} to {topic}"), e))
-            })?;
+        self.write_ledger(&entry).await?;
         if let LedgerEntry::Intent { ranges, .. } = &entry {
             self.ledger.cover(ranges);
         }
@@ -260,29 +254,18 @@ impl KafkaTransactions {
         let topic = self.ledger_topic()?;
         let c = &self.cluster;
         let rt = |e: Error| runtime_error(NAME, e);
-        c.ensure_topic(&topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")]).await.map_err(rt)?;
         // Wait until no transaction holds the ledger open: every commit entry that can
         // become visible has become visible.
-        let deadline = tokio::time::Instant::now() + self.config.transaction_timeout.min(Duration::from_secs(60));
-        if stable {
-            loop {
-                let end = c.end_offsets(&topic, false).await.map_err(rt)?;
-                let lso = c.end_offsets(&topic, true).await.map_err(rt)?;
-                if end == lso {
-                    break;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    return Err(rt(Error::Kafka {
-                        op: format!("read the ledger {topic}"),
-                        reason: format!(
-                            "a transaction keeps it open (end {end:?}, last stable {lso:?}); another instance of \
-                             this job may be running: stop it, or wait for its transaction timeout"
-                        ),
-                        kind: ErrorKind::Unavailable,
-                    }));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        let wait = self.config.transaction_timeout.min(Duration::from_secs(60));
+        if stable && !c.wait_stable(&topic, wait).await.map_err(rt)? {
+            return Err(rt(Error::Kafka {
+                op: format!("read the ledger {topic}"),
+                reason: format!(
+                    "a transaction has kept it open for {wait:?}; another instance of this job may be running: \
+                     stop it, or wait for its transaction timeout"
+                ),
+                kind: ErrorKind::Unavailable,
+            }));
         }
         let mut entries = Vec::new();
         for (partition, offset, _key, value) in c.read_topic(&topic, stable).await.map_err(rt)? {
@@ -495,6 +478,7 @@ impl TransactionParticipant for KafkaTransactions {
         self.ledger.reset();
         let topic = self.ledger_topic()?;
         self.cluster
+            // One partition, kept forever: entries are needed until replayed.
             .ensure_topic(&topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")])
             .await
             .map_err(|e| runtime_error(NAME, e))
@@ -537,16 +521,10 @@ impl TransactionParticipant for KafkaTransactions {
             (l.producer.clone(), std::mem::take(&mut l.handles))
         };
         // The commit entry rides in T(n): visible exactly when the output is.
-        let topic = self.ledger_topic()?;
-        let entry =
-            krafka::Record::new(topic.clone(), Bytes::from(LedgerEntry::Commit { epoch: n }.encode())).partition(0);
+        let entry = self.ledger_record(&LedgerEntry::Commit { epoch: n })?;
+        let p = &*producer;
         let mut handles = handles;
-        handles.push(
-            producer
-                .enqueue(entry)
-                .await
-                .map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic} in {txn}"), e)))?,
-        );
+        handles.extend(enqueue_all(vec![entry], &format!(" in {txn}"), |r| p.enqueue(r)).await?);
         Self::await_handles(handles, &format!("the output of {txn}")).await?;
         producer.flush().await.map_err(|e| runtime_error(NAME, kafka_error(format!("flush {txn}"), e)))?;
         if let Some(l) = lock(&self.live).get_mut(&n) {
@@ -560,13 +538,7 @@ impl TransactionParticipant for KafkaTransactions {
         if !self.config.exactly_once {
             // At-least-once: the commit entry is written after the checkpoint; a crash
             // before it replays epoch n (duplicates, never loss).
-            let topic = self.ledger_topic()?;
-            let entry =
-                krafka::Record::new(topic.clone(), Bytes::from(LedgerEntry::Commit { epoch: n }.encode())).partition(0);
-            let _ = self.intent_producer().await?.send(entry).await.map_err(|e| {
-                runtime_error(NAME, kafka_error(format!("write the commit of epoch {n} to {topic}"), e))
-            })?;
-            return Ok(());
+            return self.write_ledger(&LedgerEntry::Commit { epoch: n }).await;
         }
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
@@ -652,6 +624,23 @@ impl TransactionParticipant for KafkaTransactions {
         };
         Ok(ledger.max(listed))
     }
+}
+
+/// Queues `records` with `enqueue`, one producer's `enqueue`; `context` ends the error
+/// message (" in T(n)").
+async fn enqueue_all<F, Fut>(records: Vec<krafka::Record>, context: &str, enqueue: F) -> Result<Vec<DeliveryHandle>>
+where
+    F: Fn(krafka::Record) -> Fut,
+    Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
+{
+    let mut handles = Vec::with_capacity(records.len());
+    for r in records {
+        let topic = r.topic.clone();
+        handles.push(
+            enqueue(r).await.map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic}{context}"), e)))?,
+        );
+    }
+    Ok(handles)
 }
 
 /// Ends a transaction by producer id and epoch (EndTxn), as the producer that began it
