@@ -261,6 +261,8 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
     let emitted = metrics.records_emitted.load(Ordering::Relaxed);
     let input_records: u64 = cluster.end_offsets(&input, false).await?.iter().map(|&o| o.max(0) as u64).sum();
     let (output_records, duplicates, lost) = if options.verify {
+        // The last commit returned before its markers were written.
+        cluster.wait_stable(&output, Duration::from_secs(30)).await?;
         let out: Vec<Bytes> = cluster.read_committed(&output).await?.into_iter().filter_map(|(_, _, _, v)| v).collect();
         let (d, l) = check(input_records, &out);
         (out.len() as u64, d, l)

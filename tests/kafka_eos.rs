@@ -31,8 +31,15 @@ fn records(topic: &str, n: u32) -> Vec<krafka::Record> {
     (0..n).map(|i| krafka::Record::new(topic, Bytes::from(format!("rec-{i:010}-")))).collect()
 }
 
-async fn committed(c: &KafkaCluster, topic: &str) -> usize {
+/// What a read_committed reader sees right now.
+async fn visible_now(c: &KafkaCluster, topic: &str) -> usize {
     c.read_committed(topic).await.expect("read").len()
+}
+
+/// What a read_committed reader sees once every decided transaction's markers are in.
+async fn committed(c: &KafkaCluster, topic: &str) -> usize {
+    assert!(c.wait_stable(topic, Duration::from_secs(30)).await.expect("ends"), "{topic} stays open");
+    visible_now(c, topic).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +52,7 @@ async fn output_of_t_n_is_visible_only_once_it_commits() {
     p.begin(&t1).await.expect("begin");
     p.send(1, records(&out, 10)).await.expect("send");
     assert!(p.prepare(&t1).await.expect("prepare"));
-    assert_eq!(committed(&c, &out).await, 0, "nothing visible before the commit");
+    assert_eq!(visible_now(&c, &out).await, 0, "nothing visible before the commit");
     p.commit(&t1).await.expect("commit");
     assert_eq!(committed(&c, &out).await, 10);
     let t2 = template.transaction(2);

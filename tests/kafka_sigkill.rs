@@ -124,6 +124,7 @@ async fn sigkill_five_times_and_the_output_equals_the_input_exactly_once() {
         Some(v) => v,
         None => {
             eprintln!("SHAREFLOW_KAFKA_LIB is not set; verifying with shareflow's own reader instead");
+            c.wait_stable(&output, Duration::from_secs(30)).await.expect("ends");
             c.read_committed(&output)
                 .await
                 .expect("read")
