@@ -82,9 +82,9 @@ fn main() {
         }
         let with_locked = LIVE.load(Ordering::Relaxed);
         let tp = TopicPartition::new("in", 0);
-        let info = broker.share_partition_info("g", &tp).unwrap().unwrap();
+        let info = broker.share_partition_info("g", &tp).await.unwrap().unwrap();
         assert_eq!(info.in_flight, RECORDS as u64);
-        assert_eq!(broker.record_status("g", &tp, RECORDS as i64 - 1).unwrap().state, RecordState::Locked);
+        assert_eq!(broker.record_status("g", &tp, RECORDS as i64 - 1).await.unwrap().state, RecordState::Locked);
 
         println!("records LOCKED in one transaction: {locked}");
         println!("share-partition runs stored:      {}", info.run_count);

@@ -87,7 +87,7 @@ async fn recovery_time() -> Duration {
                 .await
                 .unwrap();
         }
-        assert_eq!(broker.backlog("g", "in").unwrap().locked, 100_000);
+        assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 100_000);
         // The crash: the consumer vanishes without closing.
         std::mem::forget(consumer);
     }
@@ -110,7 +110,10 @@ async fn recovery_time() -> Duration {
     let started = Instant::now();
     let watch = async {
         loop {
-            let written: i64 = (0..2).map(|p| broker.end_offset(&TopicPartition::new("out", p)).unwrap()).sum();
+            let mut written = 0;
+            for p in 0..2 {
+                written += broker.end_offset(&TopicPartition::new("out", p)).await.unwrap();
+            }
             if written > 0 {
                 break started.elapsed();
             }
@@ -119,9 +122,11 @@ async fn recovery_time() -> Duration {
     };
     let (result, first_output) = tokio::join!(job.run(), watch);
     result.unwrap();
-    let committed: usize = (0..2)
-        .map(|p| broker.fetch_all(&TopicPartition::new("out", p), IsolationLevel::ReadCommitted).unwrap().len())
-        .sum();
+    let mut committed = 0;
+    for p in 0..2 {
+        committed +=
+            broker.fetch_all(&TopicPartition::new("out", p), IsolationLevel::ReadCommitted).await.unwrap().len();
+    }
     assert_eq!(committed, 200_000, "every record, the 100,000 recovered ones included, committed once");
     first_output
 }

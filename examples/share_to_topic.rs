@@ -48,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // read_committed readers see each order exactly once.
     let mut shipped = 0;
     for p in 0..2 {
-        shipped += broker.fetch_all(&TopicPartition::new("shipped", p), IsolationLevel::ReadCommitted)?.len();
+        shipped += broker.fetch_all(&TopicPartition::new("shipped", p), IsolationLevel::ReadCommitted).await?.len();
     }
     println!("shipped {shipped} orders in {} checkpoints", report.metrics.checkpoints.completed);
     Ok(())

@@ -196,18 +196,21 @@ pub fn value_of(id: u64, len: usize) -> Vec<u8> {
 /// for [`identity`]).
 pub const TRANSFORM_SQL: &str = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input";
 
+/// A progress line, made when asked.
+pub(crate) type ProgressLine = std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'static>>;
+
 /// Runs `job` to its end, printing the line `progress` makes every second if given.
 /// Returns the report and how many seconds the job ran.
 pub(crate) async fn run_job(
     job: &shareflow_runtime::Job,
-    progress: Option<impl Fn() -> Option<String> + Send + 'static>,
+    progress: Option<impl Fn() -> ProgressLine + Send + 'static>,
 ) -> Result<(shareflow_runtime::JobReport, f64), Box<dyn std::error::Error + Send + Sync>> {
     let started = Instant::now();
     let printer = progress.map(|line| {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Some(l) = line() {
+                if let Some(l) = line().await {
                     eprintln!("{l}");
                 }
             }
@@ -343,20 +346,23 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     let progress = options.progress.then(|| {
         let broker = broker.clone();
         let total = options.records;
-        move || {
-            let b = broker.backlog(GROUP, INPUT).ok()?;
-            Some(format!(
-                "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
-                100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64,
-                b.acknowledged,
-                b.locked
-            ))
+        move || -> ProgressLine {
+            let broker = broker.clone();
+            Box::pin(async move {
+                let b = broker.backlog(GROUP, INPUT).await.ok()?;
+                Some(format!(
+                    "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
+                    100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64,
+                    b.acknowledged,
+                    b.locked
+                ))
+            })
         }
     });
     let (report, seconds) = run_job(&job, progress).await?;
     // Independent check: the output topic read_committed, and every share-partition state.
-    let check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity)?;
-    let broker_metrics = broker.metrics()?;
+    let check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity).await?;
+    let broker_metrics = broker.metrics().await?;
     let fired = job.failpoints().fired();
     Ok(DemoSummary {
         records_produced: check.produced,

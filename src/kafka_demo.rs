@@ -17,7 +17,7 @@ use shareflow_connector::source::record_schema;
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
 
-use crate::demo::{identity, run_job, value_of, TRANSFORM_SQL};
+use crate::demo::{identity, run_job, value_of, ProgressLine, TRANSFORM_SQL};
 
 /// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
 pub const FAULT_POINTS: &[&str] = &[
@@ -248,13 +248,14 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
 
     let progress = options.progress.then(|| {
         let metrics = metrics.clone();
-        move || {
-            Some(format!(
+        move || -> ProgressLine {
+            let line = format!(
                 "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
                 metrics.records_emitted.load(Ordering::Relaxed),
                 metrics.records_replayed.load(Ordering::Relaxed),
                 metrics.records_skipped.load(Ordering::Relaxed)
-            ))
+            );
+            Box::pin(async move { Some(line) })
         }
     });
     let (report, seconds) = run_job(&job, progress).await?;

@@ -201,12 +201,14 @@ async fn txn_list(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Sen
     if !std::path::Path::new(&dir).join("broker").exists() {
         return Err(format!("no embedded broker in {dir}").into());
     }
-    let broker = shareflow::connector::broker::EmbeddedBroker::open(
+    // Read-only: changes nothing on disk and works while a job's broker holds the
+    // directory.
+    let broker = shareflow::connector::broker::EmbeddedBroker::open_read_only(
         shareflow::connector::broker::BrokerOptions::local_dir(&dir)?,
     )
     .await?;
     println!("{:<40} {:<10} {:>6} {:>14} {:>10}", "transaction", "state", "epoch", "pending acks", "produced");
-    for t in broker.transactions()? {
+    for t in broker.transactions().await? {
         println!(
             "{:<40} {:<10} {:>6} {:>14} {:>10}",
             t.id.to_string(),

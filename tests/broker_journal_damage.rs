@@ -53,13 +53,18 @@ async fn torn_last_write_is_truncated_and_earlier_entries_survive() {
     let bytes = read(&f.store, &last).await;
     write(&f.store, &last, bytes[..bytes.len() - 3].to_vec()).await;
     let broker = reopen(&f).await.unwrap();
-    assert_eq!(broker.end_offset(&tp(0)).unwrap(), 9, "the torn produce is gone, the nine before it remain");
+    assert_eq!(broker.end_offset(&tp(0)).await.unwrap(), 9, "the torn produce is gone, the nine before it remain");
     // The damaged segment was cut back, so the next restart is clean and appends work.
     broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
     broker.close();
     let again = EmbeddedBroker::open(BrokerOptions::with_store(f.store.clone(), Path::from("broker"))).await.unwrap();
-    let values: Vec<Bytes> =
-        again.fetch_all(&tp(0), IsolationLevel::ReadUncommitted).unwrap().into_iter().filter_map(|r| r.value).collect();
+    let values: Vec<Bytes> = again
+        .fetch_all(&tp(0), IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect();
     assert_eq!(values.len(), 10);
     assert_eq!(values[8], Bytes::from("r8"));
     assert_eq!(values[9], Bytes::from("after"));
@@ -73,14 +78,14 @@ async fn corrupt_last_entry_and_zero_filled_tail_are_truncated() {
     let n = bytes.len();
     bytes[n - 1] ^= 0xff; // checksum mismatch in the last entry
     write(&f.store, &last, bytes).await;
-    assert_eq!(reopen(&f).await.unwrap().end_offset(&tp(0)).unwrap(), 9);
+    assert_eq!(reopen(&f).await.unwrap().end_offset(&tp(0)).await.unwrap(), 9);
 
     let f = ten_records().await;
     let last = segments(&f.store).await.pop().unwrap();
     let mut bytes = read(&f.store, &last).await;
     bytes.extend_from_slice(&[0; 64]); // a pre-allocated, never written tail
     write(&f.store, &last, bytes).await;
-    assert_eq!(reopen(&f).await.unwrap().end_offset(&tp(0)).unwrap(), 10, "nothing lost");
+    assert_eq!(reopen(&f).await.unwrap().end_offset(&tp(0)).await.unwrap(), 10, "nothing lost");
 }
 
 fn assert_corrupt(result: Result<EmbeddedBroker, Error>, path_part: &str) {
@@ -159,12 +164,17 @@ async fn appending_local_journal_truncates_a_torn_append_and_keeps_going() {
     let len = std::fs::metadata(&file).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(len - 5).unwrap();
     let broker = f.reopen().await.unwrap();
-    assert_eq!(broker.end_offset(&tp(0)).unwrap(), 9);
+    assert_eq!(broker.end_offset(&tp(0)).await.unwrap(), 9);
     broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
     broker.close();
     let again = f.reopen().await.unwrap();
-    let values: Vec<Bytes> =
-        again.fetch_all(&tp(0), IsolationLevel::ReadUncommitted).unwrap().into_iter().filter_map(|r| r.value).collect();
+    let values: Vec<Bytes> = again
+        .fetch_all(&tp(0), IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect();
     assert_eq!(values.len(), 10);
     assert_eq!(values[9], Bytes::from("after"));
 }

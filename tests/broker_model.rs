@@ -301,7 +301,8 @@ async fn run(ops: Vec<Op>) {
                 let pending = model.txns.values().filter(|(s, _)| s.is_pending()).count();
                 let ok = match model.state(t) {
                     TransactionState::Empty => pending < MAX_PENDING,
-                    TransactionState::Ongoing => true,
+                    // Seed 000: begin "returns existing if already started".
+                    TransactionState::Ongoing | TransactionState::Prepare => true,
                     _ => false,
                 };
                 let result = sut.coord.begin_transaction(&txn_id(t), Duration::from_millis(TXN_MS)).await;
@@ -356,9 +357,10 @@ async fn run(ops: Vec<Op>) {
             Op::Restart => {
                 let mut f = std::mem::replace(&mut sut.f, Fixture::new(1, ShareConfig::default()).await);
                 f.restart().await;
+                // Decision 0003, "Restart": the cut-short delivery counts.
                 for r in &mut model.recs {
                     if let M::Acq { d, .. } = *r {
-                        *r = M::Avail(d);
+                        *r = failed(d);
                     }
                 }
                 model.expire();
@@ -372,15 +374,15 @@ async fn run(ops: Vec<Op>) {
                 sut = Sut::connect(f).await;
             }
         }
-        check(&sut.f, &model, &ctx);
+        check(&sut.f, &model, &ctx).await;
     }
 }
 
-fn check(f: &Fixture, model: &Model, ctx: &str) {
+async fn check(f: &Fixture, model: &Model, ctx: &str) {
     let txns: BTreeMap<TransactionId, TransactionState> =
-        f.broker.transactions().unwrap().into_iter().map(|t| (t.id, t.state)).collect();
+        f.broker.transactions().await.unwrap().into_iter().map(|t| (t.id, t.state)).collect();
     for (o, m) in model.recs.iter().enumerate() {
-        let s = f.broker.record_status(GROUP, &tp(0), o as i64).unwrap();
+        let s = f.broker.record_status(GROUP, &tp(0), o as i64).await.unwrap();
         assert_eq!((s.state, s.delivery_count), m.status(), "{ctx}: offset {o}");
         // A LOCKED record belongs to exactly one undecided transaction; nothing else is in one.
         match (s.state, &s.transaction) {
@@ -398,6 +400,7 @@ fn check(f: &Fixture, model: &Model, ctx: &str) {
     let committed: Vec<u64> = f
         .broker
         .fetch_all(&out_tp(), IsolationLevel::ReadCommitted)
+        .await
         .unwrap()
         .into_iter()
         .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).parse().unwrap())

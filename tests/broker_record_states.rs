@@ -12,8 +12,10 @@ use shareflow::connector::share::AcknowledgementMode::*;
 use shareflow::connector::share::*;
 use support::*;
 
+/// A group in explicit mode: its members choose their own mode (a group configured
+/// transactional refuses every plain ACCEPT; see broker_hardening.rs).
 async fn fixture() -> Fixture {
-    let f = Fixture::new(1, config(Transactional)).await;
+    let f = Fixture::new(1, config(Explicit)).await;
     f.produce(0, 10).await;
     f
 }
@@ -21,14 +23,14 @@ async fn fixture() -> Fixture {
 #[tokio::test]
 async fn available_poll_acquired_with_delivery_count() {
     let f = fixture().await;
-    assert_eq!(f.state(0, 0), RecordState::Available);
+    assert_eq!(f.state(0, 0).await, RecordState::Available);
     let mut c = f.consumer(Explicit).await;
     let got = poll(&mut c, 3).await;
     assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0, 1, 2]);
     assert!(got.iter().all(|r| r.delivery_count == 1));
     assert_eq!(got[1].value.as_deref(), Some(&b"v1"[..]));
-    assert_eq!(f.state(0, 2), RecordState::Acquired);
-    assert_eq!(f.state(0, 3), RecordState::Available);
+    assert_eq!(f.state(0, 2).await, RecordState::Acquired);
+    assert_eq!(f.state(0, 3).await, RecordState::Available);
 }
 
 #[tokio::test]
@@ -39,13 +41,13 @@ async fn acquired_ack_in_txn_locked_and_lock_no_longer_expires() {
     let mut c = f.consumer(Transactional).await;
     let got = poll(&mut c, 2).await;
     c.acknowledge_batches_transactional(&acks(&got, Accept), &txn).await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Locked);
-    let status = f.broker.record_status(GROUP, &tp(0), 1).unwrap();
+    assert_eq!(f.state(0, 0).await, RecordState::Locked);
+    let status = f.broker.record_status(GROUP, &tp(0), 1).await.unwrap();
     assert_eq!(status.transaction, Some(txn_id(1)));
     // Past the acquisition lock, inside the transaction timeout: still LOCKED.
     f.advance(LOCK + Duration::from_secs(1));
     f.broker.tick().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Locked);
+    assert_eq!(f.state(0, 0).await, RecordState::Locked);
     assert!(poll(&mut c, 10).await.iter().all(|r| r.offset >= 2), "LOCKED records are not redelivered");
 }
 
@@ -58,17 +60,17 @@ async fn acquired_lock_timeout_available_then_archived_at_the_limit() {
     assert_eq!(poll(&mut c, 1).await[0].delivery_count, 1);
     f.advance(LOCK);
     f.broker.tick().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Available);
+    assert_eq!(f.state(0, 0).await, RecordState::Available);
     let again = poll(&mut c, 1).await;
     assert_eq!(again[0].delivery_count, 2, "redelivered with delivery count + 1");
     f.advance(LOCK);
     f.broker.tick().await.unwrap();
-    let status = f.broker.record_status(GROUP, &tp(0), 0).unwrap();
+    let status = f.broker.record_status(GROUP, &tp(0), 0).await.unwrap();
     assert_eq!(status.state, RecordState::Archived);
     assert_eq!(status.archive_reason, Some(ArchiveReason::DeliveryLimit));
     assert!(poll(&mut c, 1).await.is_empty());
-    assert_eq!(f.broker.metrics().unwrap().records_archived_delivery_limit, 1);
-    assert_eq!(f.broker.metrics().unwrap().records_redelivered, 1);
+    assert_eq!(f.broker.metrics().await.unwrap().records_archived_delivery_limit, 1);
+    assert_eq!(f.broker.metrics().await.unwrap().records_redelivered, 1);
 }
 
 #[tokio::test]
@@ -81,13 +83,13 @@ async fn acquired_outside_a_txn_accept_reject_release_renew() {
     c.acknowledge(&got[2], Release).await.unwrap();
     c.acknowledge(&got[3], Renew).await.unwrap();
     // Explicit mode: nothing is sent before commit (or the next poll).
-    assert_eq!(f.state(0, 0), RecordState::Acquired);
+    assert_eq!(f.state(0, 0).await, RecordState::Acquired);
     c.commit().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Acknowledged);
-    let rejected = f.broker.record_status(GROUP, &tp(0), 1).unwrap();
+    assert_eq!(f.state(0, 0).await, RecordState::Acknowledged);
+    let rejected = f.broker.record_status(GROUP, &tp(0), 1).await.unwrap();
     assert_eq!((rejected.state, rejected.archive_reason), (RecordState::Archived, Some(ArchiveReason::Rejected)));
-    assert_eq!(f.state(0, 2), RecordState::Available);
-    assert_eq!(f.state(0, 3), RecordState::Acquired);
+    assert_eq!(f.state(0, 2).await, RecordState::Available);
+    assert_eq!(f.state(0, 3).await, RecordState::Acquired);
 }
 
 #[tokio::test]
@@ -100,8 +102,8 @@ async fn renew_restarts_the_lock() {
     c.commit().await.unwrap();
     f.advance(Duration::from_secs(2));
     f.broker.tick().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Acquired, "renewed");
-    assert_eq!(f.state(0, 1), RecordState::Available, "not renewed: expired");
+    assert_eq!(f.state(0, 0).await, RecordState::Acquired, "renewed");
+    assert_eq!(f.state(0, 1).await, RecordState::Available, "not renewed: expired");
 }
 
 #[tokio::test]
@@ -114,7 +116,7 @@ async fn release_at_the_delivery_limit_archives() {
         let got = poll(&mut c, 1).await;
         c.acknowledge(&got[0], Release).await.unwrap();
         c.commit().await.unwrap();
-        assert_eq!(f.state(0, 0), expected);
+        assert_eq!(f.state(0, 0).await, expected);
     }
 }
 
@@ -137,9 +139,9 @@ async fn locked_commit_accept_acknowledged() {
     let f = fixture().await;
     let (p, txn) = locked(&f, Accept).await;
     p.coord.prepare_transaction(&txn.id).await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Locked, "PREPARE keeps the record LOCKED");
+    assert_eq!(f.state(0, 0).await, RecordState::Locked, "PREPARE keeps the record LOCKED");
     p.coord.commit_transaction(&txn.id).await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Acknowledged);
+    assert_eq!(f.state(0, 0).await, RecordState::Acknowledged);
 }
 
 #[tokio::test]
@@ -148,7 +150,7 @@ async fn locked_commit_reject_archived() {
     let (p, txn) = locked(&f, Reject).await;
     p.coord.prepare_transaction(&txn.id).await.unwrap();
     p.coord.commit_transaction(&txn.id).await.unwrap();
-    let s = f.broker.record_status(GROUP, &tp(0), 0).unwrap();
+    let s = f.broker.record_status(GROUP, &tp(0), 0).await.unwrap();
     assert_eq!((s.state, s.archive_reason), (RecordState::Archived, Some(ArchiveReason::Rejected)));
 }
 
@@ -157,7 +159,7 @@ async fn locked_abort_available_and_redelivered() {
     let f = fixture().await;
     let (p, txn) = locked(&f, Accept).await;
     p.coord.abort_transaction(&txn.id).await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Available);
+    assert_eq!(f.state(0, 0).await, RecordState::Available);
     let mut c = f.consumer(Explicit).await;
     let again = poll(&mut c, 1).await;
     assert_eq!((again[0].offset, again[0].delivery_count), (0, 2));
@@ -169,7 +171,7 @@ async fn locked_prepared_then_aborted_available() {
     let (p, txn) = locked(&f, Accept).await;
     p.coord.prepare_transaction(&txn.id).await.unwrap();
     p.coord.abort_transaction(&txn.id).await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Available);
+    assert_eq!(f.state(0, 0).await, RecordState::Available);
 }
 
 #[tokio::test]
@@ -178,9 +180,9 @@ async fn locked_txn_timeout_available_and_counted() {
     let (_p, txn) = locked(&f, Accept).await;
     f.advance(TXN_TIMEOUT);
     f.broker.tick().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Available);
-    assert_eq!(f.broker.transaction_state(&txn.id).unwrap(), TransactionState::Aborted);
-    let m = f.broker.metrics().unwrap();
+    assert_eq!(f.state(0, 0).await, RecordState::Available);
+    assert_eq!(f.broker.transaction_state(&txn.id).await.unwrap(), TransactionState::Aborted);
+    let m = f.broker.metrics().await.unwrap();
     assert_eq!((m.transaction_timeout_total, m.transaction_abort_total, m.transaction_active), (1, 1, 0));
 }
 
@@ -191,12 +193,12 @@ async fn prepare_never_times_out() {
     p.coord.prepare_transaction(&txn.id).await.unwrap();
     f.advance(TXN_TIMEOUT * 100);
     f.broker.tick().await.unwrap();
-    assert_eq!(f.broker.transaction_state(&txn.id).unwrap(), TransactionState::Prepare);
-    assert_eq!(f.state(0, 0), RecordState::Locked);
-    let m = f.broker.metrics().unwrap();
+    assert_eq!(f.broker.transaction_state(&txn.id).await.unwrap(), TransactionState::Prepare);
+    assert_eq!(f.state(0, 0).await, RecordState::Locked);
+    let m = f.broker.metrics().await.unwrap();
     assert_eq!((m.transaction_active, m.transaction_prepared, m.transaction_timeout_total), (1, 1, 0));
     p.coord.commit_transaction(&txn.id).await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Acknowledged);
+    assert_eq!(f.state(0, 0).await, RecordState::Acknowledged);
 }
 
 #[tokio::test]
@@ -206,9 +208,9 @@ async fn implicit_mode_next_poll_accepts_previous() {
     let first = poll(&mut c, 2).await;
     assert!(c.acknowledge(&first[0], Accept).await.is_err(), "explicit acks are refused in implicit mode");
     poll(&mut c, 2).await;
-    assert_eq!(f.state(0, 0), RecordState::Acknowledged);
-    assert_eq!(f.state(0, 1), RecordState::Acknowledged);
-    assert_eq!(f.state(0, 2), RecordState::Acquired);
+    assert_eq!(f.state(0, 0).await, RecordState::Acknowledged);
+    assert_eq!(f.state(0, 1).await, RecordState::Acknowledged);
+    assert_eq!(f.state(0, 2).await, RecordState::Acquired);
 }
 
 #[tokio::test]
@@ -218,8 +220,8 @@ async fn close_releases_what_the_member_holds() {
     let got = poll(&mut c, 3).await;
     c.acknowledge(&got[0], Accept).await.unwrap();
     c.close().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Acknowledged, "buffered ack sent on close");
-    assert_eq!(f.state(0, 1), RecordState::Available);
+    assert_eq!(f.state(0, 0).await, RecordState::Acknowledged, "buffered ack sent on close");
+    assert_eq!(f.state(0, 1).await, RecordState::Available);
     assert!(c.poll(1, Duration::ZERO).await.is_err(), "closed");
 }
 
@@ -231,7 +233,7 @@ async fn in_flight_cap_pauses_fetch() {
     let mut c = f.consumer(Explicit).await;
     assert_eq!(poll(&mut c, 10).await.len(), 4);
     assert!(poll(&mut c, 10).await.is_empty(), "fetch pauses while the partition is full");
-    let info = f.broker.share_partition_info(GROUP, &tp(0)).unwrap().unwrap();
+    let info = f.broker.share_partition_info(GROUP, &tp(0)).await.unwrap().unwrap();
     assert_eq!(info.in_flight, 4);
     // Settling one frees one slot.
     let rec = Record {

@@ -39,8 +39,8 @@ async fn every_state(f: &Fixture) {
     coord.prepare_transaction(&t1.id).await.unwrap();
     coord.commit_transaction(&t1.id).await.unwrap();
 
-    // 2 archived at the delivery limit (limit 2 in this fixture).
-    for _ in 0..2 {
+    // 2 archived at the delivery limit (limit 3 in this fixture).
+    for _ in 0..LIMIT {
         let r = poll(&mut x, 1).await;
         assert_eq!(r[0].offset, 2);
         x.acknowledge(&r[0], Release).await.unwrap();
@@ -73,13 +73,15 @@ async fn every_state(f: &Fixture) {
     assert_eq!((r[0].offset, r[0].delivery_count), (6, 2));
 }
 
+const LIMIT: u16 = 3;
+
 fn fixture_config() -> ShareConfig {
-    ShareConfig::builder().acknowledgement_mode(Transactional).delivery_count_limit(2).build().unwrap()
+    ShareConfig::builder().acknowledgement_mode(Transactional).delivery_count_limit(LIMIT).build().unwrap()
 }
 
 async fn restart_preserves_every_state(mut f: Fixture) {
     every_state(&f).await;
-    let before = observe(&f);
+    let before = observe(&f).await;
     let states: Vec<RecordState> = before.records.iter().map(|(_, _, s)| s.state).collect();
     use RecordState::*;
     assert_eq!(
@@ -87,12 +89,12 @@ async fn restart_preserves_every_state(mut f: Fixture) {
         vec![Acknowledged, Archived, Archived, Locked, Locked, Locked, Acquired, Available, Available, Available]
     );
     f.restart().await;
-    let after = observe(&f);
-    assert_eq!(after, after_restart(&before));
+    let after = observe(&f).await;
+    assert_eq!(after, after_restart(&before, LIMIT));
     assert_eq!(after.records[6].2.delivery_count, 2, "delivery count survives");
     // A second restart changes nothing more.
     f.restart().await;
-    assert_eq!(observe(&f), after);
+    assert_eq!(observe(&f).await, after);
 
     // The recovered transactions still work: the PREPARE one commits, atomically.
     let coord = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
@@ -103,11 +105,11 @@ async fn restart_preserves_every_state(mut f: Fixture) {
         "the new epoch aborted the ONGOING one"
     );
     coord.commit_transaction(&txn_id(4)).await.unwrap();
-    let out: Vec<_> = f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).unwrap();
+    let out: Vec<_> = f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).await.unwrap();
     let values: Vec<&[u8]> = out.iter().filter_map(|r| r.value.as_deref()).collect();
     assert_eq!(values, vec![&b"committed"[..], &b"prepared"[..]]);
-    assert_eq!(f.state(0, 5), Acknowledged);
-    assert_eq!(f.state(0, 3), Available, "txn 3 aborted by the new epoch");
+    assert_eq!(f.state(0, 5).await, Acknowledged);
+    assert_eq!(f.state(0, 3).await, Available, "txn 3 aborted by the new epoch");
 }
 
 #[tokio::test]
@@ -138,11 +140,11 @@ async fn ongoing_transaction_keeps_its_timeout_across_a_restart() {
     let r = poll(&mut c, 1).await;
     c.acknowledge_batches_transactional(&acks(&r, Accept), &txn).await.unwrap();
     f.restart().await;
-    assert_eq!(f.state(0, 0), RecordState::Locked);
+    assert_eq!(f.state(0, 0).await, RecordState::Locked);
     f.advance(TXN_TIMEOUT);
     f.broker.tick().await.unwrap();
-    assert_eq!(f.state(0, 0), RecordState::Available);
-    assert_eq!(f.broker.metrics().unwrap().transaction_timeout_total, 1);
+    assert_eq!(f.state(0, 0).await, RecordState::Available);
+    assert_eq!(f.broker.metrics().await.unwrap().transaction_timeout_total, 1);
 }
 
 #[tokio::test]
@@ -187,15 +189,15 @@ async fn snapshots_restore_the_same_state(mut f: Fixture, max_segments: usize) {
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
     let segments = list(&f.store, "wal").await;
     assert!(segments.len() <= max_segments, "obsolete segments are deleted, {} remain", segments.len());
-    let before = observe(&f);
+    let before = observe(&f).await;
     f.restart().await;
-    assert_eq!(observe(&f), after_restart(&before));
-    let last = f.broker.fetch(&tp(0), 209, 1, IsolationLevel::ReadUncommitted).unwrap();
+    assert_eq!(observe(&f).await, after_restart(&before, LIMIT));
+    let last = f.broker.fetch(&tp(0), 209, 1, IsolationLevel::ReadUncommitted).await.unwrap();
     assert_eq!(last[0].value.as_deref(), Some(&vec![199u8; 32 * 1024][..]));
     // Later writes go on after the snapshot and survive too.
     f.broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
     f.restart().await;
-    assert_eq!(f.broker.end_offset(&tp(0)).unwrap(), 211);
+    assert_eq!(f.broker.end_offset(&tp(0)).await.unwrap(), 211);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,6 +224,9 @@ async fn concurrent_callers_share_group_commits_and_lose_nothing() {
     all.dedup();
     assert_eq!(all.len(), 400, "every produce got its own offset");
     f.restart().await;
-    let ends: Vec<i64> = (0..2).map(|p| f.broker.end_offset(&tp(p)).unwrap()).collect();
+    let mut ends: Vec<i64> = Vec::new();
+    for p in 0..2 {
+        ends.push(f.broker.end_offset(&tp(p)).await.unwrap());
+    }
     assert_eq!(ends, vec![200, 200]);
 }

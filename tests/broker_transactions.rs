@@ -40,14 +40,14 @@ async fn idempotency_list_of_the_seed() {
     coord.commit_transaction(&id).await.unwrap();
     coord.commit_transaction(&id).await.unwrap();
     coord.abort_transaction(&id).await.unwrap(); // abort of a committed one is a no-op
-    assert_eq!(f.broker.transaction_state(&id).unwrap(), TransactionState::Committed);
+    assert_eq!(f.broker.transaction_state(&id).await.unwrap(), TransactionState::Committed);
 
     let id2 = txn_id(2);
     coord.begin_transaction(&id2, TXN_TIMEOUT).await.unwrap();
     coord.abort_transaction(&id2).await.unwrap();
     coord.abort_transaction(&id2).await.unwrap();
-    assert_eq!(f.broker.transaction_state(&id2).unwrap(), TransactionState::Aborted);
-    assert_eq!(f.broker.metrics().unwrap().transaction_abort_total, 1, "a no-op abort is not counted");
+    assert_eq!(f.broker.transaction_state(&id2).await.unwrap(), TransactionState::Aborted);
+    assert_eq!(f.broker.metrics().await.unwrap().transaction_abort_total, 1, "a no-op abort is not counted");
 }
 
 #[tokio::test]
@@ -102,7 +102,7 @@ async fn ack_into_a_prepared_transaction_is_refused_and_changes_nothing() {
         matches!(err, Error::IllegalTransition { op: "acknowledge", state: TransactionState::Prepare, .. }),
         "{err}"
     );
-    assert_eq!(f.state(0, 0), RecordState::Acquired);
+    assert_eq!(f.state(0, 0).await, RecordState::Acquired);
 }
 
 #[tokio::test]
@@ -115,16 +115,20 @@ async fn commit_makes_output_and_acks_visible_together() {
     coord.send(&txn, out).await.unwrap();
     c.acknowledge_batches_transactional(&acks(&got, Accept), &txn).await.unwrap();
 
-    let committed = |f: &Fixture| f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).unwrap().len();
-    assert_eq!(committed(&f), 0, "read_committed sees nothing before commit");
-    assert_eq!(f.broker.fetch_all(&out_tp(), IsolationLevel::ReadUncommitted).unwrap().len(), 5);
-    assert_eq!(f.broker.last_stable_offset(&out_tp()).unwrap(), 0);
+    async fn committed(f: &Fixture) -> usize {
+        f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).await.unwrap().len()
+    }
+    assert_eq!(committed(&f).await, 0, "read_committed sees nothing before commit");
+    assert_eq!(f.broker.fetch_all(&out_tp(), IsolationLevel::ReadUncommitted).await.unwrap().len(), 5);
+    assert_eq!(f.broker.last_stable_offset(&out_tp()).await.unwrap(), 0);
     coord.prepare_transaction(&txn.id).await.unwrap();
-    assert_eq!(committed(&f), 0, "nor after prepare");
+    assert_eq!(committed(&f).await, 0, "nor after prepare");
     coord.commit_transaction(&txn.id).await.unwrap();
-    assert_eq!(committed(&f), 5);
-    assert!((0..5).all(|o| f.state(0, o) == RecordState::Acknowledged));
-    let m = f.broker.metrics().unwrap();
+    assert_eq!(committed(&f).await, 5);
+    for o in 0..5 {
+        assert_eq!(f.state(0, o).await, RecordState::Acknowledged);
+    }
+    let m = f.broker.metrics().await.unwrap();
     assert_eq!((m.transaction_commit_time.count, m.transaction_prepare_time.count), (1, 1));
 }
 
@@ -138,7 +142,7 @@ async fn aborted_output_is_never_visible_to_read_committed() {
     coord.abort_transaction(&t1.id).await.unwrap();
     coord.prepare_transaction(&t2.id).await.unwrap();
     coord.commit_transaction(&t2.id).await.unwrap();
-    let seen = f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).unwrap();
+    let seen = f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).await.unwrap();
     assert_eq!(seen.len(), 1);
     assert_eq!((seen[0].offset, seen[0].value.as_deref()), (1, Some(&b"committed"[..])));
 }
@@ -150,7 +154,7 @@ async fn send_share_acks_to_transaction_binds_acks_of_a_member() {
     let mut c = f.consumer(Transactional).await;
     let got = poll(&mut c, 3).await;
     coord.send_share_acks_to_transaction(&txn, c.member_id(), &acks(&got, Accept)).await.unwrap();
-    assert_eq!(f.state(0, 2), RecordState::Locked);
+    assert_eq!(f.state(0, 2).await, RecordState::Locked);
     let pending = coord.list_pending_transactions(GROUP).await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].pending_acks.record_count(), 3);
@@ -188,12 +192,12 @@ async fn a_second_instance_fences_the_first() {
     let new = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
     assert_eq!(new.epoch(), old.epoch() + 1);
     assert_eq!(
-        f.broker.transaction_state(&ongoing.id).unwrap(),
+        f.broker.transaction_state(&ongoing.id).await.unwrap(),
         TransactionState::Aborted,
         "ONGOING of the old epoch aborted"
     );
     assert_eq!(
-        f.broker.transaction_state(&prepared.id).unwrap(),
+        f.broker.transaction_state(&prepared.id).await.unwrap(),
         TransactionState::Prepare,
         "PREPARE left to the new owner"
     );
@@ -215,7 +219,7 @@ async fn a_second_instance_fences_the_first() {
     assert_eq!(err.kind(), ErrorKind::Fenced);
     assert!(err.to_string().contains("another instance with the same prefix"), "{err}");
     new.commit_transaction(&prepared.id).await.unwrap();
-    assert_eq!(f.state(0, 1), RecordState::Acknowledged);
+    assert_eq!(f.state(0, 1).await, RecordState::Acknowledged);
 }
 
 #[tokio::test]
@@ -247,7 +251,7 @@ async fn acks_of_records_not_held_are_refused_with_offsets_and_member() {
     mixed.add(tp(0), AcknowledgementBatch::new(0, 1, Accept)).unwrap();
     mixed.add(tp(0), AcknowledgementBatch::new(3, 3, Accept)).unwrap();
     assert!(a.acknowledge_batches_transactional(&mixed, &txn).await.is_err());
-    assert_eq!(f.state(0, 0), RecordState::Acquired, "nothing applied");
+    assert_eq!(f.state(0, 0).await, RecordState::Acquired, "nothing applied");
     // RELEASE cannot be staged in a transaction.
     let err = a.acknowledge_batches_transactional(&acks(&held_by_a, Release), &txn).await.unwrap_err();
     assert!(err.to_string().contains("only ACCEPT and REJECT"), "{err}");
@@ -282,7 +286,7 @@ async fn read_committed_share_group_skips_aborted_and_waits_for_open_transaction
     producer.abort_transaction(&t1.id).await.unwrap();
     let got = poll(&mut c, 10).await;
     assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![2]);
-    let s = f.broker.record_status(GROUP, &tp(0), 0).unwrap();
+    let s = f.broker.record_status(GROUP, &tp(0), 0).await.unwrap();
     assert_eq!((s.state, s.archive_reason), (RecordState::Archived, Some(ArchiveReason::AbortedTransaction)));
 }
 
@@ -299,8 +303,8 @@ async fn bad_topics_and_requests_are_invalid_not_panics() {
     assert!(c.subscribe(&["missing"]).await.is_err());
     assert!(f.broker.consumer("bad group", config(Explicit)).await.is_err());
     assert!(f.broker.transaction_coordinator(GROUP, "has-dash").await.is_err());
-    assert!(f.broker.fetch(&TopicPartition::new("missing", 0), 0, 1, IsolationLevel::ReadCommitted).is_err());
-    assert!(f.broker.record_status(GROUP, &tp(0), 1_000).is_err());
+    assert!(f.broker.fetch(&TopicPartition::new("missing", 0), 0, 1, IsolationLevel::ReadCommitted).await.is_err());
+    assert!(f.broker.record_status(GROUP, &tp(0), 1_000).await.is_err());
     assert_eq!(c.poll(0, Duration::ZERO).await.unwrap_err().kind(), ErrorKind::Invalid);
 }
 
@@ -321,7 +325,7 @@ async fn poll_waits_for_records_to_arrive() {
 #[tokio::test]
 async fn metric_names_are_the_seeds() {
     let (f, _coord) = setup().await;
-    let names: Vec<String> = f.broker.metrics().unwrap().iter().into_iter().map(|(n, _)| n).collect();
+    let names: Vec<String> = f.broker.metrics().await.unwrap().iter().into_iter().map(|(n, _)| n).collect();
     for name in [
         "share-transaction-active",
         "share-transaction-prepare-time-ms-p99",

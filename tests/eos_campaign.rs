@@ -80,7 +80,7 @@ async fn run_seed(seed: u64) -> Result<String, String> {
             store.injected().len()
         ));
     }
-    let report = run.check();
+    let report = run.check().await;
     let archived: u64 = report.archived.values().sum();
     if !report.ok() || report.duplicates > 0 || report.lost > 0 || report.exactly_once + archived != records {
         return Err(format!(

@@ -49,7 +49,7 @@ async fn put_errors_and_lost_put_responses_during_state_and_manifest_writes() {
         let (result, _) = run.run(vec![]).await;
         result.unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(!store.injected().is_empty(), "{what}: the fault was injected");
-        assert_exactly_once(&run.check(), RECORDS, what);
+        assert_exactly_once(&run.check().await, RECORDS, what);
     }
 }
 
@@ -77,7 +77,7 @@ async fn a_corrupt_latest_manifest_falls_back_with_nothing_lost() {
     let (job, _, _) = again.job();
     let report = job.run().await.unwrap();
     assert!(report.restored_from < Some(newest), "fell back from {newest} to {:?}", report.restored_from);
-    assert_exactly_once(&again.check(), RECORDS, "corrupt manifest");
+    assert_exactly_once(&again.check().await, RECORDS, "corrupt manifest");
 }
 
 /// Stalls the snapshot of one checkpoint, once per test.
@@ -134,15 +134,19 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
     assert!(
         report.attempts >= 2,
         "the refused prepare restarted the job: {report:?} {:?}",
-        broker.transactions().unwrap()
+        broker.transactions().await.unwrap()
     );
-    assert!(broker.metrics().unwrap().transaction_timeout_total >= 1);
-    let check = check(&broker);
+    assert!(broker.metrics().await.unwrap().transaction_timeout_total >= 1);
+    let check = check(&broker).await;
     assert_exactly_once(&check, RECORDS, "transaction timeout");
 }
 
-fn check(broker: &shareflow::connector::broker::EmbeddedBroker) -> shareflow::connector::verify::ExactlyOnceReport {
-    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, shareflow::demo::identity).unwrap()
+async fn check(
+    broker: &shareflow::connector::broker::EmbeddedBroker,
+) -> shareflow::connector::verify::ExactlyOnceReport {
+    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, shareflow::demo::identity)
+        .await
+        .unwrap()
 }
 
 /// A second live instance with the same group and prefix fences the first: the first
@@ -182,6 +186,7 @@ async fn a_prepared_transaction_survives_its_timeout_and_is_committed_by_recover
     broker.tick().await.unwrap();
     let prepared: Vec<_> = broker
         .transactions()
+        .await
         .unwrap()
         .into_iter()
         .filter(|t| t.state == shareflow::connector::share::TransactionState::Prepare)
@@ -193,7 +198,7 @@ async fn a_prepared_transaction_survives_its_timeout_and_is_committed_by_recover
     let (job, _, _) = again.job();
     let report = job.run().await.unwrap();
     assert!(report.metrics.checkpoints.transactions_recovered >= 1);
-    assert_exactly_once(&again.check(), RECORDS, "prepared survives");
+    assert_exactly_once(&again.check().await, RECORDS, "prepared survives");
 }
 
 /// Poison records are rejected (archived with a reason and counted), or dead-lettered
@@ -214,7 +219,7 @@ async fn poison_records_are_rejected_or_dead_lettered() {
         }));
         let (job, _, metrics) = run.job();
         job.run().await.unwrap();
-        let report = run.check();
+        let report = run.check().await;
         let poison = metrics.records_poison.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(poison, 10);
         if dead_letter {
@@ -223,6 +228,7 @@ async fn poison_records_are_rejected_or_dead_lettered() {
                     &shareflow::connector::share::TopicPartition::new("eos-dlq", 0),
                     shareflow::connector::share::IsolationLevel::ReadCommitted,
                 )
+                .await
                 .unwrap();
             assert_eq!(dlq.len(), 10);
             // Dead-lettered records are ACKNOWLEDGED with their output in the DLQ, not the output topic.

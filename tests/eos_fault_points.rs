@@ -32,14 +32,19 @@ async fn crash_at(point: &str, storage: shareflow::checkpoint::CheckpointStore) 
     let report = result.unwrap_or_else(|e| panic!("{point}: the job did not recover: {e}"));
     assert!(fired.contains(&point.to_string()), "{point} was reached: fired {fired:?}");
     assert!(report.attempts >= 2, "{point}: restarted");
-    assert_exactly_once(&run.check(), RECORDS, point);
+    assert_exactly_once(&run.check().await, RECORDS, point);
     // I6: manifests are create-only, ids increase, and the newest restores.
     let listed = storage.list_checkpoints().await.unwrap();
     let complete: Vec<u64> =
         listed.iter().filter(|c| c.status == CheckpointStatus::Complete).map(|c| c.checkpoint_id).collect();
     assert!(!complete.is_empty() && complete.windows(2).all(|w| w[0] < w[1]), "{point}: {complete:?}");
     // No transaction is left undecided (I8 at quiescence).
-    assert!(broker.transactions().unwrap().iter().all(|t| !t.state.is_pending() || t.state == TransactionState::Empty));
+    assert!(broker
+        .transactions()
+        .await
+        .unwrap()
+        .iter()
+        .all(|t| !t.state.is_pending() || t.state == TransactionState::Empty));
 }
 
 async fn on_disk(point: &str) {

@@ -61,11 +61,15 @@ async fn files_and_acks_commit_together_across_crashes() {
         }
         assert_eq!(seen.len() as u64, RECORDS, "{crash}: every record published");
         assert!(seen.values().all(|&n| n == 1), "{crash}: a record was published twice");
-        let backlog = broker.backlog(GROUP, INPUT).unwrap();
+        let backlog = broker.backlog(GROUP, INPUT).await.unwrap();
         assert_eq!(backlog.acknowledged, RECORDS, "{crash}: every record acknowledged");
         assert!(files.published().await.unwrap().iter().all(|p| !p.as_ref().contains("_staging")));
         assert_eq!(
-            broker.record_status(GROUP, &shareflow::connector::share::TopicPartition::new(INPUT, 0), 0).unwrap().state,
+            broker
+                .record_status(GROUP, &shareflow::connector::share::TopicPartition::new(INPUT, 0), 0)
+                .await
+                .unwrap()
+                .state,
             RecordState::Acknowledged
         );
     }

@@ -1,7 +1,6 @@
 //! Transaction ids of the form `{groupId}-{prefix}-{checkpointId}`.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -10,17 +9,19 @@ use crate::error::{CheckpointError as Error, Result};
 /// The id of the one transaction that commits checkpoint `checkpoint_id` of a job
 /// instance: `{group_id}-{prefix}-{checkpoint_id}`.
 ///
-/// The group id may contain `-`; the prefix may not, and is limited to
-/// `[A-Za-z0-9._]+`. So the id parses from the right without ambiguity, and a
-/// known group id is checked against it.
+/// Both the group id and the prefix may contain `-` (the seed's own example,
+/// `my-share-group-flink-job-42`, has group `my-share-group` and prefix `flink-job`).
+/// The id is parsed *given the group id*: the group and its `-` come first, the
+/// checkpoint id is the last `-` field, and the prefix is everything between. A prefix
+/// is `[A-Za-z0-9._-]+` and neither starts nor ends with `-`, so that split is unique.
 ///
 /// ```
 /// use shareflow_checkpoint::TransactionId;
 ///
-/// let id = TransactionId::new("orders-eu", "job.a", 42).unwrap();
-/// assert_eq!(id.to_string(), "orders-eu-job.a-42");
-/// assert_eq!(TransactionId::parse("orders-eu-job.a-42", "orders-eu").unwrap(), id);
-/// assert!(TransactionId::new("orders", "job-a", 1).is_err()); // '-' in the prefix
+/// let id = TransactionId::new("my-share-group", "flink-job", 42).unwrap();
+/// assert_eq!(id.to_string(), "my-share-group-flink-job-42");
+/// assert_eq!(TransactionId::parse("my-share-group-flink-job-42", "my-share-group").unwrap(), id);
+/// assert!(TransactionId::new("orders", "-job", 1).is_err()); // a prefix cannot start with '-'
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TransactionId {
@@ -39,17 +40,24 @@ impl TransactionId {
         Ok(Self { group_id, prefix, checkpoint_id })
     }
 
-    /// Parses `text`, which must belong to `group_id`.
+    /// Parses `text`, which must belong to `group_id`: `{group_id}-{prefix}-{n}`, where
+    /// `n` is the last `-` field and the prefix is everything between.
     pub fn parse(text: &str, group_id: &str) -> Result<Self> {
-        let id: TransactionId = text.parse()?;
-        if id.group_id != group_id {
-            return Err(Error::InvalidTransactionId {
-                part: "group id",
-                input: text.to_string(),
-                reason: format!("expected group id {group_id:?}, found {:?}", id.group_id),
-            });
-        }
-        Ok(id)
+        let bad = |part, reason: String| Error::InvalidTransactionId {
+            part,
+            input: text.to_string(),
+            reason: format!("{reason}; expected {{groupId}}-{{prefix}}-{{checkpointId}}"),
+        };
+        let rest = text
+            .strip_prefix(group_id)
+            .and_then(|r| r.strip_prefix('-'))
+            .ok_or_else(|| bad("group id", format!("does not start with group id {group_id:?} and '-'")))?;
+        let (prefix, checkpoint) =
+            rest.rsplit_once('-').ok_or_else(|| bad("prefix", "no '-' between prefix and checkpoint id".into()))?;
+        let checkpoint_id = checkpoint
+            .parse::<u64>()
+            .map_err(|_| bad("checkpoint id", format!("{checkpoint:?} is not a non-negative integer")))?;
+        Self::new(group_id, prefix, checkpoint_id)
     }
 
     /// The share group.
@@ -79,26 +87,6 @@ impl fmt::Display for TransactionId {
     }
 }
 
-impl FromStr for TransactionId {
-    type Err = Error;
-
-    /// Parses from the right: the last `-` ends the prefix, the one before it ends the
-    /// group id.
-    fn from_str(text: &str) -> Result<Self> {
-        let bad = |part, reason: &str| Error::InvalidTransactionId {
-            part,
-            input: text.to_string(),
-            reason: format!("{reason}; expected {{groupId}}-{{prefix}}-{{checkpointId}}"),
-        };
-        let (rest, checkpoint) = text.rsplit_once('-').ok_or_else(|| bad("checkpoint id", "no '-' found"))?;
-        let checkpoint_id = checkpoint
-            .parse::<u64>()
-            .map_err(|_| bad("checkpoint id", &format!("{checkpoint:?} is not a non-negative integer")))?;
-        let (group_id, prefix) = rest.rsplit_once('-').ok_or_else(|| bad("prefix", "no group id before the prefix"))?;
-        Self::new(group_id, prefix, checkpoint_id)
-    }
-}
-
 /// Checks a share group id: non-empty, at most 249 characters (as Kafka), printable,
 /// no whitespace.
 pub fn validate_group_id(group_id: &str) -> Result<()> {
@@ -118,17 +106,21 @@ pub fn validate_group_id(group_id: &str) -> Result<()> {
     }
 }
 
-/// Checks a transactional prefix: non-empty, `[A-Za-z0-9._]+`, so no `-`.
+/// Checks a transactional prefix: non-empty, at most 128 bytes of `[A-Za-z0-9._-]`,
+/// neither starting nor ending with `-` (so `{group}-{prefix}-{n}` splits one way only
+/// once the group is known).
 pub fn validate_prefix(prefix: &str) -> Result<()> {
     let reason = if prefix.is_empty() {
         Some("must not be empty".to_string())
     } else if prefix.len() > 128 {
         Some(format!("is {} bytes long, at most 128 are allowed", prefix.len()))
+    } else if prefix.starts_with('-') || prefix.ends_with('-') {
+        Some("starts or ends with '-'; a '-' is allowed only inside the prefix".to_string())
     } else {
         prefix
             .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_'))
-            .map(|c| format!("contains {c:?}; only [A-Za-z0-9._] is allowed (no '-', so the id parses unambiguously)"))
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+            .map(|c| format!("contains {c:?}; only [A-Za-z0-9._-] is allowed"))
     };
     match reason {
         Some(reason) => Err(Error::InvalidTransactionId { part: "prefix", input: prefix.to_string(), reason }),
@@ -150,7 +142,8 @@ mod tests {
     fn errors_name_the_part() {
         let cases = [
             ("g", "", "prefix"),
-            ("g", "a-b", "prefix"),
+            ("g", "-ab", "prefix"),
+            ("g", "ab-", "prefix"),
             ("g", "a b", "prefix"),
             ("", "p", "group id"),
             ("g h", "p", "group id"),
@@ -161,10 +154,14 @@ mod tests {
                 other => panic!("{g:?} {p:?}: {other:?}"),
             }
         }
-        for (text, part) in
-            [("nodash", "checkpoint id"), ("g-p-x", "checkpoint id"), ("p-1", "prefix"), ("g-p--1", "prefix")]
-        {
-            match text.parse::<TransactionId>() {
+        for (text, part) in [
+            ("nodash", "group id"),
+            ("g-p-x", "checkpoint id"),
+            ("g-1", "prefix"),
+            ("g-p--1", "prefix"),
+            ("h-p-1", "group id"),
+        ] {
+            match TransactionId::parse(text, "g") {
                 Err(Error::InvalidTransactionId { part: got, .. }) => assert_eq!(got, part, "{text}"),
                 other => panic!("{text}: {other:?}"),
             }
@@ -172,18 +169,26 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_seed_example() {
+        let id = TransactionId::parse("my-share-group-flink-job-42", "my-share-group").unwrap();
+        assert_eq!((id.group_id(), id.prefix(), id.checkpoint_id()), ("my-share-group", "flink-job", 42));
+        // The same text read with a shorter group id gives another, still valid, split.
+        let other = TransactionId::parse("my-share-group-flink-job-42", "my-share").unwrap();
+        assert_eq!(other.prefix(), "group-flink-job");
+    }
+
+    #[test]
     fn parse_checks_the_group() {
-        assert!(TransactionId::parse("a-b-p-1", "a-b").is_ok());
-        let err = TransactionId::parse("a-b-p-1", "a").unwrap_err();
-        assert!(err.to_string().contains("expected group id \"a\""), "{err}");
+        assert_eq!(TransactionId::parse("a-b-p-1", "a-b").unwrap().prefix(), "p");
+        let err = TransactionId::parse("x-b-p-1", "a").unwrap_err();
+        assert!(err.to_string().contains("does not start with group id \"a\""), "{err}");
     }
 
     proptest! {
         #[test]
-        fn round_trips(group in "[a-z][a-z0-9.-]{0,20}", prefix in "[A-Za-z0-9._]{1,10}", n in any::<u64>()) {
+        fn round_trips(group in "[a-z][a-z0-9.-]{0,20}", prefix in "[A-Za-z0-9._]([A-Za-z0-9._-]{0,8}[A-Za-z0-9._])?", n in any::<u64>()) {
             let id = TransactionId::new(group.clone(), prefix, n).unwrap();
-            prop_assert_eq!(TransactionId::parse(&id.to_string(), &group).unwrap(), id.clone());
-            prop_assert_eq!(id.to_string().parse::<TransactionId>().unwrap(), id);
+            prop_assert_eq!(TransactionId::parse(&id.to_string(), &group).unwrap(), id);
         }
     }
 }

@@ -147,6 +147,24 @@ pub enum Error {
         #[source]
         source: Option<Arc<object_store::Error>>,
     },
+    /// Another broker holds the directory: a second read-write open would fork its
+    /// journal and lose what it writes.
+    #[error(
+        "broker directory {dir} is in use by {holder}; only one broker may open it read-write. \
+         Stop that process first, or open it read-only to inspect it (shareflow txn list does)"
+    )]
+    DirectoryLocked {
+        /// The broker directory.
+        dir: String,
+        /// Who holds it, as recorded in the lock file (`pid N`), when known.
+        holder: String,
+    },
+    /// A write was tried on a broker opened read-only.
+    #[error("{what} is not allowed: this broker was opened read-only for inspection")]
+    ReadOnly {
+        /// What was attempted.
+        what: String,
+    },
     /// The broker or consumer was closed.
     #[error("{what} is closed")]
     Closed {
@@ -187,11 +205,13 @@ impl Error {
             | Error::NotAcquired { .. }
             | Error::NeverDelivered { .. }
             | Error::InvalidRequest(_)
-            | Error::UnknownTopicPartition { .. } => ErrorKind::Invalid,
+            | Error::UnknownTopicPartition { .. }
+            | Error::ReadOnly { .. } => ErrorKind::Invalid,
             Error::Fenced { .. } => ErrorKind::Fenced,
-            Error::TooManyPendingTransactions { .. } | Error::Storage { .. } | Error::Closed { .. } => {
-                ErrorKind::Unavailable
-            }
+            Error::TooManyPendingTransactions { .. }
+            | Error::Storage { .. }
+            | Error::Closed { .. }
+            | Error::DirectoryLocked { .. } => ErrorKind::Unavailable,
             Error::Corrupt { .. } => ErrorKind::Data,
             Error::Internal(_) => ErrorKind::Internal,
             Error::Kafka { kind, .. } => *kind,

@@ -66,6 +66,25 @@ impl TransactionParticipant for BrokerTransactions {
 
     /// Takes the prefix: a new epoch fences any older instance and aborts its ONGOING
     /// transactions.
+    /// The transaction timeout must exceed checkpoint interval + checkpoint timeout, or
+    /// the broker aborts T(n) before its checkpoint can commit it. (The broker also
+    /// refuses a timeout above the group's `share.transaction.timeout.ms` at begin.)
+    async fn validate(&self, checkpoint_interval: Option<Duration>, checkpoint_timeout: Duration) -> Result<()> {
+        let needed = checkpoint_interval.unwrap_or_default().saturating_add(checkpoint_timeout);
+        if self.timeout <= needed {
+            return Err(RuntimeError::InvalidConfig {
+                key: crate::share::keys::TXN_TIMEOUT_MS.into(),
+                value: self.timeout.as_millis().to_string(),
+                rule: format!(
+                    "the embedded broker's transaction timeout must exceed checkpoint interval + checkpoint timeout \
+                     ({} ms), or the broker aborts T(n) before its checkpoint can commit it",
+                    needed.as_millis()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     async fn open(&self, template: &TransactionTemplate) -> Result<()> {
         let c = self
             .broker
@@ -107,7 +126,7 @@ impl TransactionParticipant for BrokerTransactions {
     }
 
     async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
-        let txns = self.broker.transactions().map_err(|e| runtime_error("embedded-broker", e))?;
+        let txns = self.broker.transactions().await.map_err(|e| runtime_error("embedded-broker", e))?;
         Ok(txns
             .iter()
             .filter(|t| t.id.group_id() == template.group_id() && t.id.prefix() == template.prefix())

@@ -290,7 +290,7 @@ impl Source for ShareGroupSource {
             if self.config.stop_when_drained {
                 let mut drained = true;
                 for topic in &self.config.topics {
-                    drained &= self.broker.backlog(&self.config.group, topic).map_err(|e| self.err(e))?.drained();
+                    drained &= self.broker.backlog(&self.config.group, topic).await.map_err(|e| self.err(e))?.drained();
                 }
                 if drained {
                     return Ok(SourceEvent::Finished);

@@ -36,7 +36,7 @@ impl ExactlyOnceReport {
 
 /// Checks invariants I1-I5 at quiescence. `identity` extracts the input record's id
 /// from an input value and from an output value (the pipeline must carry it through).
-pub fn check_exactly_once(
+pub async fn check_exactly_once(
     broker: &EmbeddedBroker,
     group: &str,
     input_topic: &str,
@@ -47,7 +47,7 @@ pub fn check_exactly_once(
     let mut outputs: BTreeMap<u64, u64> = BTreeMap::new();
     for p in 0..broker.partition_count(output_topic)? as i32 {
         let tp = TopicPartition::new(output_topic, p);
-        for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted)? {
+        for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await? {
             report.committed_output += 1;
             match r.value.as_deref().and_then(&identity) {
                 Some(id) => *outputs.entry(id).or_default() += 1,
@@ -58,7 +58,7 @@ pub fn check_exactly_once(
     let mut seen = BTreeMap::new();
     for p in 0..broker.partition_count(input_topic)? as i32 {
         let tp = TopicPartition::new(input_topic, p);
-        for r in broker.fetch_all(&tp, IsolationLevel::ReadUncommitted)? {
+        for r in broker.fetch_all(&tp, IsolationLevel::ReadUncommitted).await? {
             report.produced += 1;
             let Some(id) = r.value.as_deref().and_then(&identity) else {
                 report.violations.push(format!("input {tp} offset {} has no identity", r.offset));
@@ -66,7 +66,7 @@ pub fn check_exactly_once(
             };
             seen.insert(id, ());
             let copies = outputs.get(&id).copied().unwrap_or(0);
-            let status = broker.record_status(group, &tp, r.offset)?;
+            let status = broker.record_status(group, &tp, r.offset).await?;
             if copies > 1 {
                 report.duplicates += copies - 1;
                 report.violations.push(format!("I2: input {tp}@{} (id {id}) has {copies} committed outputs", r.offset));
@@ -104,7 +104,7 @@ pub fn check_exactly_once(
             report.violations.push(format!("output id {id} matches no input record"));
         }
     }
-    for t in broker.transactions()? {
+    for t in broker.transactions().await? {
         if t.state.is_pending() && t.id.group_id() == group {
             report.violations.push(format!("I8: transaction {} is still {} at quiescence", t.id, t.state));
         }

@@ -123,8 +123,8 @@ impl Run {
         (result, job.failpoints().fired())
     }
 
-    pub fn check(&self) -> ExactlyOnceReport {
-        check_exactly_once(&self.broker, GROUP, INPUT, OUTPUT, identity).unwrap()
+    pub async fn check(&self) -> ExactlyOnceReport {
+        check_exactly_once(&self.broker, GROUP, INPUT, OUTPUT, identity).await.unwrap()
     }
 }
 

@@ -98,13 +98,14 @@ impl Fixture {
     }
 
     pub async fn consumer(&self, mode: AcknowledgementMode) -> shareflow::connector::broker::EmbeddedShareConsumer {
-        let mut c = self.broker.consumer(GROUP, config(mode)).await.expect("consumer");
+        let config = self.group_config.clone().with_acknowledgement_mode(mode);
+        let mut c = self.broker.consumer(GROUP, config).await.expect("consumer");
         c.subscribe(&[IN]).await.expect("subscribe");
         c
     }
 
-    pub fn state(&self, partition: i32, offset: i64) -> RecordState {
-        self.broker.record_status(GROUP, &tp(partition), offset).expect("status").state
+    pub async fn state(&self, partition: i32, offset: i64) -> RecordState {
+        self.broker.record_status(GROUP, &tp(partition), offset).await.expect("status").state
     }
 
     pub fn advance(&self, by: Duration) {
@@ -141,34 +142,45 @@ pub struct Observed {
     pub in_ends: Vec<i64>,
 }
 
-pub fn observe(f: &Fixture) -> Observed {
+pub async fn observe(f: &Fixture) -> Observed {
     let partitions = f.broker.partition_count(IN).expect("in");
     let mut records = Vec::new();
     let mut in_ends = Vec::new();
     for p in 0..partitions as i32 {
-        let end = f.broker.end_offset(&tp(p)).expect("end");
+        let end = f.broker.end_offset(&tp(p)).await.expect("end");
         in_ends.push(end);
         for o in 0..end {
-            records.push((p, o, f.broker.record_status(GROUP, &tp(p), o).expect("status")));
+            records.push((p, o, f.broker.record_status(GROUP, &tp(p), o).await.expect("status")));
         }
     }
     Observed {
         records,
-        transactions: f.broker.transactions().expect("txns"),
-        out_committed: f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).expect("fetch"),
-        out_uncommitted: f.broker.fetch_all(&out_tp(), IsolationLevel::ReadUncommitted).expect("fetch"),
-        out_last_stable: f.broker.last_stable_offset(&out_tp()).expect("lso"),
+        transactions: f.broker.transactions().await.expect("txns"),
+        out_committed: f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).await.expect("fetch"),
+        out_uncommitted: f.broker.fetch_all(&out_tp(), IsolationLevel::ReadUncommitted).await.expect("fetch"),
+        out_last_stable: f.broker.last_stable_offset(&out_tp()).await.expect("lso"),
         in_ends,
     }
 }
 
 /// What a restart must turn `before` into: ACQUIRED records come back AVAILABLE with
 /// their delivery count; nothing else changes.
-pub fn after_restart(before: &Observed) -> Observed {
+/// What a restart does to `before` (decision 0003, "Restart"): ACQUIRED records come back
+/// AVAILABLE with their delivery count, or ARCHIVED once that count is `delivery_limit`.
+pub fn after_restart(before: &Observed, delivery_limit: u16) -> Observed {
     let mut expected = before.clone();
     for (_, _, s) in &mut expected.records {
         if s.state == RecordState::Acquired {
-            s.state = RecordState::Available;
+            if s.delivery_count >= delivery_limit {
+                *s = shareflow::connector::broker::RecordStatus {
+                    state: RecordState::Archived,
+                    delivery_count: 0,
+                    archive_reason: Some(ArchiveReason::DeliveryLimit),
+                    transaction: None,
+                };
+            } else {
+                s.state = RecordState::Available;
+            }
         }
     }
     expected

@@ -122,6 +122,12 @@ pub struct FetchedRecord {
     pub timestamp_ms: i64,
 }
 
+impl FetchedRecord {
+    fn new(offset: i64, r: &LogRecord) -> Self {
+        Self { offset, key: r.key.clone(), value: r.value.clone(), timestamp_ms: r.timestamp_ms }
+    }
+}
+
 /// Size figures of one share partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharePartitionInfo {
@@ -170,6 +176,18 @@ pub struct TransactionInfo {
     pub produced_records: u64,
 }
 
+impl TransactionInfo {
+    fn of(t: &super::txn::Txn) -> Self {
+        Self {
+            id: t.id.clone(),
+            state: t.state,
+            epoch: t.epoch,
+            pending_ack_records: t.acks.record_count(),
+            produced_records: t.produced_records,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     state: Mutex<BrokerState>,
@@ -179,6 +197,56 @@ struct Inner {
     wake: Notify,
     round_robin: AtomicU64,
     closed: AtomicBool,
+    read_only: bool,
+    /// The exclusive lock on a local broker directory, held until close or drop.
+    dir_lock: Mutex<Option<DirLock>>,
+}
+
+/// An OS lock on `{dir}/LOCK`, released when the file is closed: by [`close`], by drop,
+/// or by the death of the process.
+///
+/// [`close`]: EmbeddedBroker::close
+#[derive(Debug)]
+struct DirLock {
+    _file: std::fs::File,
+}
+
+impl DirLock {
+    /// Takes the lock, or says who holds it.
+    fn acquire(dir: &std::path::Path) -> Result<Self> {
+        use std::io::{Read, Seek, Write};
+        let shown = dir.display().to_string();
+        let io = |what: &str, e: std::io::Error| Error::storage(&shown, format!("{what}: {e}"), None);
+        std::fs::create_dir_all(dir).map_err(|e| io("cannot create the broker directory", e))?;
+        let path = dir.join("LOCK");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io("cannot open the lock file", e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "another process".to_string(),
+                    h => h.to_string(),
+                };
+                return Err(Error::DirectoryLocked { dir: shown, holder });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock the broker directory", e)),
+        }
+        // Who holds it, for the message a second opener gets.
+        let written =
+            file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "pid {}", std::process::id()));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot record the lock holder");
+        }
+        Ok(Self { _file: file })
+    }
 }
 
 /// An in-process broker implementing KIP-932 share groups and KIP-1289 transactional
@@ -207,8 +275,8 @@ struct Inner {
 /// coordinator.prepare_transaction(&txn.id).await?;
 /// coordinator.commit_transaction(&txn.id).await?;
 ///
-/// assert_eq!(broker.record_status("group", &TopicPartition::new("in", 0), 0)?.state, RecordState::Acknowledged);
-/// assert_eq!(broker.fetch(&TopicPartition::new("out", 0), 0, 10, IsolationLevel::ReadCommitted)?.len(), 1);
+/// assert_eq!(broker.record_status("group", &TopicPartition::new("in", 0), 0).await?.state, RecordState::Acknowledged);
+/// assert_eq!(broker.fetch(&TopicPartition::new("out", 0), 0, 10, IsolationLevel::ReadCommitted).await?.len(), 1);
 /// # Ok::<(), shareflow_connector::Error>(()) }).unwrap();
 /// ```
 #[derive(Debug, Clone)]
@@ -217,15 +285,51 @@ pub struct EmbeddedBroker {
 }
 
 impl EmbeddedBroker {
-    /// Opens the broker, recovering whatever its journal holds. Records that were
-    /// ACQUIRED when it stopped come back AVAILABLE; everything else is as it was.
+    /// Opens the broker, recovering whatever its journal holds (decision 0003,
+    /// "Restart": ACQUIRED records come back AVAILABLE, or ARCHIVED at the delivery
+    /// limit; everything else is as it was).
+    ///
+    /// A local directory is locked for the broker's life: a second read-write open,
+    /// from this process or another, fails with [`Error::DirectoryLocked`]. Use
+    /// [`open_read_only`](Self::open_read_only) to inspect a directory a live broker
+    /// holds.
     pub async fn open(options: BrokerOptions) -> Result<Self> {
-        let fresh = BrokerState::new(options.default_config.clone());
-        let (journal, recovered) = JournalCore::recover(options.store, options.root, options.local, fresh).await?;
-        if let Some(tail) = &recovered.truncated_tail {
-            tracing::warn!(%tail, "embedded broker recovered after truncating a torn journal tail");
+        let dir_lock = match &options.local {
+            Some((dir, _)) => Some(DirLock::acquire(dir)?),
+            None => None,
+        };
+        let broker = Self::recover(options, dir_lock, false).await?;
+        broker.execute(Command::Restarted).await?;
+        Ok(broker)
+    }
+
+    /// Opens the broker's journal for inspection only: it takes no lock, changes
+    /// nothing on disk (a torn tail is read up to its last good entry and left alone),
+    /// and works while a live broker holds the directory. Every write fails with
+    /// [`Error::ReadOnly`]. What it shows is the durable state as of the open, with
+    /// the passage of time applied in memory (timed-out transactions show ABORTED).
+    pub async fn open_read_only(options: BrokerOptions) -> Result<Self> {
+        // A live broker may delete a segment between our listing and our read of it
+        // (after a snapshot): list again.
+        let mut last_error = None;
+        for _ in 0..5 {
+            match Self::recover(options.clone(), None, true).await {
+                Ok(broker) => return Ok(broker),
+                Err(e @ Error::Storage { .. }) => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
         }
-        let broker = EmbeddedBroker {
+        Err(last_error.unwrap_or_else(|| Error::Internal("read-only open did not run".into())))
+    }
+
+    async fn recover(options: BrokerOptions, dir_lock: Option<DirLock>, read_only: bool) -> Result<Self> {
+        let fresh = BrokerState::new(options.default_config.clone());
+        let (journal, recovered) =
+            JournalCore::recover(options.store, options.root, options.local, fresh, read_only).await?;
+        if let Some(tail) = &recovered.truncated_tail {
+            tracing::warn!(%tail, read_only, "embedded broker recovered after cutting back a torn journal tail");
+        }
+        Ok(EmbeddedBroker {
             inner: Arc::new(Inner {
                 state: Mutex::new(recovered.state),
                 journal,
@@ -234,43 +338,91 @@ impl EmbeddedBroker {
                 wake: Notify::new(),
                 round_robin: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
+                read_only,
+                dir_lock: Mutex::new(dir_lock),
             }),
-        };
-        broker.execute(Command::Restarted).await?;
-        Ok(broker)
+        })
     }
 
+    /// The state, for a call that may change it or read it: fails once the broker is
+    /// closed, or once a journal write failed (memory may then be ahead of storage).
     fn state(&self) -> Result<MutexGuard<'_, BrokerState>> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed { what: "embedded broker".into() });
         }
+        self.inner.journal.check_healthy()?;
         self.inner.state.lock().map_err(|_| Error::Internal("broker state lock poisoned".into()))
     }
 
-    /// Runs one command: expire by time, apply, journal, wait until durable.
-    async fn execute(&self, command: Command) -> Result<Outcome> {
-        let (result, lsn, events) = {
-            let mut st = self.state()?;
-            let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
-            let mut lsn = None;
-            if st.expire(now_ms) {
-                lsn = Some(self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?);
-            }
-            let result = st.exec(&command, now_ms);
-            if matches!(&result, Ok(outcome) if outcome.changed_state()) {
-                lsn = Some(self.inner.journal.append(&Entry { now_ms, command })?);
-            }
-            (result, lsn, std::mem::take(&mut st.events))
-        };
-        self.inner.metrics.record(&events);
+    fn publish(&self, events: &super::state::Events) {
+        self.inner.metrics.record(events);
         if events.wake {
             self.inner.wake.notify_waiters();
         }
+    }
+
+    /// Runs one command: expire by time, apply, journal, wait until durable. The
+    /// caller sees the outcome only once it is durable; if the journal write fails,
+    /// the journal is poisoned and every later call, reads included, fails.
+    async fn execute(&self, command: Command) -> Result<Outcome> {
+        if self.inner.read_only {
+            return Err(Error::ReadOnly { what: format!("{command:?}") });
+        }
+        let (result, lsn, events) = {
+            let mut st = self.state()?;
+            let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
+            let entry = Entry { now_ms, command };
+            let (result, expired) = st.apply(&entry);
+            let lsn = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
+                Some(self.inner.journal.append(&entry)?)
+            } else if expired {
+                Some(self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?)
+            } else {
+                None
+            };
+            (result, lsn, std::mem::take(&mut st.events))
+        };
+        self.publish(&events);
         if let Some(lsn) = lsn {
             self.inner.journal.sync(lsn).await?;
             self.maybe_snapshot().await?;
         }
         result
+    }
+
+    /// Reads the state once it is durable: first the passage of time (journaled if it
+    /// changed anything, so that what a read shows survives a restart), then `f` on a
+    /// state whose every change is in storage. A read never shows what a reopen would
+    /// roll back.
+    async fn read<R>(&self, f: impl Fn(&BrokerState) -> R) -> Result<R> {
+        // Each round waits for one group commit; writers that keep appending can make a
+        // reader wait a few rounds, never forever.
+        const ROUNDS: usize = 10_000;
+        for _ in 0..ROUNDS {
+            let (target, events) = {
+                let mut st = self.state()?;
+                let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
+                let mut target = self.inner.journal.next_lsn().saturating_sub(1);
+                if st.expire(now_ms) && !self.inner.read_only {
+                    target = self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?;
+                }
+                let events = std::mem::take(&mut st.events);
+                if self.inner.read_only || self.inner.journal.durable_lsn() >= target {
+                    let out = f(&st);
+                    drop(st);
+                    self.publish(&events);
+                    return Ok(out);
+                }
+                (target, events)
+            };
+            self.publish(&events);
+            self.inner.journal.sync(target).await?;
+        }
+        Err(Error::Storage {
+            path: "journal".into(),
+            reason: format!("a read waited {ROUNDS} group commits for the journal to catch up; retry"),
+            source: None,
+        })
     }
 
     async fn maybe_snapshot(&self) -> Result<()> {
@@ -290,16 +442,32 @@ impl EmbeddedBroker {
         }
     }
 
-    /// Processes timeouts now (lock expiry, transaction timeout) without other work.
+    /// Processes timeouts now (lock expiry, transaction timeout, retention) without
+    /// other work. Writes to the journal only when something expired.
     pub async fn tick(&self) -> Result<()> {
         self.execute(Command::Tick).await.map(|_| ())
     }
 
-    /// Stops the broker; later calls fail with [`Error::Closed`]. Everything acknowledged
-    /// to a caller is already durable, so there is nothing to flush.
+    /// Stops the broker and releases its directory lock; later calls fail with
+    /// [`Error::Closed`]. Everything acknowledged to a caller is already durable, so
+    /// there is nothing to flush.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.wake.notify_waiters();
+        if let Ok(mut lock) = self.inner.dir_lock.lock() {
+            lock.take();
+        }
+    }
+
+    /// The lsn of the last journal entry, for tests that check what is journaled.
+    #[doc(hidden)]
+    pub fn journal_last_lsn(&self) -> u64 {
+        self.inner.journal.next_lsn().saturating_sub(1)
+    }
+
+    /// Transactions the broker still keeps, decided ones within retention included.
+    pub async fn transaction_count(&self) -> Result<usize> {
+        self.read(|st| st.txn_count()).await
     }
 
     /// Creates a topic; creating it again with the same partition count is a no-op.
@@ -307,9 +475,11 @@ impl EmbeddedBroker {
         self.execute(Command::CreateTopic { name: name.to_string(), partitions }).await.map(|_| ())
     }
 
-    /// Sets a group's configuration (lock duration, delivery limit, caps).
+    /// Sets a group's configuration (lock duration, delivery limit, caps). The config
+    /// is checked by [`ShareConfig::validate`] however it was made.
     pub async fn configure_group(&self, group: &str, config: ShareConfig) -> Result<()> {
         validate_group_id(group)?;
+        config.validate()?;
         self.execute(Command::ConfigureGroup { group: group.to_string(), config }).await.map(|_| ())
     }
 
@@ -367,49 +537,33 @@ impl EmbeddedBroker {
     }
 
     /// A plain fetch from `offset`: up to `max` records, read_committed or not.
-    pub fn fetch(
+    pub async fn fetch(
         &self,
         tp: &TopicPartition,
         offset: i64,
         max: usize,
         isolation: IsolationLevel,
     ) -> Result<Vec<FetchedRecord>> {
-        let st = self.state()?;
-        let (records, _) = st.read(tp, offset, max, isolation)?;
-        Ok(records
-            .into_iter()
-            .map(|(offset, r)| FetchedRecord {
-                offset,
-                key: r.key.clone(),
-                value: r.value.clone(),
-                timestamp_ms: r.timestamp_ms,
-            })
-            .collect())
+        self.read(|st| {
+            let (records, _) = st.read(tp, offset, max, isolation)?;
+            Ok(records.into_iter().map(|(offset, r)| FetchedRecord::new(offset, r)).collect())
+        })
+        .await?
     }
 
     /// Reads a whole partition from the start (read_committed or not). For checkers.
-    pub fn fetch_all(&self, tp: &TopicPartition, isolation: IsolationLevel) -> Result<Vec<FetchedRecord>> {
-        let st = self.state()?;
-        let (records, _) = st.read(tp, 0, usize::MAX, isolation)?;
-        Ok(records
-            .into_iter()
-            .map(|(offset, r)| FetchedRecord {
-                offset,
-                key: r.key.clone(),
-                value: r.value.clone(),
-                timestamp_ms: r.timestamp_ms,
-            })
-            .collect())
+    pub async fn fetch_all(&self, tp: &TopicPartition, isolation: IsolationLevel) -> Result<Vec<FetchedRecord>> {
+        self.fetch(tp, 0, usize::MAX, isolation).await
     }
 
     /// One past the last offset of a partition.
-    pub fn end_offset(&self, tp: &TopicPartition) -> Result<i64> {
-        Ok(self.state()?.log(tp)?.end())
+    pub async fn end_offset(&self, tp: &TopicPartition) -> Result<i64> {
+        self.read(|st| st.log(tp).map(|l| l.end())).await?
     }
 
     /// The last stable offset: read_committed readers stop before open transactions.
-    pub fn last_stable_offset(&self, tp: &TopicPartition) -> Result<i64> {
-        Ok(self.state()?.log(tp)?.last_stable_offset())
+    pub async fn last_stable_offset(&self, tp: &TopicPartition) -> Result<i64> {
+        self.read(|st| st.log(tp).map(|l| l.last_stable_offset())).await?
     }
 
     /// Number of partitions of a topic.
@@ -419,94 +573,114 @@ impl EmbeddedBroker {
             .ok_or_else(|| Error::UnknownTopicPartition { topic: topic.to_string(), partition: -1 })
     }
 
-    /// The state of one record in a group; `None` when the offset does not exist.
-    pub fn record_status(&self, group: &str, tp: &TopicPartition, offset: i64) -> Result<RecordStatus> {
-        self.state()?.record_status(group, tp, offset).ok_or_else(|| Error::UnknownTopicPartition {
-            topic: format!("{} (offset {offset} does not exist in)", tp.topic),
-            partition: tp.partition,
+    /// The state of one record in a group; an error when the offset does not exist.
+    pub async fn record_status(&self, group: &str, tp: &TopicPartition, offset: i64) -> Result<RecordStatus> {
+        self.read(|st| {
+            st.record_status(group, tp, offset).ok_or_else(|| Error::UnknownTopicPartition {
+                topic: format!("{} (offset {offset} does not exist in)", tp.topic),
+                partition: tp.partition,
+            })
         })
+        .await?
     }
 
     /// The runs of equal state of one share partition: `(first, last, state)`.
-    pub fn share_partition_runs(&self, group: &str, tp: &TopicPartition) -> Result<Vec<(i64, i64, RecordState)>> {
-        Ok(self.state()?.share_partition_runs(group, tp))
+    pub async fn share_partition_runs(&self, group: &str, tp: &TopicPartition) -> Result<Vec<(i64, i64, RecordState)>> {
+        self.read(|st| st.share_partition_runs(group, tp)).await
     }
 
     /// Size figures of one share partition; `None` if the group never fetched from it.
-    pub fn share_partition_info(&self, group: &str, tp: &TopicPartition) -> Result<Option<SharePartitionInfo>> {
-        Ok(self.state()?.share_partition(group, tp).map(|sp| SharePartitionInfo {
-            fetched_end: sp.fetched_end(),
-            in_flight: sp.in_flight(),
-            run_count: sp.run_count(),
-        }))
+    pub async fn share_partition_info(&self, group: &str, tp: &TopicPartition) -> Result<Option<SharePartitionInfo>> {
+        self.read(|st| {
+            st.share_partition(group, tp).map(|sp| SharePartitionInfo {
+                fetched_end: sp.fetched_end(),
+                in_flight: sp.in_flight(),
+                run_count: sp.run_count(),
+            })
+        })
+        .await
     }
 
     /// How many records of `topic` are in each state for `group`.
-    pub fn backlog(&self, group: &str, topic: &str) -> Result<Backlog> {
-        let st = self.state()?;
-        let partitions = st
-            .partition_count(topic)
-            .ok_or_else(|| Error::UnknownTopicPartition { topic: topic.to_string(), partition: -1 })?;
-        let mut b = Backlog::default();
-        for p in 0..partitions as i32 {
-            let tp = TopicPartition::new(topic, p);
-            let end = st.log(&tp)?.end();
-            let mut covered = 0;
-            for (first, last, state) in st.share_partition_runs(group, &tp) {
-                let n = (last - first + 1) as u64;
-                covered += n;
-                match state {
-                    RecordState::Available => b.available += n,
-                    RecordState::Acquired => b.acquired += n,
-                    RecordState::Locked => b.locked += n,
-                    RecordState::Acknowledged => b.acknowledged += n,
-                    RecordState::Archived => b.archived += n,
+    pub async fn backlog(&self, group: &str, topic: &str) -> Result<Backlog> {
+        self.read(|st| {
+            let partitions = st
+                .partition_count(topic)
+                .ok_or_else(|| Error::UnknownTopicPartition { topic: topic.to_string(), partition: -1 })?;
+            let mut b = Backlog::default();
+            for p in 0..partitions as i32 {
+                let tp = TopicPartition::new(topic, p);
+                let end = st.log(&tp)?.end();
+                let mut covered = 0;
+                for (first, last, state) in st.share_partition_runs(group, &tp) {
+                    let n = (last - first + 1) as u64;
+                    covered += n;
+                    match state {
+                        RecordState::Available => b.available += n,
+                        RecordState::Acquired => b.acquired += n,
+                        RecordState::Locked => b.locked += n,
+                        RecordState::Acknowledged => b.acknowledged += n,
+                        RecordState::Archived => b.archived += n,
+                    }
                 }
+                b.available += (end as u64).saturating_sub(covered);
             }
-            b.available += (end as u64).saturating_sub(covered);
-        }
-        Ok(b)
+            Ok(b)
+        })
+        .await?
     }
 
-    /// Every transaction the broker knows, decided ones included.
-    pub fn transactions(&self) -> Result<Vec<TransactionInfo>> {
-        Ok(self
-            .state()?
-            .txns()
-            .map(|t| TransactionInfo {
-                id: t.id.clone(),
-                state: t.state,
-                epoch: t.epoch,
-                pending_ack_records: t.acks.record_count(),
-                produced_records: t.produced_records,
+    /// Every transaction the broker knows: pending ones, and decided ones until
+    /// `share.transaction.retention.ms` has passed.
+    pub async fn transactions(&self) -> Result<Vec<TransactionInfo>> {
+        self.read(|st| st.txns().map(TransactionInfo::of).collect()).await
+    }
+
+    /// The ONGOING and PREPARE transactions of every group. PREPARE ones wait for
+    /// their coordinator, forever if need be: this is how an operator finds them.
+    pub async fn pending_transactions(&self) -> Result<Vec<TransactionInfo>> {
+        self.read(|st| st.pending_txns().map(TransactionInfo::of).collect()).await
+    }
+
+    /// The state of one transaction (`Empty` if unknown, or removed after retention).
+    pub async fn transaction_state(&self, id: &TransactionId) -> Result<TransactionState> {
+        self.read(|st| st.txn(id).map_or(TransactionState::Empty, |t| t.state)).await
+    }
+
+    /// A snapshot of the metrics (seed 000's five, under their names, and more).
+    pub async fn metrics(&self) -> Result<MetricsSnapshot> {
+        let (active, prepared) = self
+            .read(|st| {
+                let mut active = 0;
+                let mut prepared = 0;
+                for t in st.pending_txns() {
+                    active += 1;
+                    prepared += u64::from(t.state == TransactionState::Prepare);
+                }
+                (active, prepared)
             })
-            .collect())
-    }
-
-    /// The state of one transaction (`Empty` if unknown).
-    pub fn transaction_state(&self, id: &TransactionId) -> Result<TransactionState> {
-        Ok(self.state()?.txn(id).map_or(TransactionState::Empty, |t| t.state))
-    }
-
-    /// A snapshot of the metrics.
-    pub fn metrics(&self) -> Result<MetricsSnapshot> {
-        let st = self.state()?;
-        let active = st.txns().filter(|t| t.state.is_pending()).count() as u64;
-        let prepared = st.txns().filter(|t| t.state == TransactionState::Prepare).count() as u64;
+            .await?;
         Ok(self.inner.metrics.snapshot(active, prepared))
     }
 
-    /// A new member of `group`. `config` supplies the acknowledgement mode.
+    /// A new member of `group`. `config` supplies the member's acknowledgement mode;
+    /// every other key must equal the group's configuration (from
+    /// [`configure_group`](Self::configure_group), or the broker's default), or the
+    /// join fails with [`Error::InvalidConfig`] naming the key. A member in
+    /// transactional mode is refused ACCEPT outside a transaction by the broker itself.
     pub async fn consumer(&self, group: &str, config: ShareConfig) -> Result<EmbeddedShareConsumer> {
         validate_group_id(group)?;
-        let member = match self.execute(Command::Join { group: group.to_string(), topics: Vec::new() }).await? {
+        config.validate()?;
+        let mode = config.acknowledgement_mode();
+        let join = Command::Join { group: group.to_string(), topics: Vec::new(), config };
+        let member = match self.execute(join).await? {
             Outcome::Joined { member } => member,
             other => return Err(Error::Internal(format!("join returned {other:?}"))),
         };
         Ok(EmbeddedShareConsumer {
             broker: self.clone(),
             group: group.to_string(),
-            mode: config.acknowledgement_mode(),
+            mode,
             member,
             member_id: MemberId(format!("member-{member}")),
             pending: ShareAcknowledgements::new(),
@@ -534,21 +708,22 @@ impl EmbeddedBroker {
         }
     }
 
-    fn pending(&self, group: &str) -> Result<Vec<PendingTransaction>> {
-        Ok(self
-            .state()?
-            .txns()
-            .filter(|t| t.state.is_pending() && t.id.group_id() == group)
-            .map(|t| PendingTransaction {
-                id: t.id.clone(),
-                state: t.state,
-                epoch: t.epoch,
-                create_time_ms: t.create_time_ms,
-                prepare_time_ms: t.prepare_time_ms,
-                pending_acks: t.acks.clone(),
-                produced_records: t.produced_records,
-            })
-            .collect())
+    async fn pending(&self, group: &str) -> Result<Vec<PendingTransaction>> {
+        self.read(|st| {
+            st.pending_txns()
+                .filter(|t| t.id.group_id() == group)
+                .map(|t| PendingTransaction {
+                    id: t.id.clone(),
+                    state: t.state,
+                    epoch: t.epoch,
+                    create_time_ms: t.create_time_ms,
+                    prepare_time_ms: t.prepare_time_ms,
+                    pending_acks: t.acks.clone(),
+                    produced_records: t.produced_records,
+                })
+                .collect()
+        })
+        .await
     }
 
     fn member_key(&self, group: &str, member: &MemberId) -> Result<MemberKey> {
@@ -650,7 +825,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
             };
             self.cursor = self.cursor.wrapping_add(1);
             let ranges = match self.broker.execute(command).await? {
-                Outcome::Acquired(ranges) => ranges,
+                Outcome::Acquired { ranges, .. } => ranges,
                 other => return Err(Error::Internal(format!("acquire returned {other:?}"))),
             };
             if !ranges.is_empty() {
@@ -803,8 +978,17 @@ impl ShareTransactionCoordinator for EmbeddedTransactionCoordinator {
         self.step(id, Command::Abort { id: id.clone(), epoch: self.epoch }).await.map(|_| ())
     }
 
+    /// KIP-1289 `listPendingTransactions`: the ONGOING and PREPARE transactions of this
+    /// coordinator's group, every prefix. Another group is refused.
     async fn list_pending_transactions(&self, group: &str) -> Result<Vec<PendingTransaction>> {
-        self.broker.pending(group)
+        if group != self.group {
+            return Err(Error::InvalidRequest(format!(
+                "list of pending transactions of group {group} asked of the coordinator of group {}: \
+                 use a coordinator of that group",
+                self.group
+            )));
+        }
+        self.broker.pending(group).await
     }
 }
 

@@ -5,6 +5,12 @@
 //!   frame per entry, each `(lsn, entry)` in postcard;
 //! - `snapshot/{lsn:020}.snap`: the whole state as of `lsn`, one envelope.
 //!
+//! Every state a process kill can leave opens again (decision 0002, "Kills"): a torn or
+//! empty last segment is cut back (or removed) with a warning, an unfinished snapshot
+//! upload is a temporary file that is ignored and removed, and on a local directory
+//! under [`Durability::Fsync`] a snapshot, a truncation and every file creation or
+//! removal are fsynced (file and directory) before anything relies on them.
+//!
 //! Object stores have no append, so on them a group commit writes a new segment. On a
 //! local directory the journal appends to an open segment file instead (and rolls it
 //! at 64 MiB or a snapshot): creating a file costs about 0.5 ms here, appending about
@@ -29,7 +35,8 @@ use crate::error::{Error, Result};
 
 const ENTRY_MAGIC: Magic = Magic(*b"SFJE");
 const SNAPSHOT_MAGIC: Magic = Magic(*b"SFJS");
-const FORMAT_VERSION: u16 = 1;
+/// 2: transaction keys never reused, retention, members with a mode (decision 0002).
+const FORMAT_VERSION: u16 = 2;
 
 /// Log sequence number of a journal entry; the first entry is 1.
 pub(crate) type Lsn = u64;
@@ -71,6 +78,11 @@ struct Appender {
     roll: bool,
 }
 
+/// Makes a file's creation, rename or removal in `dir` durable.
+fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
 impl Appender {
     /// Appends `bytes` (entries `first..`) and returns the first lsn of the segment that
     /// holds them, and whether that segment is new.
@@ -80,12 +92,18 @@ impl Appender {
         let mut created = false;
         if self.active.is_none() || full || self.roll {
             std::fs::create_dir_all(&self.wal_dir)?;
-            let file = std::fs::OpenOptions::new()
-                .create_new(true)
-                .append(true)
-                .open(self.wal_dir.join(format!("{first:020}.seg")))?;
+            let path = self.wal_dir.join(format!("{first:020}.seg"));
+            // A kill between creating a segment and writing to it leaves it empty;
+            // recovery removes such a file, but should one remain, an empty file with
+            // the right name is exactly what we were about to create.
+            let file = match std::fs::OpenOptions::new().create_new(true).append(true).open(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && std::fs::metadata(&path)?.len() == 0 => {
+                    std::fs::OpenOptions::new().append(true).open(&path)?
+                }
+                other => other?,
+            };
             if self.durability == Durability::Fsync {
-                std::fs::File::open(&self.wal_dir)?.sync_all()?;
+                sync_dir(&self.wal_dir)?;
             }
             self.active = Some((first, file, 0));
             self.roll = false;
@@ -177,6 +195,10 @@ pub(crate) struct JournalCore {
     buffered: Mutex<Buffered>,
     durable: watch::Sender<Lsn>,
     appender: Option<Arc<Mutex<Appender>>>,
+    /// The journal's local directory and durability, when it is one.
+    local: Option<(PathBuf, Durability)>,
+    /// Opened for inspection: recovery repairs nothing and nothing is written.
+    read_only: bool,
 }
 
 /// What [`Journal::recover`] found.
@@ -221,17 +243,24 @@ impl JournalCore {
     ///
     /// `local` is the journal's directory on the local file system when `store` is a
     /// `LocalFileSystem` over it: writes then append to segment files directly.
+    ///
+    /// `read_only` recovery changes nothing on disk: a torn tail is read up to its last
+    /// good entry and left as it is (a live broker may be writing it), and the journal
+    /// refuses every append.
     pub(crate) async fn recover(
         store: Arc<dyn ObjectStore>,
         root: Path,
         local: Option<(PathBuf, Durability)>,
         fresh: BrokerState,
+        read_only: bool,
     ) -> Result<(Journal, Recovered)> {
-        let appender = local.map(|(dir, durability)| {
+        let appender = local.clone().filter(|_| !read_only).map(|(dir, durability)| {
             Arc::new(Mutex::new(Appender { wal_dir: dir.join("wal"), durability, active: None, roll: false }))
         });
         let journal = JournalCore {
             appender,
+            local,
+            read_only,
             store,
             root,
             buffered: Mutex::new(Buffered {
@@ -247,6 +276,9 @@ impl JournalCore {
             }),
             durable: watch::Sender::new(0),
         };
+        if !read_only {
+            journal.remove_unfinished_uploads().await?;
+        }
         let recovered = journal.replay(fresh).await?;
         {
             let mut b = journal.lock()?;
@@ -256,6 +288,83 @@ impl JournalCore {
         }
         journal.durable.send_replace(recovered.next_lsn - 1);
         Ok((Journal { core: Arc::new(journal) }, recovered))
+    }
+
+    /// Fsyncs a file the object store wrote and the directory that names it, when the
+    /// journal is a local directory under [`Durability::Fsync`].
+    fn sync_local(&self, path: &Path) -> Result<()> {
+        let Some((dir, Durability::Fsync)) = &self.local else { return Ok(()) };
+        let Some(relative) = path.as_ref().strip_prefix(self.root.as_ref()) else { return Ok(()) };
+        let file = dir.join(relative.trim_start_matches('/'));
+        let sync = || -> std::io::Result<()> {
+            if file.exists() {
+                std::fs::File::open(&file)?.sync_all()?;
+            }
+            match file.parent() {
+                Some(parent) if parent.exists() => sync_dir(parent),
+                _ => Ok(()),
+            }
+        };
+        sync().map_err(|e| Error::storage(path, format!("cannot fsync ({e})"), None))
+    }
+
+    /// Removes temporary upload files (`name#n`) that a kill during a snapshot write
+    /// left behind.
+    async fn remove_unfinished_uploads(&self) -> Result<()> {
+        for dir in ["wal", "snapshot"] {
+            let prefix = self.root.clone().join(dir);
+            let metas: Vec<_> = self
+                .store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(|e| Error::storage(&prefix, "cannot list the journal", Some(e)))?;
+            for meta in metas {
+                if meta.location.filename().is_some_and(|n| n.contains('#')) {
+                    tracing::warn!(path = %meta.location, "removing an unfinished journal upload");
+                    self.store
+                        .delete(&meta.location)
+                        .await
+                        .map_err(|e| Error::storage(&meta.location, "cannot remove an unfinished upload", Some(e)))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts the last segment back to its first `good` bytes (removing it when that is
+    /// none), durably.
+    async fn cut_tail(&self, path: &Path, bytes: &bytes::Bytes, good: usize) -> Result<()> {
+        let local_file = self.local.as_ref().and_then(|(dir, _)| {
+            let relative = path.as_ref().strip_prefix(self.root.as_ref())?;
+            Some(dir.join(relative.trim_start_matches('/')))
+        });
+        match local_file {
+            Some(file) => {
+                let cut = || -> std::io::Result<()> {
+                    if good == 0 {
+                        std::fs::remove_file(&file)?;
+                    } else {
+                        let f = std::fs::OpenOptions::new().write(true).open(&file)?;
+                        f.set_len(good as u64)?;
+                        f.sync_all()?;
+                    }
+                    match file.parent() {
+                        Some(parent) => sync_dir(parent),
+                        None => Ok(()),
+                    }
+                };
+                cut().map_err(|e| Error::storage(path, format!("cannot cut back the torn journal tail ({e})"), None))
+            }
+            None => {
+                let result = if good == 0 {
+                    self.store.delete(path).await
+                } else {
+                    self.store.put(path, PutPayload::from_bytes(bytes.slice(..good))).await.map(|_| ())
+                };
+                result.map_err(|e| Error::storage(path, "cannot cut back the torn journal tail", Some(e)))
+            }
+        }
     }
 
     async fn list(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path)>> {
@@ -308,6 +417,15 @@ impl JournalCore {
         for (i, (first, path)) in segments.into_iter().enumerate() {
             let is_last = i + 1 == count;
             let bytes = self.get(&path).await?;
+            if bytes.is_empty() && is_last {
+                // A kill between creating the segment and writing its first entry.
+                tracing::warn!(path = %path, "empty last journal segment; removing it");
+                truncated_tail = Some(format!("{path}: empty segment"));
+                if !self.read_only {
+                    self.cut_tail(&path, &bytes, 0).await?;
+                }
+                continue;
+            }
             let mut pos = 0;
             let mut lsn = first;
             while pos < bytes.len() {
@@ -316,13 +434,9 @@ impl JournalCore {
                     Err(e) if is_last && is_torn_tail(&bytes[pos..], &e) => {
                         tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
                         truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
-                        let good = bytes.slice(..pos);
-                        let result = if good.is_empty() {
-                            self.store.delete(&path).await
-                        } else {
-                            self.store.put(&path, PutPayload::from_bytes(good)).await.map(|_| ())
-                        };
-                        result.map_err(|e| Error::storage(&path, "cannot truncate the torn journal tail", Some(e)))?;
+                        if !self.read_only {
+                            self.cut_tail(&path, &bytes, pos).await?;
+                        }
                         break;
                     }
                     Err(e) => {
@@ -352,7 +466,7 @@ impl JournalCore {
                 if entry_lsn > next {
                     return Err(Error::corrupt(&path, format!("journal entries {next}..{entry_lsn} are missing")));
                 }
-                state.apply(&entry).map_err(|e| {
+                state.apply(&entry).0.map_err(|e| {
                     Error::corrupt(&path, format!("entry {entry_lsn} does not apply to the recovered state: {e}"))
                 })?;
                 state.events = Default::default();
@@ -367,14 +481,26 @@ impl JournalCore {
 
     /// Adds an entry to the next group commit and returns its lsn. Call under the state
     /// lock, right after applying the entry.
+    ///
+    /// The caller has already applied the entry to memory, so a failure here poisons the
+    /// journal: memory is ahead of storage and every later call must fail.
     pub(crate) fn append(&self, entry: &Entry) -> Result<Lsn> {
         let mut b = self.lock()?;
         if let Some(e) = &b.failed {
             return Err(e.clone());
         }
+        if self.read_only {
+            return Err(Error::ReadOnly { what: "writing to the journal".into() });
+        }
         let lsn = b.next_lsn;
-        let payload = postcard::to_allocvec(&(lsn, entry))
-            .map_err(|e| Error::Internal(format!("cannot encode journal entry: {e}")))?;
+        let payload = match postcard::to_allocvec(&(lsn, entry)) {
+            Ok(p) => p,
+            Err(e) => {
+                let err = Error::Internal(format!("cannot encode journal entry {lsn}: {e}"));
+                b.failed = Some(err.clone());
+                return Err(err);
+            }
+        };
         envelope::encode_into(&mut b.bytes, ENTRY_MAGIC, FORMAT_VERSION, &payload);
         b.next_lsn += 1;
         Ok(lsn)
@@ -473,6 +599,8 @@ impl JournalCore {
             .put(&path, PutPayload::from(bytes))
             .await
             .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
+        // The segments it covers are deleted next: it must be on disk first.
+        self.sync_local(&path)?;
         // The open segment may hold only entries the snapshot covers; it must not be
         // deleted while it is appended to, so roll it and delete it next time.
         let active = match &self.appender {
@@ -514,5 +642,19 @@ impl JournalCore {
     /// The lsn the next entry will get.
     pub(crate) fn next_lsn(&self) -> Lsn {
         self.lock().map_or(0, |b| b.next_lsn)
+    }
+
+    /// The last lsn durable in storage.
+    pub(crate) fn durable_lsn(&self) -> Lsn {
+        *self.durable.borrow()
+    }
+
+    /// Fails once a write has failed (the journal is poisoned): memory may then be ahead
+    /// of storage, so nothing may be read or written until the broker is reopened.
+    pub(crate) fn check_healthy(&self) -> Result<()> {
+        match &self.lock()?.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 }

@@ -20,7 +20,12 @@ pub(crate) struct LogRecord {
 pub(crate) struct LogBatch {
     pub(crate) base_offset: i64,
     pub(crate) records: Vec<LogRecord>,
+    /// The producer transaction it was written in, while undecided.
     pub(crate) txn: Option<TxnKey>,
+    /// Its transaction aborted: read_committed readers skip it. Kept in the batch so
+    /// that it outlives the transaction, which retention removes.
+    #[serde(default)]
+    pub(crate) aborted: bool,
 }
 
 impl LogBatch {
@@ -57,13 +62,18 @@ impl PartitionLog {
         if let Some(t) = txn {
             self.open_txn_batches.insert(base_offset, t);
         }
-        self.batches.push(LogBatch { base_offset, records, txn });
+        self.batches.push(LogBatch { base_offset, records, txn, aborted: false });
         base_offset
     }
 
-    /// Marks a transaction's batch as decided.
-    pub(crate) fn close_txn_batch(&mut self, base_offset: i64) {
+    /// Marks a transaction's batch as decided: committed, or aborted.
+    pub(crate) fn close_txn_batch(&mut self, base_offset: i64, aborted: bool) {
         self.open_txn_batches.remove(&base_offset);
+        let i = self.batches.partition_point(|b| b.base_offset < base_offset);
+        if let Some(batch) = self.batches.get_mut(i).filter(|b| b.base_offset == base_offset) {
+            batch.txn = None;
+            batch.aborted = aborted;
+        }
     }
 
     /// The batch holding `offset`.

@@ -129,6 +129,113 @@ impl MetricsSnapshot {
     }
 }
 
+/// The value of one metric, typed as the seed types it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum MetricValue {
+    /// A count that only grows.
+    Counter(u64),
+    /// A level that goes up and down.
+    Gauge(u64),
+    /// A latency distribution, ms.
+    Histogram(Histogram),
+}
+
+/// One named metric, for an exporter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metric {
+    /// The name; seed 000's five use the seed's exact spelling.
+    pub name: &'static str,
+    /// One line saying what it measures.
+    pub help: &'static str,
+    /// Its value.
+    pub value: MetricValue,
+}
+
+impl MetricsSnapshot {
+    /// Every metric by name, typed: seed 000's five first (`share-transaction-active`,
+    /// `share-transaction-prepare-time-ms`, `share-transaction-commit-time-ms`,
+    /// `share-transaction-abort-total`, `share-transaction-timeout-total`), then ours.
+    /// This is the interface an exporter reads.
+    pub fn metrics(&self) -> Vec<Metric> {
+        use MetricValue::*;
+        let m = |name, help, value| Metric { name, help, value };
+        vec![
+            m(TRANSACTION_ACTIVE, "ONGOING plus PREPARE transactions", Gauge(self.transaction_active)),
+            m(TRANSACTION_PREPARE_TIME_MS, "prepare latency, ms", Histogram(self.transaction_prepare_time.clone())),
+            m(TRANSACTION_COMMIT_TIME_MS, "commit latency, ms", Histogram(self.transaction_commit_time.clone())),
+            m(
+                TRANSACTION_ABORT_TOTAL,
+                "aborted transactions, timeouts included",
+                Counter(self.transaction_abort_total),
+            ),
+            m(
+                TRANSACTION_TIMEOUT_TOTAL,
+                "transactions aborted by their timeout",
+                Counter(self.transaction_timeout_total),
+            ),
+            m(
+                "share-transaction-prepared",
+                "PREPARE transactions waiting for their coordinator",
+                Gauge(self.transaction_prepared),
+            ),
+            m("share-transaction-commit-total", "committed transactions", Counter(self.transaction_commit_total)),
+            m("share-records-acquired-total", "deliveries", Counter(self.records_acquired)),
+            m(
+                "share-records-redelivered-total",
+                "deliveries that were redeliveries",
+                Counter(self.records_redelivered),
+            ),
+            m("share-records-acknowledged-total", "records ACKNOWLEDGED", Counter(self.records_acknowledged)),
+            m(
+                "share-records-archived-rejected-total",
+                "records archived as rejected",
+                Counter(self.records_archived_rejected),
+            ),
+            m(
+                "share-records-archived-delivery-limit-total",
+                "records archived at the delivery limit",
+                Counter(self.records_archived_delivery_limit),
+            ),
+            m(
+                "share-records-archived-aborted-transaction-total",
+                "records archived because their producer transaction aborted",
+                Counter(self.records_archived_aborted_transaction),
+            ),
+        ]
+    }
+
+    /// The metrics in the Prometheus text format (names with `_` for `-`; histogram
+    /// buckets in ms).
+    pub fn to_prometheus(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for metric in self.metrics() {
+            let name = metric.name.replace('-', "_");
+            let _ = writeln!(out, "# HELP {name} {}", metric.help);
+            match &metric.value {
+                MetricValue::Counter(v) => {
+                    let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
+                }
+                MetricValue::Gauge(v) => {
+                    let _ = writeln!(out, "# TYPE {name} gauge\n{name} {v}");
+                }
+                MetricValue::Histogram(h) => {
+                    let _ = writeln!(out, "# TYPE {name} histogram");
+                    let mut cumulative = 0;
+                    for (i, n) in h.buckets.iter().enumerate().take(h.buckets.len() - 1) {
+                        cumulative += n;
+                        let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cumulative}", 1u64 << i);
+                    }
+                    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+                    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", h.sum_ms, h.count);
+                }
+            }
+        }
+        out
+    }
+}
+
 /// Live counters; the gauges are read from the state when a snapshot is taken.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
@@ -198,6 +305,22 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prometheus_text_has_every_metric_typed() {
+        let mut snapshot = MetricsSnapshot { transaction_abort_total: 3, ..Default::default() };
+        snapshot.transaction_commit_time.record(Duration::from_millis(3));
+        let text = snapshot.to_prometheus();
+        assert!(
+            text.contains("# TYPE share_transaction_abort_total counter\nshare_transaction_abort_total 3\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE share_transaction_active gauge"), "{text}");
+        // 3 ms falls in the bucket below 4 ms, and in every larger one.
+        assert!(text.contains("share_transaction_commit_time_ms_bucket{le=\"2\"} 0\n"), "{text}");
+        assert!(text.contains("share_transaction_commit_time_ms_bucket{le=\"4\"} 1\n"), "{text}");
+        assert!(text.contains("share_transaction_commit_time_ms_count 1\n"), "{text}");
+    }
 
     #[test]
     fn histogram_quantiles_bound_the_samples() {

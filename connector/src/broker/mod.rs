@@ -21,12 +21,12 @@ mod txn;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use embedded::{
-    BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
+    Backlog, BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
     SharePartitionInfo, TransactionInfo,
 };
 pub use journal::Durability;
 pub use metrics::{
-    Histogram, MetricsSnapshot, TRANSACTION_ABORT_TOTAL, TRANSACTION_ACTIVE, TRANSACTION_COMMIT_TIME_MS,
-    TRANSACTION_PREPARE_TIME_MS, TRANSACTION_TIMEOUT_TOTAL,
+    Histogram, Metric, MetricValue, MetricsSnapshot, TRANSACTION_ABORT_TOTAL, TRANSACTION_ACTIVE,
+    TRANSACTION_COMMIT_TIME_MS, TRANSACTION_PREPARE_TIME_MS, TRANSACTION_TIMEOUT_TOTAL,
 };
 pub use state::RecordStatus;

@@ -242,9 +242,10 @@ impl SharePartition {
     }
 
     /// After a broker restart every ACQUIRED record becomes AVAILABLE with its delivery
-    /// count, as in Kafka. The broker failed, not the record, so this never archives.
-    pub(crate) fn release_all_after_restart(&mut self) -> Changes {
-        self.release_held(None, |s| Slot::Available { deliveries: s.deliveries() })
+    /// count, as in Kafka. The delivery the restart cut short counts: at the limit the
+    /// record is ARCHIVED (decision 0003, "Restart").
+    pub(crate) fn release_all_after_restart(&mut self, limits: &Limits) -> Changes {
+        self.release_held(None, |s| release(s, limits))
     }
 
     fn release_held(&mut self, member: Option<MemberKey>, to: impl Fn(&Slot) -> Slot) -> Changes {
@@ -271,7 +272,6 @@ impl SharePartition {
         now_ms: u64,
         limits: &Limits,
         log: &PartitionLog,
-        is_aborted: impl Fn(TxnKey) -> bool,
     ) -> (Vec<AcquiredRange>, Changes) {
         let mut changes = Changes::default();
         let changes = &mut changes;
@@ -289,6 +289,11 @@ impl SharePartition {
                 break;
             };
             self.available_floor = first;
+            if deliveries >= limits.delivery_limit {
+                // Only reachable when the group's limit was lowered: never deliver past it.
+                self.set(first, last, changes, |_| Slot::Archived(ArchiveReason::DeliveryLimit));
+                continue;
+            }
             let last = last.min(first + budget as i64 - 1);
             let d = deliveries + 1;
             self.set(first, last, changes, |_| Slot::Acquired { member, deliveries: d, deadline_ms });
@@ -303,7 +308,7 @@ impl SharePartition {
             let first = self.runs.end();
             let Some(batch) = log.batch_at(first) else { break };
             let batch_last = batch.last_offset().min(limit_end - 1);
-            if limits.read_committed && batch.txn.is_some_and(&is_aborted) {
+            if limits.read_committed && batch.aborted {
                 let n = (batch_last - first + 1) as u64;
                 self.runs.push(batch_last, Slot::Archived(ArchiveReason::AbortedTransaction));
                 changes.archived_aborted_txn += n;

@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use super::log::{LogRecord, PartitionLog};
 use super::share_partition::{AcquiredRange, Changes, Limits, MemberKey, RangeError, SharePartition, Slot};
-use super::txn::{decide, Step, Txn, TxnKey, TxnTable};
+use super::txn::{decide, Step, Txn, TxnKey, TxnOp, TxnTable};
 use crate::error::{Error, Result};
 use crate::share::{
-    AcknowledgeType, ArchiveReason, IsolationLevel, ProducerEpoch, RecordState, ShareAcknowledgements, ShareConfig,
-    TopicPartition, TransactionId, TransactionState,
+    AcknowledgeType, AcknowledgementMode, ArchiveReason, IsolationLevel, ProducerEpoch, RecordState,
+    ShareAcknowledgements, ShareConfig, TopicPartition, TransactionId, TransactionState,
 };
 
 /// One journaled operation.
@@ -35,9 +35,12 @@ pub(crate) enum Command {
         group: String,
         config: ShareConfig,
     },
+    /// A new member joins with its own configuration: the mode is its own, every other
+    /// key must agree with the group's.
     Join {
         group: String,
         topics: Vec<String>,
+        config: ShareConfig,
     },
     Subscribe {
         group: String,
@@ -112,7 +115,15 @@ pub(crate) enum Outcome {
     Joined {
         member: MemberKey,
     },
-    Acquired(Vec<(TopicPartition, AcquiredRange)>),
+    /// The ranges handed out, and whether records were archived on the way (aborted
+    /// producer transactions, or the delivery limit): that changes state even when no
+    /// range is handed out.
+    Acquired {
+        ranges: Vec<(TopicPartition, AcquiredRange)>,
+        archived: bool,
+    },
+    /// Nothing changed.
+    Unchanged,
     Epoch(ProducerEpoch),
     /// A transaction step, and whether it changed anything.
     Txn {
@@ -125,8 +136,9 @@ impl Outcome {
     /// Whether the command changed the state and so must be journaled.
     pub(crate) fn changed_state(&self) -> bool {
         match self {
-            Outcome::Acquired(ranges) => !ranges.is_empty(),
+            Outcome::Acquired { ranges, archived } => !ranges.is_empty() || *archived,
             Outcome::Txn { applied, .. } => *applied,
+            Outcome::Unchanged => false,
             _ => true,
         }
     }
@@ -146,6 +158,7 @@ pub(crate) struct Events {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Member {
     topics: Vec<Arc<str>>,
+    mode: AcknowledgementMode,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,15 +223,42 @@ impl BrokerState {
         }
     }
 
-    /// Expires locks and transactions, then runs the command. All or nothing.
-    pub(crate) fn apply(&mut self, entry: &Entry) -> Result<Outcome> {
-        self.expire(entry.now_ms);
-        self.exec(&entry.command, entry.now_ms)
+    /// Runs a journal entry: the passage of time, then the command (for
+    /// [`Command::Restarted`], the restart first: see [`restart`](Self::restart)).
+    /// The command is all or nothing; the expiry stands even when the command fails.
+    /// Returns the outcome and whether the expiry changed anything.
+    pub(crate) fn apply(&mut self, entry: &Entry) -> (Result<Outcome>, bool) {
+        if entry.command == Command::Restarted {
+            self.restart();
+            let expired = self.expire(entry.now_ms);
+            return (Ok(Outcome::Done), expired);
+        }
+        let expired = self.expire(entry.now_ms);
+        (self.exec(&entry.command, entry.now_ms), expired)
     }
 
-    /// Processes the passage of time. Returns whether anything changed.
+    /// The broker restarted (decision 0003, "Restart"): members are gone, and every
+    /// ACQUIRED record becomes AVAILABLE. The delivery a restart cuts short counts, as a
+    /// failed one does: a record that crashes the process that holds the broker must not
+    /// be redelivered forever, so at the delivery limit it is ARCHIVED. Runs before the
+    /// downtime's expiry, so how long the broker was down does not change the result.
+    fn restart(&mut self) {
+        let mut changes = Changes::default();
+        for g in self.groups.values_mut() {
+            g.members.clear();
+            let limits = g.limits();
+            for sp in g.partitions.values_mut() {
+                changes.add(sp.release_all_after_restart(&limits));
+            }
+        }
+        self.note(changes);
+    }
+
+    /// Processes the passage of time: lock expiry, transaction timeout, and removal of
+    /// decided transactions past retention. Returns whether anything changed.
     pub(crate) fn expire(&mut self, now_ms: u64) -> bool {
         self.last_now_ms = self.last_now_ms.max(now_ms);
+        let now_ms = self.last_now_ms;
         let mut changes = Changes::default();
         for group in self.groups.values_mut() {
             let limits = group.limits();
@@ -228,11 +268,12 @@ impl BrokerState {
         }
         let timed_out = self.txns.timed_out(now_ms);
         for &key in &timed_out {
-            self.finish(key, false);
+            self.finish(key, false, now_ms);
             self.events.txn_timed_out += 1;
         }
+        let purged = self.txns.purge(now_ms);
         self.note(changes);
-        changes.any() || !timed_out.is_empty()
+        changes.any() || !timed_out.is_empty() || purged > 0
     }
 
     fn note(&mut self, changes: Changes) {
@@ -247,15 +288,17 @@ impl BrokerState {
             Command::CreateTopic { name, partitions } => self.create_topic(name, *partitions),
             Command::Produce { tp, records, txn } => self.produce(tp, records, txn.as_ref()),
             Command::ConfigureGroup { group, config } => {
+                config.validate()?;
                 self.group_mut(group).config = config.clone();
                 Ok(Outcome::Done)
             }
-            Command::Join { group, topics } => self.join(group, topics),
+            Command::Join { group, topics, config } => self.join(group, topics, config),
             Command::Subscribe { group, member, topics } => {
                 self.check_topics(topics)?;
                 let g = Self::member(&mut self.groups, group, *member)?;
-                let topics = topics.iter().map(|t| Arc::from(t.as_str())).collect();
-                g.members.insert(*member, Member { topics });
+                if let Some(m) = g.members.get_mut(member) {
+                    m.topics = topics.iter().map(|t| Arc::from(t.as_str())).collect();
+                }
                 Ok(Outcome::Done)
             }
             Command::Leave { group, member } => {
@@ -279,32 +322,26 @@ impl BrokerState {
                 g.epochs.insert(prefix.clone(), epoch);
                 let stale: Vec<TxnKey> = self
                     .txns
-                    .iter()
+                    .pending()
                     .filter(|(_, t)| {
                         t.state == TransactionState::Ongoing && t.id.group_id() == group && t.id.prefix() == prefix
                     })
                     .map(|(k, _)| k)
                     .collect();
                 for key in stale {
-                    self.finish(key, false);
+                    self.finish(key, false, now_ms);
                 }
                 Ok(Outcome::Epoch(epoch))
             }
             Command::Begin { id, epoch, timeout_ms } => self.begin(id, *epoch, *timeout_ms, now_ms),
             Command::AckInTxn { id, epoch, member, acks } => self.ack_in_txn(id, *epoch, *member, acks),
-            Command::Prepare { id, epoch } => self.decide_txn("prepare", id, *epoch, now_ms),
-            Command::Commit { id, epoch } => self.decide_txn("commit", id, *epoch, now_ms),
-            Command::Abort { id, epoch } => self.decide_txn("abort", id, *epoch, now_ms),
-            Command::Tick => Ok(Outcome::Done),
+            Command::Prepare { id, epoch } => self.decide_txn(TxnOp::Prepare, id, *epoch, now_ms),
+            Command::Commit { id, epoch } => self.decide_txn(TxnOp::Commit, id, *epoch, now_ms),
+            Command::Abort { id, epoch } => self.decide_txn(TxnOp::Abort, id, *epoch, now_ms),
+            // Time alone changes nothing beyond what `expire` already did.
+            Command::Tick => Ok(Outcome::Unchanged),
             Command::Restarted => {
-                let mut changes = Changes::default();
-                for g in self.groups.values_mut() {
-                    g.members.clear();
-                    for sp in g.partitions.values_mut() {
-                        changes.add(sp.release_all_after_restart());
-                    }
-                }
-                self.note(changes);
+                self.restart();
                 Ok(Outcome::Done)
             }
         }
@@ -367,13 +404,12 @@ impl BrokerState {
         }
         self.log(tp)?;
         let key = match txn {
-            Some((id, epoch)) => Some(self.txn_for_write("produce", id, *epoch)?),
+            Some((id, epoch)) => Some(self.txn_for_write(TxnOp::Produce, id, *epoch)?),
             None => None,
         };
         let log = self.log_mut(tp)?;
         let base_offset = log.append(records.to_vec(), key);
-        if let Some(key) = key {
-            let t = self.txns.get_mut(key);
+        if let Some(t) = key.and_then(|key| self.txns.get_mut(key)) {
             t.produced.push((tp.clone(), base_offset));
             t.produced_records += records.len() as u64;
         }
@@ -390,12 +426,25 @@ impl BrokerState {
         Ok(())
     }
 
-    fn join(&mut self, group: &str, topics: &[String]) -> Result<Outcome> {
+    fn join(&mut self, group: &str, topics: &[String], config: &ShareConfig) -> Result<Outcome> {
         self.check_topics(topics)?;
+        config.validate()?;
+        let group_config = self.groups.get(group).map_or(&self.default_config, |g| &g.config);
+        if let Some((key, mine, theirs)) = config.conflict_with(group_config) {
+            return Err(Error::InvalidConfig {
+                key: key.to_string(),
+                value: mine,
+                rule: format!(
+                    "share group {group} is configured with {key}={theirs}; a member must use the group's value \
+                     (only share.acknowledgement.mode is a member's own)"
+                ),
+            });
+        }
         let member = self.next_member;
         self.next_member += 1;
         let topics = topics.iter().map(|t| Arc::from(t.as_str())).collect();
-        self.group_mut(group).members.insert(member, Member { topics });
+        let mode = config.acknowledgement_mode();
+        self.group_mut(group).members.insert(member, Member { topics, mode });
         Ok(Outcome::Joined { member })
     }
 
@@ -434,17 +483,16 @@ impl BrokerState {
             let tp = &tps[(start + i) % tps.len()];
             let Some(log) = self.topics.get(&tp.topic).and_then(|p| p.get(tp.partition as usize)) else { continue };
             let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(0));
-            let txns = &self.txns;
-            let (ranges, acquired) =
-                sp.acquire(member, budget, now_ms, &limits, log, |k| txns.get(k).state == TransactionState::Aborted);
+            let (ranges, acquired) = sp.acquire(member, budget, now_ms, &limits, log);
             changes.add(acquired);
             for r in ranges {
                 budget -= (r.last - r.first + 1) as u64;
                 out.push((tp.clone(), r));
             }
         }
+        let archived = changes.archived_aborted_txn > 0 || changes.archived_delivery_limit > 0;
         self.note(changes);
-        Ok(Outcome::Acquired(out))
+        Ok(Outcome::Acquired { ranges: out, archived })
     }
 
     fn range_error(
@@ -468,7 +516,10 @@ impl BrokerState {
             RangeError::WrongState { offset, slot } => {
                 let detail = match slot {
                     Slot::Acquired { member: owner, .. } => format!(" (held by member-{owner})"),
-                    Slot::Locked { txn, .. } => format!(" (in transaction {})", txns.get(txn).id),
+                    Slot::Locked { txn, .. } => match txns.get(txn) {
+                        Some(t) => format!(" (in transaction {})", t.id),
+                        None => " (in a transaction)".to_string(),
+                    },
                     Slot::Available { deliveries: 0 } => " (never delivered)".to_string(),
                     Slot::Available { .. } => " (its acquisition lock expired or it was released)".to_string(),
                     Slot::Archived(reason) => format!(" ({reason})"),
@@ -513,7 +564,23 @@ impl BrokerState {
         acks: &ShareAcknowledgements,
         now_ms: u64,
     ) -> Result<Outcome> {
-        Self::member(&mut self.groups, group, member)?;
+        let g = Self::member(&mut self.groups, group, member)?;
+        let member_mode = g.members.get(&member).map(|m| m.mode);
+        let group_mode = g.config.acknowledgement_mode();
+        let transactional = AcknowledgementMode::Transactional;
+        if member_mode == Some(transactional) || group_mode == transactional {
+            for (tp, ranges) in acks.partitions() {
+                if let Some(b) = ranges.batches().find(|b| b.ack_type == AcknowledgeType::Accept) {
+                    let whose = if member_mode == Some(transactional) { "member" } else { "group" };
+                    return Err(Error::InvalidRequest(format!(
+                        "ACCEPT of {tp} offsets {}..={} by member-{member} outside a transaction is refused: \
+                         the {whose} uses share.acknowledgement.mode=transactional, so ACCEPT must join a \
+                         transaction (ShareAcknowledgeTransactional)",
+                        b.first_offset, b.last_offset
+                    )));
+                }
+            }
+        }
         self.check_acks(group, member, acks)?;
         let g = Self::member(&mut self.groups, group, member)?;
         let limits = g.limits();
@@ -529,7 +596,7 @@ impl BrokerState {
         Ok(Outcome::Done)
     }
 
-    fn check_epoch(&self, id: &TransactionId, epoch: ProducerEpoch, what: &str) -> Result<()> {
+    fn check_epoch(&self, id: &TransactionId, epoch: ProducerEpoch, what: TxnOp) -> Result<()> {
         let current = self.groups.get(id.group_id()).and_then(|g| g.epochs.get(id.prefix())).copied().unwrap_or(0);
         if epoch != current {
             return Err(Error::Fenced {
@@ -537,46 +604,50 @@ impl BrokerState {
                 prefix: id.prefix().to_string(),
                 epoch,
                 current,
-                what: format!("{what} {id}"),
+                what: format!("{} {id}", what.verb()),
             });
         }
         Ok(())
     }
 
     /// The transaction to add acknowledgements or output to: ONGOING, begun by `epoch`.
-    fn txn_for_write(&self, op: &'static str, id: &TransactionId, epoch: ProducerEpoch) -> Result<TxnKey> {
+    fn txn_for_write(&self, op: TxnOp, id: &TransactionId, epoch: ProducerEpoch) -> Result<TxnKey> {
         self.check_epoch(id, epoch, op)?;
         decide(op, id, self.txns.state_of(id))?;
         let key = self.txns.key(id).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;
-        let txn_epoch = self.txns.get(key).epoch;
+        let txn_epoch = self.txns.get(key).map_or(epoch, |t| t.epoch);
         if txn_epoch != epoch {
             return Err(Error::Fenced {
                 group: id.group_id().to_string(),
                 prefix: id.prefix().to_string(),
                 epoch,
                 current: txn_epoch,
-                what: format!("{op} into {id}, begun by another epoch,"),
+                what: format!("{} into {id}, begun by another epoch,", op.verb()),
             });
         }
         Ok(key)
     }
 
     fn begin(&mut self, id: &TransactionId, epoch: ProducerEpoch, timeout_ms: u64, now_ms: u64) -> Result<Outcome> {
-        self.check_epoch(id, epoch, "begin")?;
-        if decide("begin", id, self.txns.state_of(id))? == Step::NoOp {
+        self.check_epoch(id, epoch, TxnOp::Begin)?;
+        if decide(TxnOp::Begin, id, self.txns.state_of(id))? == Step::NoOp {
             return Ok(Outcome::Txn { applied: false, epoch });
         }
-        if timeout_ms == 0 {
-            return Err(Error::InvalidRequest(format!("transaction {id} needs a timeout > 0 ms")));
+        let config = self.groups.get(id.group_id()).map_or(&self.default_config, |g| &g.config);
+        let max_timeout_ms = config.transaction_timeout().as_millis() as u64;
+        if timeout_ms == 0 || timeout_ms > max_timeout_ms {
+            return Err(Error::InvalidRequest(format!(
+                "transaction {id} asks for a timeout of {timeout_ms} ms; share group {} allows 1..={max_timeout_ms} ms \
+                 ({} is the maximum duration before auto-abort): ask for less, or raise the group's setting",
+                id.group_id(),
+                crate::share::keys::TXN_TIMEOUT_MS
+            )));
         }
-        let max = self
-            .groups
-            .get(id.group_id())
-            .map_or(self.default_config.max_pending_transactions(), |g| g.config.max_pending_transactions());
+        let max = config.max_pending_transactions();
         let pending: Vec<String> = self
             .txns
-            .iter()
-            .filter(|(_, t)| t.state.is_pending() && t.id.group_id() == id.group_id())
+            .pending()
+            .filter(|(_, t)| t.id.group_id() == id.group_id())
             .map(|(_, t)| t.id.to_string())
             .collect();
         if pending.len() >= max as usize {
@@ -595,6 +666,7 @@ impl BrokerState {
             timeout_ms,
             create_time_ms: now_ms,
             prepare_time_ms: None,
+            end_time_ms: None,
             acks: ShareAcknowledgements::new(),
             produced: Vec::new(),
             produced_records: 0,
@@ -609,7 +681,7 @@ impl BrokerState {
         member: MemberKey,
         acks: &ShareAcknowledgements,
     ) -> Result<Outcome> {
-        let key = self.txn_for_write("acknowledge", id, epoch)?;
+        let key = self.txn_for_write(TxnOp::Acknowledge, id, epoch)?;
         let group = id.group_id();
         for (tp, ranges) in acks.partitions() {
             for b in ranges.batches() {
@@ -624,7 +696,7 @@ impl BrokerState {
         Self::member(&mut self.groups, group, member)?;
         self.check_acks(group, member, acks)?;
         let g = Self::member(&mut self.groups, group, member)?;
-        let txn = self.txns.get_mut(key);
+        let txn = self.txns.get_mut(key).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;
         for (tp, ranges) in acks.partitions() {
             if let Some(sp) = g.partitions.get_mut(tp) {
                 for b in ranges.batches() {
@@ -637,39 +709,41 @@ impl BrokerState {
         Ok(Outcome::Txn { applied: true, epoch })
     }
 
-    fn decide_txn(
-        &mut self,
-        op: &'static str,
-        id: &TransactionId,
-        epoch: ProducerEpoch,
-        now_ms: u64,
-    ) -> Result<Outcome> {
+    fn decide_txn(&mut self, op: TxnOp, id: &TransactionId, epoch: ProducerEpoch, now_ms: u64) -> Result<Outcome> {
         self.check_epoch(id, epoch, op)?;
         if decide(op, id, self.txns.state_of(id))? == Step::NoOp {
             return Ok(Outcome::Txn { applied: false, epoch });
         }
         let key = self.txns.key(id).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;
         match op {
-            "prepare" => {
-                let t = self.txns.get_mut(key);
-                t.state = TransactionState::Prepare;
-                t.prepare_time_ms = Some(now_ms);
+            TxnOp::Prepare => {
+                if let Some(t) = self.txns.get_mut(key) {
+                    t.state = TransactionState::Prepare;
+                    t.prepare_time_ms = Some(now_ms);
+                }
             }
-            "commit" => self.finish(key, true),
-            "abort" => self.finish(key, false),
-            _ => return Err(Error::Internal(format!("unknown transaction operation {op}"))),
+            TxnOp::Commit => self.finish(key, true, now_ms),
+            TxnOp::Abort => self.finish(key, false, now_ms),
+            TxnOp::Begin | TxnOp::Acknowledge | TxnOp::Produce => {
+                return Err(Error::Internal(format!("{} is not a decision", op.verb())))
+            }
         }
         Ok(Outcome::Txn { applied: true, epoch })
     }
 
     /// Commits or aborts: acknowledgements apply and output turns visible (or both are
     /// undone) in this one step.
-    fn finish(&mut self, key: TxnKey, commit: bool) {
-        let txn = self.txns.get_mut(key);
+    fn finish(&mut self, key: TxnKey, commit: bool, now_ms: u64) {
+        let Some(txn) = self.txns.get_mut(key) else { return };
         txn.state = if commit { TransactionState::Committed } else { TransactionState::Aborted };
         let acks = std::mem::take(&mut txn.acks);
         let produced = std::mem::take(&mut txn.produced);
         let group = txn.id.group_id().to_string();
+        let retention = self
+            .groups
+            .get(&group)
+            .map_or(self.default_config.transaction_retention(), |g| g.config.transaction_retention());
+        self.txns.decided(key, now_ms, now_ms.saturating_add(retention.as_millis() as u64));
         let mut changes = Changes::default();
         if let Some(g) = self.groups.get_mut(&group) {
             let limits = g.limits();
@@ -686,7 +760,7 @@ impl BrokerState {
         }
         for (tp, base) in produced {
             if let Ok(log) = self.log_mut(&tp) {
-                log.close_txn_batch(base);
+                log.close_txn_batch(base, !commit);
             }
         }
         if commit {
@@ -701,11 +775,22 @@ impl BrokerState {
     // ---- reads ----
 
     pub(crate) fn txn(&self, id: &TransactionId) -> Option<&Txn> {
-        self.txns.key(id).map(|k| self.txns.get(k))
+        self.txns.get_by_id(id)
     }
 
+    /// Every transaction still known: pending ones, and decided ones within retention.
     pub(crate) fn txns(&self) -> impl Iterator<Item = &Txn> + '_ {
         self.txns.iter().map(|(_, t)| t)
+    }
+
+    /// ONGOING and PREPARE transactions; walks only those.
+    pub(crate) fn pending_txns(&self) -> impl Iterator<Item = &Txn> + '_ {
+        self.txns.pending().map(|(_, t)| t)
+    }
+
+    /// Transactions in the table, decided ones within retention included.
+    pub(crate) fn txn_count(&self) -> usize {
+        self.txns.len()
     }
 
     pub(crate) fn is_member(&self, group: &str, member: MemberKey) -> bool {
@@ -728,7 +813,7 @@ impl BrokerState {
                 _ => None,
             },
             transaction: match slot {
-                Slot::Locked { txn, .. } => Some(self.txns.get(txn).id.clone()),
+                Slot::Locked { txn, .. } => self.txns.get(txn).map(|t| t.id.clone()),
                 _ => None,
             },
         })
@@ -795,7 +880,7 @@ impl BrokerState {
             if out.len() >= max || batch.base_offset >= end {
                 break;
             }
-            let aborted = batch.txn.is_some_and(|k| self.txns.get(k).state == TransactionState::Aborted);
+            let aborted = batch.aborted;
             let last = batch.last_offset().min(end - 1);
             if isolation == IsolationLevel::ReadCommitted && aborted {
                 next = last + 1;

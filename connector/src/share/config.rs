@@ -69,6 +69,9 @@ pub mod keys {
     pub const MAX_RECORD_LOCKS: &str = "group.share.partition.max.record.locks";
     /// `share.isolation.level`
     pub const ISOLATION_LEVEL: &str = "share.isolation.level";
+    /// `share.transaction.retention.ms`: how long a COMMITTED or ABORTED transaction
+    /// stays listed before the broker removes it (seed 000: "Cleanup after retention").
+    pub const TXN_RETENTION_MS: &str = "share.transaction.retention.ms";
 }
 
 fn invalid(key: &str, value: impl ToString, rule: impl ToString) -> Error {
@@ -94,7 +97,11 @@ fn invalid(key: &str, value: impl ToString, rule: impl ToString) -> Error {
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("share.transaction.timeout.ms"));
 /// ```
+///
+/// A config that arrives through serde is checked by the same rules: decoding an
+/// invalid one fails.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedShareConfig")]
 pub struct ShareConfig {
     acknowledgement_mode: AcknowledgementMode,
     transaction_timeout_ms: u64,
@@ -103,6 +110,38 @@ pub struct ShareConfig {
     delivery_count_limit: u16,
     partition_max_record_locks: u32,
     isolation_level: IsolationLevel,
+    transaction_retention_ms: u64,
+}
+
+/// The serde form of [`ShareConfig`] before its rules are checked.
+#[derive(Deserialize)]
+struct UncheckedShareConfig {
+    acknowledgement_mode: AcknowledgementMode,
+    transaction_timeout_ms: u64,
+    max_pending_transactions: u32,
+    record_lock_duration_ms: u64,
+    delivery_count_limit: u16,
+    partition_max_record_locks: u32,
+    isolation_level: IsolationLevel,
+    transaction_retention_ms: u64,
+}
+
+impl TryFrom<UncheckedShareConfig> for ShareConfig {
+    type Error = Error;
+    fn try_from(u: UncheckedShareConfig) -> Result<Self> {
+        let c = ShareConfig {
+            acknowledgement_mode: u.acknowledgement_mode,
+            transaction_timeout_ms: u.transaction_timeout_ms,
+            max_pending_transactions: u.max_pending_transactions,
+            record_lock_duration_ms: u.record_lock_duration_ms,
+            delivery_count_limit: u.delivery_count_limit,
+            partition_max_record_locks: u.partition_max_record_locks,
+            isolation_level: u.isolation_level,
+            transaction_retention_ms: u.transaction_retention_ms,
+        };
+        c.validate()?;
+        Ok(c)
+    }
 }
 
 impl Default for ShareConfig {
@@ -115,6 +154,7 @@ impl Default for ShareConfig {
             delivery_count_limit: 5,
             partition_max_record_locks: 2_000,
             isolation_level: IsolationLevel::ReadUncommitted,
+            transaction_retention_ms: 86_400_000,
         }
     }
 }
@@ -127,6 +167,8 @@ impl ShareConfig {
     /// Allowed range of `group.share.partition.max.record.locks`. Wider than Kafka's
     /// because LOCKED records count too, and a checkpoint may hold many.
     pub const MAX_RECORD_LOCKS_RANGE: std::ops::RangeInclusive<u32> = 1..=100_000_000;
+    /// Allowed range of `share.transaction.retention.ms`: one minute to 30 days.
+    pub const TXN_RETENTION_RANGE_MS: std::ops::RangeInclusive<u64> = 60_000..=2_592_000_000;
 
     /// A builder starting from the defaults.
     pub fn builder() -> ShareConfigBuilder {
@@ -161,6 +203,89 @@ impl ShareConfig {
     /// `share.isolation.level`
     pub fn isolation_level(&self) -> IsolationLevel {
         self.isolation_level
+    }
+    /// `share.transaction.retention.ms`: COMMITTED and ABORTED transactions are removed
+    /// this long after their decision (default one day).
+    pub fn transaction_retention(&self) -> Duration {
+        Duration::from_millis(self.transaction_retention_ms)
+    }
+
+    /// The same configuration with another acknowledgement mode. The mode is a member's
+    /// setting; every other key belongs to the group.
+    pub fn with_acknowledgement_mode(mut self, mode: AcknowledgementMode) -> Self {
+        self.acknowledgement_mode = mode;
+        self
+    }
+
+    /// Checks every rule that needs no job settings; the first violation is
+    /// [`Error::InvalidConfig`] naming the key and its allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let c = self;
+        if c.transaction_timeout_ms == 0 {
+            return Err(invalid(keys::TXN_TIMEOUT_MS, c.transaction_timeout_ms, "must be > 0"));
+        }
+        if c.max_pending_transactions < 1 {
+            return Err(invalid(keys::TXN_MAX_PENDING, c.max_pending_transactions, "must be >= 1"));
+        }
+        if !ShareConfig::LOCK_DURATION_RANGE_MS.contains(&c.record_lock_duration_ms) {
+            return Err(invalid(keys::LOCK_DURATION_MS, c.record_lock_duration_ms, "must be in 1000..=3600000"));
+        }
+        if !ShareConfig::DELIVERY_COUNT_LIMIT_RANGE.contains(&c.delivery_count_limit) {
+            return Err(invalid(keys::DELIVERY_COUNT_LIMIT, c.delivery_count_limit, "must be in 2..=10"));
+        }
+        if !ShareConfig::MAX_RECORD_LOCKS_RANGE.contains(&c.partition_max_record_locks) {
+            return Err(invalid(keys::MAX_RECORD_LOCKS, c.partition_max_record_locks, "must be in 1..=100000000"));
+        }
+        if !ShareConfig::TXN_RETENTION_RANGE_MS.contains(&c.transaction_retention_ms) {
+            return Err(invalid(
+                keys::TXN_RETENTION_MS,
+                c.transaction_retention_ms,
+                "must be in 60000..=2592000000 (one minute to 30 days)",
+            ));
+        }
+        if c.transaction_retention_ms < c.transaction_timeout_ms {
+            return Err(invalid(
+                keys::TXN_RETENTION_MS,
+                c.transaction_retention_ms,
+                format!(
+                    "must be >= {} ({} ms): a decided transaction must stay known at least as long as one can run",
+                    keys::TXN_TIMEOUT_MS,
+                    c.transaction_timeout_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first group-level key on which `self` and `group` differ, with both values.
+    /// The acknowledgement mode is a member's setting and is not compared.
+    pub fn conflict_with(&self, group: &ShareConfig) -> Option<(&'static str, String, String)> {
+        let pairs: [(&'static str, String, String); 7] = [
+            (keys::TXN_TIMEOUT_MS, self.transaction_timeout_ms.to_string(), group.transaction_timeout_ms.to_string()),
+            (
+                keys::TXN_MAX_PENDING,
+                self.max_pending_transactions.to_string(),
+                group.max_pending_transactions.to_string(),
+            ),
+            (
+                keys::LOCK_DURATION_MS,
+                self.record_lock_duration_ms.to_string(),
+                group.record_lock_duration_ms.to_string(),
+            ),
+            (keys::DELIVERY_COUNT_LIMIT, self.delivery_count_limit.to_string(), group.delivery_count_limit.to_string()),
+            (
+                keys::MAX_RECORD_LOCKS,
+                self.partition_max_record_locks.to_string(),
+                group.partition_max_record_locks.to_string(),
+            ),
+            (keys::ISOLATION_LEVEL, format!("{:?}", self.isolation_level), format!("{:?}", group.isolation_level)),
+            (
+                keys::TXN_RETENTION_MS,
+                self.transaction_retention_ms.to_string(),
+                group.transaction_retention_ms.to_string(),
+            ),
+        ];
+        pairs.into_iter().find(|(_, mine, theirs)| mine != theirs)
     }
 }
 
@@ -208,6 +333,11 @@ impl ShareConfigBuilder {
         self.config.isolation_level = level;
         self
     }
+    /// `share.transaction.retention.ms`
+    pub fn transaction_retention(mut self, retention: Duration) -> Self {
+        self.config.transaction_retention_ms = retention.as_millis().min(u64::MAX as u128) as u64;
+        self
+    }
     /// The job's checkpoint interval and timeout, so that `build()` can check that the
     /// transaction timeout outlasts a checkpoint.
     pub fn checkpointing(mut self, interval: Duration, timeout: Duration) -> Self {
@@ -228,6 +358,7 @@ impl ShareConfigBuilder {
             keys::LOCK_DURATION_MS => num(key, value).map(|v| self.config.record_lock_duration_ms = v),
             keys::DELIVERY_COUNT_LIMIT => num(key, value).map(|v| self.config.delivery_count_limit = v),
             keys::MAX_RECORD_LOCKS => num(key, value).map(|v| self.config.partition_max_record_locks = v),
+            keys::TXN_RETENTION_MS => num(key, value).map(|v| self.config.transaction_retention_ms = v),
             keys::ISOLATION_LEVEL => match value {
                 "read_uncommitted" => Ok(IsolationLevel::ReadUncommitted),
                 "read_committed" => Ok(IsolationLevel::ReadCommitted),
@@ -248,9 +379,7 @@ impl ShareConfigBuilder {
             return Err(e);
         }
         let c = self.config;
-        if c.transaction_timeout_ms == 0 {
-            return Err(invalid(keys::TXN_TIMEOUT_MS, c.transaction_timeout_ms, "must be > 0"));
-        }
+        c.validate()?;
         if let Some((interval, timeout)) = self.checkpointing {
             let needed = interval.saturating_add(timeout).as_millis();
             if u128::from(c.transaction_timeout_ms) <= needed {
@@ -265,18 +394,6 @@ impl ShareConfigBuilder {
                     ),
                 ));
             }
-        }
-        if c.max_pending_transactions < 1 {
-            return Err(invalid(keys::TXN_MAX_PENDING, c.max_pending_transactions, "must be >= 1"));
-        }
-        if !ShareConfig::LOCK_DURATION_RANGE_MS.contains(&c.record_lock_duration_ms) {
-            return Err(invalid(keys::LOCK_DURATION_MS, c.record_lock_duration_ms, "must be in 1000..=3600000"));
-        }
-        if !ShareConfig::DELIVERY_COUNT_LIMIT_RANGE.contains(&c.delivery_count_limit) {
-            return Err(invalid(keys::DELIVERY_COUNT_LIMIT, c.delivery_count_limit, "must be in 2..=10"));
-        }
-        if !ShareConfig::MAX_RECORD_LOCKS_RANGE.contains(&c.partition_max_record_locks) {
-            return Err(invalid(keys::MAX_RECORD_LOCKS, c.partition_max_record_locks, "must be in 1..=100000000"));
         }
         Ok(c)
     }
@@ -323,6 +440,11 @@ mod tests {
             (b().set(keys::ACK_MODE, "sometimes"), keys::ACK_MODE),
             (b().set(keys::TXN_TIMEOUT_MS, "-5"), keys::TXN_TIMEOUT_MS),
             (b().set("share.unknown", "1"), "share.unknown"),
+            (b().transaction_retention(Duration::from_millis(59_999)), keys::TXN_RETENTION_MS),
+            (
+                b().transaction_timeout(Duration::from_secs(120)).transaction_retention(Duration::from_secs(60)),
+                keys::TXN_RETENTION_MS,
+            ),
         ];
         for (builder, key) in cases {
             assert_eq!(key_of(builder.build().unwrap_err()), key);
@@ -351,6 +473,33 @@ mod tests {
         assert_eq!(c.acknowledgement_mode(), AcknowledgementMode::Transactional);
         assert_eq!(c.transaction_timeout(), Duration::from_secs(120));
         assert_eq!(c.isolation_level(), IsolationLevel::ReadCommitted);
+    }
+
+    #[test]
+    fn serde_applies_the_rules() {
+        let good = ShareConfig::builder().delivery_count_limit(3).build().unwrap();
+        let bytes = postcard::to_allocvec(&good).unwrap();
+        assert_eq!(postcard::from_bytes::<ShareConfig>(&bytes).unwrap(), good);
+        // A delivery limit of 1 cannot be built, so forge its bytes.
+        let mut unchecked = good.clone();
+        unchecked.delivery_count_limit = 1;
+        let bytes = postcard::to_allocvec(&unchecked).unwrap();
+        let err = postcard::from_bytes::<ShareConfig>(&bytes).unwrap_err();
+        assert!(matches!(err, postcard::Error::SerdeDeCustom), "{err:?}");
+    }
+
+    #[test]
+    fn conflicts_name_the_first_differing_group_key() {
+        let group = ShareConfig::default();
+        let member = ShareConfig::builder()
+            .acknowledgement_mode(AcknowledgementMode::Transactional)
+            .delivery_count_limit(3)
+            .build()
+            .unwrap();
+        let (key, mine, theirs) = member.conflict_with(&group).unwrap();
+        assert_eq!((key, mine.as_str(), theirs.as_str()), (keys::DELIVERY_COUNT_LIMIT, "3", "5"));
+        let same = group.clone().with_acknowledgement_mode(AcknowledgementMode::Implicit);
+        assert_eq!(same.conflict_with(&group), None, "the mode is the member's own");
     }
 
     #[test]
