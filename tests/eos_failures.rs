@@ -101,8 +101,11 @@ impl Operator for Stall {
     }
 }
 
-/// An ONGOING transaction whose checkpoint is slower than its timeout aborts cleanly:
-/// prepare is refused, the job restarts, the records are redelivered, no duplicates.
+/// A checkpoint slower than the transaction timeout: a job whose transaction timeout
+/// does not exceed checkpoint interval + checkpoint timeout is refused before it starts
+/// (the broker would abort T(n) under a checkpoint that could still complete). With a
+/// valid configuration, a stalled checkpoint aborts cleanly: the job restarts, the
+/// records are redelivered, no duplicates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
     use shareflow::connector::participant::BrokerTransactions;
@@ -110,33 +113,40 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
     use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
     use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
-    let txns = BrokerTransactions::new(broker.clone(), Duration::from_millis(300));
-    let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
-    source.stop_when_drained = true;
-    source.max_poll_records = 100;
-    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
-    )
-    .operator("stall", Some(record_schema()), move |ctx: &shareflow::runtime::SubtaskContext| {
-        Stall(ctx.first_epoch, Duration::from_millis(600), stalled.clone())
-    })
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-    .participant(txns.clone());
-    let config = JobConfig::new(memory_storage("timeout"), GROUP, "slow")
-        .checkpoint_interval(Duration::from_millis(20))
-        .checkpoint_timeout(Duration::from_secs(5))
-        .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(10) });
-    let report = job.build(config).unwrap().run().await.unwrap();
-    assert!(
-        report.attempts >= 2,
-        "the refused prepare restarted the job: {report:?} {:?}",
-        broker.transactions().await.unwrap()
-    );
-    assert!(broker.metrics().await.unwrap().transaction_timeout_total >= 1);
+    let build = |checkpoint_timeout: Duration| {
+        let txns = BrokerTransactions::new(broker.clone(), Duration::from_millis(300));
+        let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
+        source.stop_when_drained = true;
+        source.max_poll_records = 100;
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let job = JobBuilder::new();
+        job.source(
+            "share-source",
+            record_schema(),
+            ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
+        )
+        .operator("stall", Some(record_schema()), move |ctx: &shareflow::runtime::SubtaskContext| {
+            Stall(ctx.first_epoch, Duration::from_millis(600), stalled.clone())
+        })
+        .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+        .participant(txns.clone());
+        let config = JobConfig::new(memory_storage("timeout"), GROUP, "slow")
+            .checkpoint_interval(Duration::from_millis(20))
+            .checkpoint_timeout(checkpoint_timeout)
+            .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(10) });
+        job.build(config)
+    };
+    let refused = match build(Duration::from_secs(5)) {
+        Ok(job) => job.run().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(refused.to_string().contains("share.transaction.timeout.ms"), "{refused}");
+    assert!(broker.transactions().await.unwrap().is_empty(), "refused before any transaction began");
+
+    let report = build(Duration::from_millis(250)).unwrap().run().await.unwrap();
+    let m = broker.metrics().await.unwrap();
+    assert!(report.attempts >= 2, "the stalled checkpoint restarted the job: {report:?}");
+    assert!(m.transaction_abort_total >= 1, "its transaction aborted (by timeout or by the coordinator): {m:?}");
     let check = check(&broker).await;
     assert_exactly_once(&check, RECORDS, "transaction timeout");
 }

@@ -109,6 +109,8 @@ impl Run {
         .participant(txns.clone());
         let mut config = JobConfig::new(self.storage.clone(), GROUP, &self.prefix)
             .checkpoint_interval(self.interval)
+            // The broker's transaction timeout must outlast interval + checkpoint timeout.
+            .checkpoint_timeout(self.txn_timeout / 4)
             .restart(RestartStrategy::FixedDelay { attempts: self.restarts, delay: Duration::from_millis(10) });
         config.tolerable_checkpoint_failures = 3;
         config.inline_state_threshold = self.inline_threshold;

@@ -309,24 +309,25 @@ impl JournalCore {
     }
 
     /// Removes temporary upload files (`name#n`) that a kill during a snapshot write
-    /// left behind.
+    /// left in a local directory (object stores write whole objects, so leave none;
+    /// and the local store's listing hides them, hence `std::fs`).
     async fn remove_unfinished_uploads(&self) -> Result<()> {
-        for dir in ["wal", "snapshot"] {
-            let prefix = self.root.clone().join(dir);
-            let metas: Vec<_> = self
-                .store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(|e| Error::storage(&prefix, "cannot list the journal", Some(e)))?;
-            for meta in metas {
-                if meta.location.filename().is_some_and(|n| n.contains('#')) {
-                    tracing::warn!(path = %meta.location, "removing an unfinished journal upload");
-                    self.store
-                        .delete(&meta.location)
-                        .await
-                        .map_err(|e| Error::storage(&meta.location, "cannot remove an unfinished upload", Some(e)))?;
+        let Some((root, durability)) = &self.local else { return Ok(()) };
+        for dir in [root.join("wal"), root.join("snapshot")] {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            let mut removed = false;
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().contains('#') {
+                    tracing::warn!(path = %entry.path().display(), "removing an unfinished journal upload");
+                    std::fs::remove_file(entry.path()).map_err(|e| {
+                        Error::storage(entry.path().display(), format!("cannot remove an unfinished upload: {e}"), None)
+                    })?;
+                    removed = true;
                 }
+            }
+            if removed && *durability == Durability::Fsync {
+                sync_dir(&dir)
+                    .map_err(|e| Error::storage(dir.display(), format!("cannot fsync the directory: {e}"), None))?;
             }
         }
         Ok(())
