@@ -54,6 +54,7 @@ fn main() {
         let config = ShareConfig::builder()
             .acknowledgement_mode(AcknowledgementMode::Transactional)
             .partition_max_record_locks(RECORDS as u32)
+            .transaction_timeout(Duration::from_secs(3600))
             .build()
             .unwrap();
         let options = BrokerOptions::local_dir(dir.path()).unwrap().durability(Durability::ProcessCrash);

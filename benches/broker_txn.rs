@@ -24,13 +24,17 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-async fn setup(options: BrokerOptions, records: usize) -> EmbeddedBroker {
-    let config = ShareConfig::builder()
+fn group_config() -> ShareConfig {
+    ShareConfig::builder()
         .acknowledgement_mode(AcknowledgementMode::Transactional)
         .partition_max_record_locks(PER_COMMIT as u32)
+        .transaction_timeout(Duration::from_secs(600))
         .build()
-        .unwrap();
-    let broker = EmbeddedBroker::open(options.default_config(config)).await.unwrap();
+        .unwrap()
+}
+
+async fn setup(options: BrokerOptions, records: usize) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::open(options.default_config(group_config())).await.unwrap();
     broker.create_topic("in", 1).await.unwrap();
     let value = vec![7u8; 100];
     for chunk in 0..records.div_ceil(PER_COMMIT) {
@@ -42,8 +46,7 @@ async fn setup(options: BrokerOptions, records: usize) -> EmbeddedBroker {
 
 /// Consumes `commits` x 10,000 records exactly once and returns the time it took.
 async fn consume(broker: &EmbeddedBroker, commits: u64) -> Duration {
-    let config = ShareConfig::builder().acknowledgement_mode(AcknowledgementMode::Transactional).build().unwrap();
-    let mut consumer = broker.consumer("g", config).await.unwrap();
+    let mut consumer = broker.consumer("g", group_config()).await.unwrap();
     consumer.subscribe(&["in"]).await.unwrap();
     let coordinator = broker.transaction_coordinator("g", "bench").await.unwrap();
     let start = Instant::now();

@@ -48,6 +48,7 @@ async fn recovery_time() -> Duration {
     let config = ShareConfig::builder()
         .acknowledgement_mode(AcknowledgementMode::Transactional)
         .partition_max_record_locks(1_000_000)
+        .transaction_timeout(Duration::from_secs(600))
         .build()
         .unwrap();
     let broker = EmbeddedBroker::open(
