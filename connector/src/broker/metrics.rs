@@ -138,7 +138,7 @@ pub enum MetricValue {
     /// A level that goes up and down.
     Gauge(u64),
     /// A latency distribution, ms.
-    Histogram(Histogram),
+    Histogram(Box<Histogram>),
 }
 
 /// One named metric, for an exporter.
@@ -162,8 +162,16 @@ impl MetricsSnapshot {
         let m = |name, help, value| Metric { name, help, value };
         vec![
             m(TRANSACTION_ACTIVE, "ONGOING plus PREPARE transactions", Gauge(self.transaction_active)),
-            m(TRANSACTION_PREPARE_TIME_MS, "prepare latency, ms", Histogram(self.transaction_prepare_time.clone())),
-            m(TRANSACTION_COMMIT_TIME_MS, "commit latency, ms", Histogram(self.transaction_commit_time.clone())),
+            m(
+                TRANSACTION_PREPARE_TIME_MS,
+                "prepare latency, ms",
+                Histogram(Box::new(self.transaction_prepare_time.clone())),
+            ),
+            m(
+                TRANSACTION_COMMIT_TIME_MS,
+                "commit latency, ms",
+                Histogram(Box::new(self.transaction_commit_time.clone())),
+            ),
             m(
                 TRANSACTION_ABORT_TOTAL,
                 "aborted transactions, timeouts included",
