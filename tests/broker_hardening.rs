@@ -295,6 +295,12 @@ async fn begin_refuses_a_timeout_above_the_groups_maximum() {
     assert!(text.contains("share.transaction.timeout.ms"), "{text}");
     assert!(coord.begin_transaction(&txn_id(1), Duration::from_secs(u64::MAX)).await.is_err());
     coord.begin_transaction(&txn_id(1), TXN_TIMEOUT).await.unwrap();
+    // No timeout asked: the group's (60 s).
+    coord.begin_transaction(&txn_id(2), Duration::ZERO).await.unwrap();
+    f.advance(TXN_TIMEOUT - Duration::from_millis(1));
+    assert_eq!(f.broker.transaction_state(&txn_id(2)).await.unwrap(), TransactionState::Ongoing);
+    f.advance(Duration::from_millis(1));
+    assert_eq!(f.broker.transaction_state(&txn_id(2)).await.unwrap(), TransactionState::Aborted);
 }
 
 // ---- 7. The delivery limit across a restart ----

@@ -635,7 +635,9 @@ impl BrokerState {
         }
         let config = self.groups.get(id.group_id()).map_or(&self.default_config, |g| &g.config);
         let max_timeout_ms = config.transaction_timeout().as_millis() as u64;
-        if timeout_ms == 0 || timeout_ms > max_timeout_ms {
+        // 0 asks for the group's own timeout, which is also the maximum.
+        let timeout_ms = if timeout_ms == 0 { max_timeout_ms } else { timeout_ms };
+        if timeout_ms > max_timeout_ms {
             return Err(Error::InvalidRequest(format!(
                 "transaction {id} asks for a timeout of {timeout_ms} ms; share group {} allows 1..={max_timeout_ms} ms \
                  ({} is the maximum duration before auto-abort): ask for less, or raise the group's setting",

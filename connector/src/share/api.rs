@@ -114,7 +114,9 @@ pub trait ShareTransactionCoordinator: Send + Sync {
     /// The epoch this coordinator holds.
     fn epoch(&self) -> ProducerEpoch;
 
-    /// EMPTY -> ONGOING. The transaction aborts by itself if still ONGOING after `timeout`.
+    /// KIP-1289 ShareBeginTransaction: EMPTY -> ONGOING. The transaction aborts by itself
+    /// if still ONGOING after `timeout`, which may not exceed the group's
+    /// `share.transaction.timeout.ms`; `Duration::ZERO` asks for exactly that.
     async fn begin_transaction(&self, id: &TransactionId, timeout: Duration) -> Result<TransactionHandle>;
 
     /// ONGOING -> PREPARE, durably. After this only the coordinator decides.
