@@ -107,13 +107,7 @@ async fn recovery_time() -> Duration {
     .participant(txns);
     let storage =
         CheckpointStore::from_url(&format!("file://{}", dir.path().join("chk").display()), &[], "rec").unwrap();
-    let job = job
-        .build(
-            JobConfig::new(storage, "g", "job")
-                .checkpoint_interval(Duration::from_millis(500))
-                .checkpoint_timeout(Duration::from_secs(30)),
-        )
-        .unwrap();
+    let job = job.build(JobConfig::new(storage, "g", "job").checkpoint_interval(Duration::from_millis(500))).unwrap();
     let started = Instant::now();
     let watch = async {
         loop {

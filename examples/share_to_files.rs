@@ -38,14 +38,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     .participant(txns)
     .participant(files.clone());
     let storage = CheckpointStore::from_url("memory://example-files/checkpoints", &[], "share-to-files")?;
-    job.build(
-        JobConfig::new(storage, "archiver", "example")
-            .checkpoint_interval(Duration::from_millis(50))
-            // The transaction timeout (60 s) must outlast interval + checkpoint timeout.
-            .checkpoint_timeout(Duration::from_secs(30)),
-    )?
-    .run()
-    .await?;
+    job.build(JobConfig::new(storage, "archiver", "example").checkpoint_interval(Duration::from_millis(50)))?
+        .run()
+        .await?;
 
     let rows: usize = files.read_published().await?.iter().map(|b| b.num_rows()).sum();
     println!("{} published files hold {rows} rows", files.published().await?.len());

@@ -41,12 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let storage = CheckpointStore::from_url("memory://example/checkpoints", &[], "share-to-topic")?;
     let report = job
-        .build(
-            JobConfig::new(storage, "shipping", "example")
-                .checkpoint_interval(Duration::from_millis(50))
-                // The transaction timeout (60 s) must outlast interval + checkpoint timeout.
-                .checkpoint_timeout(Duration::from_secs(30)),
-        )?
+        .build(JobConfig::new(storage, "shipping", "example").checkpoint_interval(Duration::from_millis(50)))?
         .run()
         .await?;
 

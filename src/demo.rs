@@ -334,14 +334,9 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     if let Some(t) = &txns {
         job.participant(t.clone());
     }
-    // The transaction timeout (60 s) must outlast interval + checkpoint timeout.
-    let mut config = JobConfig::new(storage, GROUP, "demo")
-        .checkpoint_interval(options.interval)
-        .checkpoint_timeout(Duration::from_secs(30))
-        .restart(RestartStrategy::FixedDelay {
-            attempts: options.crashes as u32 + 3,
-            delay: Duration::from_millis(50),
-        });
+    let mut config = JobConfig::new(storage, GROUP, "demo").checkpoint_interval(options.interval).restart(
+        RestartStrategy::FixedDelay { attempts: options.crashes as u32 + 3, delay: Duration::from_millis(50) },
+    );
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 3;
     let job = job.build(config)?;

@@ -72,11 +72,8 @@ async fn every_other_transition_is_a_typed_error() {
         "begin",
         TransactionState::Committed,
     );
-    assert_illegal(
-        coord.begin_transaction(&prepared, TXN_TIMEOUT).await.map(|_| ()),
-        "begin",
-        TransactionState::Prepare,
-    );
+    // Seed 000: begin "returns existing if already started" (decision 0003).
+    assert!(coord.begin_transaction(&prepared, TXN_TIMEOUT).await.is_ok());
     let unknown = txn_id(99);
     for result in [
         coord.prepare_transaction(&unknown).await,
@@ -302,7 +299,8 @@ async fn bad_topics_and_requests_are_invalid_not_panics() {
     let mut c = f.broker.consumer(GROUP, config(Explicit)).await.unwrap();
     assert!(c.subscribe(&["missing"]).await.is_err());
     assert!(f.broker.consumer("bad group", config(Explicit)).await.is_err());
-    assert!(f.broker.transaction_coordinator(GROUP, "has-dash").await.is_err());
+    assert!(f.broker.transaction_coordinator(GROUP, "-leading-dash").await.is_err());
+    assert!(f.broker.transaction_coordinator(GROUP, "white space").await.is_err());
     assert!(f.broker.fetch(&TopicPartition::new("missing", 0), 0, 1, IsolationLevel::ReadCommitted).await.is_err());
     assert!(f.broker.record_status(GROUP, &tp(0), 1_000).await.is_err());
     assert_eq!(c.poll(0, Duration::ZERO).await.unwrap_err().kind(), ErrorKind::Invalid);

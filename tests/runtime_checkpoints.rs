@@ -232,7 +232,7 @@ async fn bad_graphs_and_configs_are_refused_at_build_time() {
             JobConfig::new(storage("bad"), "g", "p"),
             "unique",
         ),
-        (pipeline(&sink, 1), JobConfig::new(storage("bad"), "g", "has-dash"), "prefix"),
+        (pipeline(&sink, 1), JobConfig::new(storage("bad"), "g", "ends-with-dash-"), "prefix"),
         (
             pipeline(&sink, 1),
             JobConfig::new(storage("bad"), "g", "p").checkpoint_interval(Duration::ZERO),

@@ -50,8 +50,12 @@ impl Backend for Embedded {
         group
     }
     async fn member(&self, group: &str, topic: &str) -> Box<dyn ShareConsumer> {
-        let config = ShareConfig::builder().acknowledgement_mode(AcknowledgementMode::Explicit).build().expect("cfg");
-        let mut c = self.broker.consumer(group, config).await.expect("consumer");
+        let config = self.broker.group_config(group).await.expect("group config");
+        let mut c = self
+            .broker
+            .consumer(group, config.with_acknowledgement_mode(AcknowledgementMode::Explicit))
+            .await
+            .expect("consumer");
         c.subscribe(&[topic]).await.expect("subscribe");
         Box::new(c)
     }

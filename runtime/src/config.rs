@@ -25,7 +25,9 @@ pub enum RestartStrategy {
 pub struct JobConfig {
     /// Time between checkpoints; `None`: only the final checkpoint when the input ends.
     pub checkpoint_interval: Option<Duration>,
-    /// A checkpoint not complete after this is aborted.
+    /// A checkpoint not complete after this is aborted. Default 30 s: with a
+    /// checkpoint interval below 30 s, the seed's default transaction timeout (60 s)
+    /// outlasts interval + checkpoint timeout, as a transactional participant requires.
     pub checkpoint_timeout: Duration,
     /// Least time from the end of one checkpoint to the start of the next.
     pub min_pause_between_checkpoints: Duration,
@@ -55,7 +57,7 @@ impl JobConfig {
     pub fn new(storage: CheckpointStore, group: &str, prefix: &str) -> Self {
         Self {
             checkpoint_interval: None,
-            checkpoint_timeout: Duration::from_secs(60),
+            checkpoint_timeout: Duration::from_secs(30),
             min_pause_between_checkpoints: Duration::ZERO,
             tolerable_checkpoint_failures: 0,
             storage,

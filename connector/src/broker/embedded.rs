@@ -630,6 +630,13 @@ impl EmbeddedBroker {
         .await?
     }
 
+    /// The configuration of `group`: what [`configure_group`](Self::configure_group)
+    /// set, or the broker's default. A member joins with it, choosing only its mode:
+    /// `broker.consumer(g, broker.group_config(g).await?.with_acknowledgement_mode(m))`.
+    pub async fn group_config(&self, group: &str) -> Result<ShareConfig> {
+        self.read(|st| st.group_config(group).clone()).await
+    }
+
     /// Every transaction the broker knows: pending ones, and decided ones until
     /// `share.transaction.retention.ms` has passed.
     pub async fn transactions(&self) -> Result<Vec<TransactionInfo>> {

@@ -429,8 +429,7 @@ impl BrokerState {
     fn join(&mut self, group: &str, topics: &[String], config: &ShareConfig) -> Result<Outcome> {
         self.check_topics(topics)?;
         config.validate()?;
-        let group_config = self.groups.get(group).map_or(&self.default_config, |g| &g.config);
-        if let Some((key, mine, theirs)) = config.conflict_with(group_config) {
+        if let Some((key, mine, theirs)) = config.conflict_with(self.group_config(group)) {
             return Err(Error::InvalidConfig {
                 key: key.to_string(),
                 value: mine,
@@ -633,7 +632,7 @@ impl BrokerState {
         if decide(TxnOp::Begin, id, self.txns.state_of(id))? == Step::NoOp {
             return Ok(Outcome::Txn { applied: false, epoch });
         }
-        let config = self.groups.get(id.group_id()).map_or(&self.default_config, |g| &g.config);
+        let config = self.group_config(id.group_id());
         let max_timeout_ms = config.transaction_timeout().as_millis() as u64;
         // 0 asks for the group's own timeout, which is also the maximum.
         let timeout_ms = if timeout_ms == 0 { max_timeout_ms } else { timeout_ms };
@@ -741,10 +740,7 @@ impl BrokerState {
         let acks = std::mem::take(&mut txn.acks);
         let produced = std::mem::take(&mut txn.produced);
         let group = txn.id.group_id().to_string();
-        let retention = self
-            .groups
-            .get(&group)
-            .map_or(self.default_config.transaction_retention(), |g| g.config.transaction_retention());
+        let retention = self.group_config(&group).transaction_retention();
         self.txns.decided(key, now_ms, now_ms.saturating_add(retention.as_millis() as u64));
         let mut changes = Changes::default();
         if let Some(g) = self.groups.get_mut(&group) {
@@ -778,6 +774,11 @@ impl BrokerState {
 
     pub(crate) fn txn(&self, id: &TransactionId) -> Option<&Txn> {
         self.txns.get_by_id(id)
+    }
+
+    /// The group's configuration, or the default for a group never configured.
+    pub(crate) fn group_config(&self, group: &str) -> &ShareConfig {
+        self.groups.get(group).map_or(&self.default_config, |g| &g.config)
     }
 
     /// Every transaction still known: pending ones, and decided ones within retention.
