@@ -290,12 +290,20 @@ impl JournalCore {
         Ok((Journal { core: Arc::new(journal) }, recovered))
     }
 
+    /// The local file behind a journal object, when the journal is a local directory.
+    fn local_file(&self, path: &Path) -> Option<PathBuf> {
+        let (dir, _) = self.local.as_ref()?;
+        let relative = path.as_ref().strip_prefix(self.root.as_ref())?;
+        Some(dir.join(relative.trim_start_matches('/')))
+    }
+
     /// Fsyncs a file the object store wrote and the directory that names it, when the
     /// journal is a local directory under [`Durability::Fsync`].
     fn sync_local(&self, path: &Path) -> Result<()> {
-        let Some((dir, Durability::Fsync)) = &self.local else { return Ok(()) };
-        let Some(relative) = path.as_ref().strip_prefix(self.root.as_ref()) else { return Ok(()) };
-        let file = dir.join(relative.trim_start_matches('/'));
+        if !matches!(self.local, Some((_, Durability::Fsync))) {
+            return Ok(());
+        }
+        let Some(file) = self.local_file(path) else { return Ok(()) };
         let sync = || -> std::io::Result<()> {
             if file.exists() {
                 std::fs::File::open(&file)?.sync_all()?;
@@ -336,11 +344,7 @@ impl JournalCore {
     /// Cuts the last segment back to its first `good` bytes (removing it when that is
     /// none), durably.
     async fn cut_tail(&self, path: &Path, bytes: &bytes::Bytes, good: usize) -> Result<()> {
-        let local_file = self.local.as_ref().and_then(|(dir, _)| {
-            let relative = path.as_ref().strip_prefix(self.root.as_ref())?;
-            Some(dir.join(relative.trim_start_matches('/')))
-        });
-        match local_file {
+        match self.local_file(path) {
             Some(file) => {
                 let cut = || -> std::io::Result<()> {
                     if good == 0 {
