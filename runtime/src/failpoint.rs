@@ -41,12 +41,35 @@ struct Armed {
     fire: u32,
 }
 
+/// One crash of a schedule that has not fired yet.
+#[derive(Debug, Clone)]
+struct Pending {
+    name: String,
+    /// Hits of `name` still to let pass; 0: fires on the next hit.
+    skip: u32,
+}
+
+#[derive(Debug, Default)]
+struct Schedule {
+    /// Crashes not fired yet, in the order they were scheduled.
+    pending: Vec<Pending>,
+    /// Crashes scheduled by the last [`Failpoints::schedule`] call.
+    total: usize,
+}
+
 /// A registry of armed failpoints, shared by everything in a job. Cheap to clone.
+///
+/// Two ways to arm a crash:
+/// - [`arm`](Self::arm): one named point, fired on its `(skip + 1)`-th hit;
+/// - [`schedule`](Self::schedule): several crashes for a run with restarts. Every crash
+///   of a schedule is armed at once and counts the hits of its own point, so a crash at
+///   a point the run no longer reaches (a source point once the input is drained,
+///   `recovery.mid` when no crash left decided work) never holds back the others. The
+///   crashes that never fire are reported by [`unfired`](Self::unfired).
 #[derive(Debug, Clone, Default)]
 pub struct Failpoints {
     armed: Arc<Mutex<HashMap<String, Armed>>>,
-    /// Crashes to happen one after the other: only the head is armed.
-    schedule: Arc<Mutex<std::collections::VecDeque<(String, u32)>>>,
+    schedule: Arc<Mutex<Schedule>>,
     fired: Arc<Mutex<Vec<String>>>,
 }
 
@@ -61,16 +84,24 @@ impl Failpoints {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), Armed { skip, fire: 1 });
     }
 
-    /// Arms a sequence of crashes: `(name, skip)` pairs fired one after the other, each
-    /// armed only once the previous one fired. Replaces any earlier schedule.
+    /// Schedules crashes for a run with restarts: each `(name, skip)` fires once, on the
+    /// `(skip + 1)`-th hit of `name` counted from this call, across restarts. All are armed
+    /// at once, so they fire in the order the run reaches them, not in list order, and
+    /// one the run never reaches again does not stall the rest. A hit fires at most one
+    /// crash: when two crashes of the same point are due together, the earlier in the list
+    /// fires and the other fires on the next hit. Replaces any earlier schedule.
     pub fn schedule(&self, crashes: Vec<(String, u32)>) {
-        *self.schedule.lock().unwrap_or_else(|p| p.into_inner()) = crashes.into();
+        let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        schedule.total = crashes.len();
+        schedule.pending = crashes.into_iter().map(|(name, skip)| Pending { name, skip }).collect();
     }
 
     /// Disarms everything.
     pub fn clear(&self) {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        schedule.pending.clear();
+        schedule.total = 0;
     }
 
     /// The failpoints that fired, in order.
@@ -82,16 +113,18 @@ impl Failpoints {
     pub fn hit(&self, name: &str) -> Result<()> {
         {
             let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((head, skip)) = schedule.front_mut() {
-                if head == name {
-                    if *skip > 0 {
-                        *skip -= 1;
-                    } else {
-                        schedule.pop_front();
-                        drop(schedule);
-                        return self.fire(name);
-                    }
+            let mut due = None;
+            for (i, crash) in schedule.pending.iter_mut().enumerate().filter(|(_, c)| c.name == name) {
+                if crash.skip > 0 {
+                    crash.skip -= 1;
+                } else if due.is_none() {
+                    due = Some(i);
                 }
+            }
+            if let Some(i) = due {
+                schedule.pending.remove(i);
+                drop(schedule);
+                return self.fire(name);
             }
         }
         let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,7 +149,17 @@ impl Failpoints {
 
     /// Crashes of the schedule that have not fired yet.
     pub fn scheduled(&self) -> usize {
-        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).pending.len()
+    }
+
+    /// How many crashes the last [`schedule`](Self::schedule) call asked for.
+    pub fn scheduled_total(&self) -> usize {
+        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+
+    /// The points of the scheduled crashes that have not fired (yet), in schedule order.
+    pub fn unfired(&self) -> Vec<String> {
+        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).pending.iter().map(|c| c.name.clone()).collect()
     }
 }
 
@@ -137,15 +180,50 @@ mod tests {
     }
 
     #[test]
-    fn a_schedule_fires_in_order() {
+    fn every_crash_of_a_schedule_is_armed_at_once() {
         let f = Failpoints::new();
-        f.schedule(vec![("a".into(), 1), ("b".into(), 0)]);
-        assert!(f.hit("b").is_ok(), "b waits for a");
+        f.schedule(vec![("a".into(), 1), ("b".into(), 0), ("never".into(), 0)]);
+        assert_eq!(f.scheduled_total(), 3);
+        // b does not wait for a: a point the run no longer reaches cannot stall the rest.
+        assert!(f.hit("b").is_err(), "b fires on its first hit");
+        assert!(f.hit("b").is_ok(), "b fired already");
         assert!(f.hit("a").is_ok(), "a skips once");
         assert!(f.hit("a").is_err());
         assert!(f.hit("a").is_ok(), "a fired already");
-        assert!(f.hit("b").is_err());
-        assert_eq!(f.fired(), vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(f.fired(), vec!["b".to_string(), "a".to_string()]);
+        assert_eq!(f.scheduled(), 1);
+        assert_eq!(f.unfired(), vec!["never".to_string()]);
+    }
+
+    #[test]
+    fn skips_count_from_the_schedule_not_from_the_previous_crash() {
+        let f = Failpoints::new();
+        f.schedule(vec![("a".into(), 0), ("b".into(), 2)]);
+        assert!(f.hit("b").is_ok());
+        assert!(f.hit("b").is_ok());
+        assert!(f.hit("a").is_err());
+        assert!(f.hit("b").is_err(), "b's two skips passed before a fired");
         assert_eq!(f.scheduled(), 0);
+    }
+
+    #[test]
+    fn one_hit_fires_at_most_one_crash() {
+        let f = Failpoints::new();
+        f.schedule(vec![("a".into(), 1), ("a".into(), 0), ("a".into(), 0)]);
+        assert!(f.hit("a").is_err(), "the second entry is due first");
+        assert!(f.hit("a").is_err(), "the first entry's skip passed on the first hit; it is due with the third");
+        assert!(f.hit("a").is_err());
+        assert!(f.hit("a").is_ok());
+        assert_eq!(f.fired().len(), 3);
+        assert!(f.unfired().is_empty());
+    }
+
+    #[test]
+    fn clear_disarms_the_schedule() {
+        let f = Failpoints::new();
+        f.schedule(vec![("a".into(), 0)]);
+        f.clear();
+        assert!(f.hit("a").is_ok());
+        assert_eq!((f.scheduled(), f.scheduled_total()), (0, 0));
     }
 }
