@@ -1,15 +1,21 @@
 //! The main job: share source -> SQL -> transactional topic sink on the embedded
 //! broker, with checkpoints to object storage, crashes injected at random fault points,
 //! and an independent exactly-once check at the end.
+//!
+//! A run starts afresh (it clears `--dir`) or, with [`DemoOptions::resume`], continues
+//! the run a stopped or killed process left in `--dir`: it finishes producing the input
+//! if that was cut short, recovers the job from its checkpoints and the broker's
+//! journal, runs it to the end and checks the result against the whole input.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shareflow_checkpoint::CheckpointStore;
 use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
 use shareflow_connector::participant::BrokerTransactions;
-use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
+use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig, TopicPartition};
 use shareflow_connector::sink::TopicSink;
 use shareflow_connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
 use shareflow_connector::verify::{check_exactly_once, ExactlyOnceReport};
@@ -17,8 +23,8 @@ use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 
 /// The fault points the demo crashes at. `recovery.mid` is left out: it is reached only
-/// when a crash left decided work, so a schedule could wait on it forever; the
-/// failure-recovery tests cover it.
+/// when an earlier crash left decided work, so a schedule naming it alone would never
+/// fire; the failure-recovery tests and the seeded campaign cover it.
 pub const FAULT_POINTS: &[&str] = &[
     shareflow_connector::source::points::AFTER_POLL,
     shareflow_connector::source::points::AFTER_LOCK,
@@ -30,17 +36,238 @@ pub const FAULT_POINTS: &[&str] = &[
     runtime_points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY,
 ];
 
-const GROUP: &str = "demo";
-const INPUT: &str = "demo-input";
-const OUTPUT: &str = "demo-output";
-const VALUE_LEN: usize = 100;
+/// The demo's share group (and job id).
+pub const GROUP: &str = "demo";
+/// The demo's input topic.
+pub const INPUT: &str = "demo-input";
+/// The demo's output topic.
+pub const OUTPUT: &str = "demo-output";
+/// Bytes of every input value ([`value_of`]`(id, VALUE_LEN)`).
+pub const VALUE_LEN: usize = 100;
+/// Records per produce call.
+const PRODUCE_CHUNK: usize = 20_000;
+
+/// `group.share.delivery.count.limit` of the demo's group: the highest the broker
+/// allows, so that a run killed and resumed many times does not archive records that
+/// each killed attempt delivered and never committed.
+pub const DELIVERY_LIMIT: u16 = 10;
+
+/// The file in the demo directory that names the input of the run started there, written
+/// before anything is produced. `--resume` reads it, so it knows the whole input even
+/// when the first run was stopped while producing it.
+pub const INPUT_MARKER: &str = "demo-input.json";
+
+/// Why a demo run could not start.
+#[derive(Debug)]
+pub enum DemoError {
+    /// `--resume` on a directory where no demo run was started.
+    NothingToResume {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The input marker of a run does not parse.
+    BadMarker {
+        /// The marker file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `--resume` asked for another acknowledgement mode than the run it resumes.
+    ModeMismatch {
+        /// The directory.
+        dir: PathBuf,
+        /// The mode of the run in the directory.
+        started: AcknowledgementMode,
+        /// The mode asked for now.
+        asked: AcknowledgementMode,
+    },
+    /// A partition of the input topic holds more records than the run produces there.
+    UnexpectedInput {
+        /// The partition.
+        partition: i32,
+        /// Records found.
+        found: i64,
+        /// Records the run produces there.
+        expected: u64,
+    },
+    /// More crashes asked for than there are fault points.
+    TooManyCrashes {
+        /// Crashes asked for.
+        asked: usize,
+        /// Fault points.
+        points: usize,
+    },
+    /// A file operation on the demo directory failed.
+    Io {
+        /// What was done.
+        action: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for DemoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DemoError::NothingToResume { dir } => write!(
+                f,
+                "nothing to resume in {}: no demo run was started there ({INPUT_MARKER} is missing); \
+                 start one with `shareflow demo --dir {}` (without --resume)",
+                dir.display(),
+                dir.display()
+            ),
+            DemoError::BadMarker { path, reason } => write!(
+                f,
+                "cannot resume: {} is damaged ({reason}); start the run afresh without --resume",
+                path.display()
+            ),
+            DemoError::ModeMismatch { dir, started, asked } => write!(
+                f,
+                "the run in {} uses {started} acknowledgement, not {asked}: resume it in the mode it started in",
+                dir.display()
+            ),
+            DemoError::UnexpectedInput { partition, found, expected } => write!(
+                f,
+                "partition {partition} of {INPUT} holds {found} records, more than the {expected} this run \
+                 produces there: the directory holds another run's input; start afresh without --resume"
+            ),
+            DemoError::TooManyCrashes { asked, points } => {
+                write!(f, "--crashes {asked} is more than the {points} fault points")
+            }
+            DemoError::Io { action, path, source } => write!(f, "cannot {action} {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for DemoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DemoError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The input of a demo run: what its [`INPUT_MARKER`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DemoInput {
+    /// Input records: ids `0..records`.
+    pub records: u64,
+    /// Partitions of the topics; id `i` goes to partition `i % partitions`.
+    pub partitions: u32,
+    /// The acknowledgement mode of the run.
+    pub mode: AcknowledgementMode,
+}
+
+impl DemoInput {
+    /// Writes the marker into `dir` durably: a temporary file, fsynced, renamed into
+    /// place, and the directory fsynced.
+    pub fn save(&self, dir: &Path) -> Result<(), DemoError> {
+        let path = dir.join(INPUT_MARKER);
+        let tmp = dir.join(format!("{INPUT_MARKER}.tmp"));
+        let text = serde_json::json!({
+            "records": self.records,
+            "partitions": self.partitions,
+            "mode": self.mode.to_string(),
+        })
+        .to_string();
+        fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DemoError + 'a {
+            move |source| DemoError::Io { action, path: path.to_path_buf(), source }
+        }
+        let mut file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        file.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
+        file.sync_all().map_err(io("fsync", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io("rename into place", &path))?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("fsync the directory", dir))
+    }
+
+    /// Reads the marker of the run in `dir`.
+    pub fn load(dir: &Path) -> Result<Self, DemoError> {
+        let path = dir.join(INPUT_MARKER);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(DemoError::NothingToResume { dir: dir.to_path_buf() })
+            }
+            Err(source) => return Err(DemoError::Io { action: "read", path, source }),
+        };
+        let bad = |reason: String| DemoError::BadMarker { path: path.clone(), reason };
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let number = |key: &str| {
+            json.get(key).and_then(serde_json::Value::as_u64).ok_or_else(|| bad(format!("no number {key:?}")))
+        };
+        let records = number("records")?;
+        let partitions = u32::try_from(number("partitions")?)
+            .ok()
+            .filter(|p| *p >= 1)
+            .ok_or_else(|| bad("\"partitions\" must be 1..=4294967295".into()))?;
+        let mode = json
+            .get("mode")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| bad("no string \"mode\"".into()))?
+            .parse()
+            .map_err(|e| bad(format!("bad \"mode\": {e}")))?;
+        Ok(Self { records, partitions, mode })
+    }
+
+    /// Input records of `partition`.
+    pub fn records_in(&self, partition: u32) -> u64 {
+        let p = u64::from(self.partitions);
+        self.records / p + u64::from(u64::from(partition) < self.records % p)
+    }
+}
+
+/// Produces the part of `input` that its topic does not hold yet, and returns how many
+/// records that was. Record `i` goes to partition `i % partitions` and ids are produced
+/// in order, so every partition holds a prefix of its ids, and a run stopped while
+/// producing is finished by producing the rest.
+pub async fn produce_input(
+    broker: &EmbeddedBroker,
+    input: &DemoInput,
+) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+    let mut present = Vec::with_capacity(input.partitions as usize);
+    for p in 0..input.partitions {
+        let partition = i32::try_from(p)?;
+        let found = broker.end_offset(&TopicPartition::new(INPUT, partition)).await?;
+        let expected = input.records_in(p);
+        if found < 0 || found as u64 > expected {
+            return Err(DemoError::UnexpectedInput { partition, found, expected }.into());
+        }
+        present.push(found as u64);
+    }
+    let partitions = u64::from(input.partitions);
+    let mut batch = Vec::with_capacity(PRODUCE_CHUNK);
+    let mut produced = 0;
+    for id in 0..input.records {
+        let p = id % partitions;
+        if id / partitions < present[p as usize] {
+            continue;
+        }
+        batch.push(ProducerRecord {
+            partition: Some(i32::try_from(p)?),
+            ..ProducerRecord::new(INPUT, 0, value_of(id, VALUE_LEN))
+        });
+        if batch.len() == PRODUCE_CHUNK {
+            produced += batch.len() as u64;
+            broker.produce(std::mem::take(&mut batch)).await?;
+        }
+    }
+    produced += batch.len() as u64;
+    if !batch.is_empty() {
+        broker.produce(batch).await?;
+    }
+    Ok(produced)
+}
 
 /// Settings of one demo run.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// Where the broker journal (and, by default, checkpoints) live. Cleared first.
+    /// Where the broker journal (and, by default, checkpoints) live. Cleared first,
+    /// unless [`resume`](Self::resume) is set.
     pub dir: PathBuf,
-    /// Records to produce.
+    /// Records to produce. A resumed run takes the number of the run it resumes.
     pub records: u64,
     /// Checkpoint interval.
     pub interval: Duration,
@@ -50,7 +277,7 @@ pub struct DemoOptions {
     pub seed: u64,
     /// Checkpoint storage URL; `None`: `file://{dir}/checkpoints`.
     pub checkpoints: Option<String>,
-    /// Partitions of the topics.
+    /// Partitions of the topics. A resumed run takes the number of the run it resumes.
     pub partitions: u32,
     /// Parallelism of the job.
     pub parallelism: u32,
@@ -58,6 +285,10 @@ pub struct DemoOptions {
     pub progress: bool,
     /// Exactly-once (transactional) or at-least-once (explicit) acknowledgement.
     pub mode: AcknowledgementMode,
+    /// Continue the run in `dir` instead of starting afresh: keep the broker and the
+    /// checkpoints, produce only what the first run had not produced of its input, run
+    /// the job to the end and check it against the whole input.
+    pub resume: bool,
 }
 
 impl Default for DemoOptions {
@@ -73,6 +304,7 @@ impl Default for DemoOptions {
             parallelism: 2,
             progress: true,
             mode: AcknowledgementMode::Transactional,
+            resume: false,
         }
     }
 }
@@ -92,6 +324,8 @@ pub struct DemoSummary {
     pub archived: u64,
     /// Crashes injected (failpoints that fired).
     pub crashes: usize,
+    /// Crashes scheduled; those of them at points the run did not reach did not fire.
+    pub crashes_scheduled: usize,
     /// The failpoints that fired, in order.
     pub crash_points: Vec<String>,
     /// Checkpoints completed.
@@ -106,7 +340,10 @@ pub struct DemoSummary {
     pub transactions_recovered: u64,
     /// Job attempts.
     pub attempts: u32,
-    /// Records per second through the job (produce excluded).
+    /// The run resumed one a stopped process left.
+    pub resumed: bool,
+    /// Records per second through the job (produce excluded); for a resumed run, the
+    /// whole input over this run's time.
     pub records_per_second: f64,
     /// Seconds the job ran.
     pub seconds: f64,
@@ -124,6 +361,7 @@ impl DemoSummary {
             "lost": self.lost,
             "archived": self.archived,
             "crashes": self.crashes,
+            "crashes_scheduled": self.crashes_scheduled,
             "crash_points": self.crash_points,
             "checkpoints_completed": self.checkpoints_completed,
             "checkpoints_aborted": self.checkpoints_aborted,
@@ -131,6 +369,7 @@ impl DemoSummary {
             "transactions_aborted": self.transactions_aborted,
             "transactions_recovered": self.transactions_recovered,
             "attempts": self.attempts,
+            "resumed": self.resumed,
             "records_per_second": self.records_per_second.round(),
             "seconds": (self.seconds * 1000.0).round() / 1000.0,
             "violations": self.violations.len(),
@@ -142,7 +381,7 @@ impl DemoSummary {
     pub fn to_text(&self) -> String {
         format!(
             "records: produced {}, committed output {}, duplicated {}, lost {}, archived {}\n\
-             crashes: {} at {:?}; job attempts {}\n\
+             crashes: {} of {} scheduled, at {:?}; job attempts {}{}\n\
              checkpoints: completed {}, aborted {}\n\
              transactions: committed {}, aborted {}, recovered {}\n\
              throughput: {:.0} records/s over {:.2} s\n\
@@ -153,8 +392,10 @@ impl DemoSummary {
             self.lost,
             self.archived,
             self.crashes,
+            self.crashes_scheduled,
             self.crash_points,
             self.attempts,
+            if self.resumed { " (resumed)" } else { "" },
             self.checkpoints_completed,
             self.checkpoints_aborted,
             self.transactions_committed,
@@ -243,8 +484,10 @@ pub fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
     schedule_from(FAULT_POINTS, seed, crashes)
 }
 
-/// A crash schedule over `points`: `crashes` distinct points in a seeded order, per-batch
-/// points (sources, sinks) first and after a few hits, checkpoint points after them.
+/// A crash schedule over `points`: `crashes` distinct points in a seeded order; per-batch
+/// points (sources, sinks) after a few hits, checkpoint points on their first hit.
+/// [`Failpoints::schedule`](shareflow_runtime::Failpoints::schedule) arms them all at
+/// once, so each fires when the run reaches it, whatever the order.
 pub fn schedule_from(points: &[&'static str], seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
     let per_batch = |p: &str| p.contains("source.") || p.starts_with("sink.");
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -257,61 +500,91 @@ pub fn schedule_from(points: &[&'static str], seed: u64, crashes: usize) -> Vec<
         let skip = if per_batch(point) { next(&mut s) % 8 } else { 0 };
         out.push((point, skip as u32));
     }
-    // Per-batch points first: they come round fast, so a short run still reaches the
-    // checkpoint points after them.
-    out.sort_by_key(|(p, _)| !per_batch(p));
     out
+}
+
+/// Clears the run in `dir`, if any, and records `input` as the new one. The marker goes
+/// first and comes back last, so a process stopped in between leaves a directory that
+/// `--resume` refuses rather than one it would resume with another run's data.
+fn start_afresh(dir: &Path, input: &DemoInput) -> Result<(), DemoError> {
+    let marker = dir.join(INPUT_MARKER);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(DemoError::Io { action: "remove", path: marker, source }),
+    }
+    for sub in ["broker", "checkpoints"] {
+        let path = dir.join(sub);
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|source| DemoError::Io { action: "clear", path, source })?;
+        }
+    }
+    input.save(dir)
 }
 
 /// Runs the demo and checks the result.
 pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
     if options.crashes > FAULT_POINTS.len() {
-        return Err(
-            format!("--crashes {} is more than the {} fault points", options.crashes, FAULT_POINTS.len()).into()
-        );
+        return Err(DemoError::TooManyCrashes { asked: options.crashes, points: FAULT_POINTS.len() }.into());
     }
-    for sub in ["broker", "checkpoints"] {
-        let path = options.dir.join(sub);
-        if path.exists() {
-            std::fs::remove_dir_all(&path).map_err(|e| format!("cannot clear {}: {e}", path.display()))?;
+    let input = if options.resume {
+        if !options.dir.is_dir() {
+            return Err(DemoError::NothingToResume { dir: options.dir.clone() }.into());
         }
-    }
-    std::fs::create_dir_all(&options.dir).map_err(|e| format!("cannot create {}: {e}", options.dir.display()))?;
-    let dir = std::fs::canonicalize(&options.dir)?;
+        let input = DemoInput::load(&options.dir)?;
+        if input.mode != options.mode {
+            return Err(
+                DemoError::ModeMismatch { dir: options.dir.clone(), started: input.mode, asked: options.mode }.into()
+            );
+        }
+        input
+    } else {
+        std::fs::create_dir_all(&options.dir).map_err(|source| DemoError::Io {
+            action: "create",
+            path: options.dir.clone(),
+            source,
+        })?;
+        let input = DemoInput { records: options.records, partitions: options.partitions, mode: options.mode };
+        start_afresh(&options.dir, &input)?;
+        input
+    };
+    let dir = std::fs::canonicalize(&options.dir).map_err(|source| DemoError::Io {
+        action: "resolve",
+        path: options.dir.clone(),
+        source,
+    })?;
     let lock = Duration::from_secs(2);
     let group_config = ShareConfig::builder()
-        .acknowledgement_mode(options.mode)
+        .acknowledgement_mode(input.mode)
         .record_lock_duration(lock)
+        .delivery_count_limit(DELIVERY_LIMIT)
         .partition_max_record_locks(1_000_000)
         .build()?;
     let broker =
         EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker"))?.default_config(group_config.clone()))
             .await?;
-    broker.create_topic(INPUT, options.partitions).await?;
-    broker.create_topic(OUTPUT, options.partitions).await?;
+    broker.create_topic(INPUT, input.partitions).await?;
+    broker.create_topic(OUTPUT, input.partitions).await?;
     broker.configure_group(GROUP, group_config.clone()).await?;
 
-    // Input.
+    // Input: all of it, or on a resume what the first run did not produce.
     let produce_started = Instant::now();
-    let chunk = 20_000;
-    let mut id = 0;
-    while id < options.records {
-        let n = chunk.min(options.records - id);
-        let records = (id..id + n)
-            .map(|i| ProducerRecord {
-                partition: Some((i % options.partitions as u64) as i32),
-                ..ProducerRecord::new(INPUT, 0, value_of(i, VALUE_LEN))
-            })
-            .collect();
-        broker.produce(records).await?;
-        id += n;
-    }
+    let produced = produce_input(&broker, &input).await?;
     if options.progress {
-        eprintln!("produced {} records in {:.2} s", options.records, produce_started.elapsed().as_secs_f64());
+        let seconds = produce_started.elapsed().as_secs_f64();
+        if options.resume {
+            eprintln!(
+                "resuming the run in {}: {} input records, {produced} of them produced now ({seconds:.2} s)",
+                dir.display(),
+                input.records
+            );
+        } else {
+            eprintln!("produced {produced} records in {seconds:.2} s");
+        }
     }
 
     // The job.
-    let transactional = options.mode == AcknowledgementMode::Transactional;
+    let transactional = input.mode == AcknowledgementMode::Transactional;
     let checkpoints_url =
         options.checkpoints.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
     let storage = CheckpointStore::from_url(&checkpoints_url, &[], "demo")?;
@@ -345,7 +618,7 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
 
     let progress = options.progress.then(|| {
         let broker = broker.clone();
-        let total = options.records;
+        let total = input.records;
         move || -> ProgressLine {
             let broker = broker.clone();
             Box::pin(async move {
@@ -361,7 +634,13 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     });
     let (report, seconds) = run_job(&job, progress).await?;
     // Independent check: the output topic read_committed, and every share-partition state.
-    let check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity).await?;
+    let mut check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity).await?;
+    if check.produced != input.records {
+        check.violations.push(format!(
+            "the input topic holds {} records, not the {} the run started with",
+            check.produced, input.records
+        ));
+    }
     let broker_metrics = broker.metrics().await?;
     let fired = job.failpoints().fired();
     Ok(DemoSummary {
@@ -371,6 +650,7 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
         lost: check.lost,
         archived: check.archived.values().sum(),
         crashes: fired.len(),
+        crashes_scheduled: schedule.len(),
         crash_points: fired,
         checkpoints_completed: report.metrics.checkpoints.completed,
         checkpoints_aborted: report.metrics.checkpoints.aborted,
@@ -378,7 +658,8 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
         transactions_aborted: broker_metrics.transaction_abort_total,
         transactions_recovered: report.metrics.checkpoints.transactions_recovered,
         attempts: report.attempts,
-        records_per_second: options.records as f64 / seconds,
+        resumed: options.resume,
+        records_per_second: input.records as f64 / seconds,
         seconds,
         violations: check.violations,
     })

@@ -15,9 +15,11 @@ commands:
   demo         run the exactly-once demo job on the embedded broker
     --records N          records to produce (default 1000000)
     --interval MS        checkpoint interval in ms (default 500)
-    --crashes K          crashes to inject at random fault points (default 3, at most 9)
+    --crashes K          crashes to inject at random fault points (default 3, at most 8)
     --seed S             seed of the crash schedule (default 1)
-    --dir PATH           broker and checkpoint directory (default ./target/shareflow-demo)
+    --dir PATH           broker and checkpoint directory, cleared first (default ./target/shareflow-demo)
+    --resume             continue the run a stopped or killed demo left in --dir: produce only
+                         what it had not produced, recover, run to the end, check the whole input
     --checkpoints URL    checkpoint storage: file://..., memory://..., s3://... (default file://DIR/checkpoints)
     --partitions P       topic partitions (default 4)
     --parallelism P      job parallelism (default 2)
@@ -118,6 +120,10 @@ fn common_options(args: &mut Args) -> Result<Common, String> {
 
 fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
     let c = common_options(args)?;
+    let resume = args.flag("--resume");
+    if resume && (c.records.is_some() || c.partitions.is_some()) {
+        return Err("--resume continues the input of the run in --dir: drop --records and --partitions".into());
+    }
     let d = DemoOptions::default();
     let o = DemoOptions {
         records: c.records.unwrap_or(d.records),
@@ -130,6 +136,7 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
         parallelism: c.parallelism.unwrap_or(d.parallelism),
         progress: !c.json,
         mode: if c.at_least_once { shareflow::connector::share::AcknowledgementMode::Explicit } else { d.mode },
+        resume,
     };
     Ok((o, c.json))
 }
