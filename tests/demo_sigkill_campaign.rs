@@ -105,11 +105,20 @@ fn settings(seed: u64) -> Settings {
     }
 }
 
+/// A copy of the `shareflow` binary this test was built with. Every run uses the copy: a
+/// build running meanwhile (the target directory may be shared) can replace the original
+/// with one whose journal format differs from this test's.
+fn binary_copy(dir: &Path) -> PathBuf {
+    let copy = dir.join("shareflow");
+    std::fs::copy(env!("CARGO_BIN_EXE_shareflow"), &copy).expect("copy the shareflow binary");
+    copy
+}
+
 /// A `shareflow demo` child: a fresh run when `dir` holds no run yet, else `--resume`.
 /// Its output goes to `log` (stdout to `log.out`, stderr to `log.err`).
-fn start(dir: &Path, s: &Settings, log: &Path) -> (Child, bool) {
+fn start(bin: &Path, dir: &Path, s: &Settings, log: &Path) -> (Child, bool) {
     let fresh = !dir.join(INPUT_MARKER).exists();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
+    let mut cmd = Command::new(bin);
     cmd.arg("demo").arg("--dir").arg(dir);
     cmd.args(["--interval", &s.interval_ms.to_string(), "--parallelism", &s.parallelism.to_string()]);
     cmd.args(["--crashes", "0", "--json"]);
@@ -186,8 +195,8 @@ impl SeedReport {
     }
 }
 
-/// Runs one seed: the kills, the final run, and the independent check.
-fn run_seed(seed: u64, root: &Path) -> Result<SeedReport, String> {
+/// Runs one seed with the binary `bin`: the kills, the final run, and the independent check.
+fn run_seed(bin: &Path, seed: u64, root: &Path) -> Result<SeedReport, String> {
     let s = settings(seed);
     let dir = root.join("demo");
     let mut rng = Rng::new(seed ^ 0x5eed);
@@ -213,7 +222,7 @@ fn run_seed(seed: u64, root: &Path) -> Result<SeedReport, String> {
         let early = rng.below(4) == 0;
         let delay = if early { EARLY } else { span }.mul_f64(rng.below(1_001) as f64 / 1_000.0);
         let started = Instant::now();
-        let (mut child, fresh) = start(&dir, &s, &log);
+        let (mut child, fresh) = start(bin, &dir, &s, &log);
         report.fresh_starts += u64::from(fresh);
         let status = match wait_for(&mut child, delay) {
             Some(status) => status,
@@ -239,7 +248,7 @@ fn run_seed(seed: u64, root: &Path) -> Result<SeedReport, String> {
     }
     let log = root.join("final");
     let started = Instant::now();
-    let (mut child, fresh) = start(&dir, &s, &log);
+    let (mut child, fresh) = start(bin, &dir, &s, &log);
     report.fresh_starts += u64::from(fresh);
     let Some(status) = wait_for(&mut child, RUN_TIMEOUT) else {
         child.kill().expect("SIGKILL the demo");
@@ -338,12 +347,14 @@ fn sigkill_campaign_output_equals_input_exactly_once() {
         }
     };
     let started = Instant::now();
+    let bin_dir = tempfile::tempdir().expect("temporary directory");
+    let bin = binary_copy(bin_dir.path());
     let mut failures = Vec::new();
     let (mut total_kills, mut cut_backs, mut empty_segments) = (0, 0, 0);
     for &seed in &seeds {
         let root = tempfile::tempdir().expect("temporary directory");
         let seed_started = Instant::now();
-        match run_seed(seed, root.path()) {
+        match run_seed(&bin, seed, root.path()) {
             Ok(r) => {
                 total_kills += r.kills;
                 cut_backs += r.cut_backs;
