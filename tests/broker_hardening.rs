@@ -436,6 +436,9 @@ async fn decided_transactions_are_removed_after_retention_and_aborted_output_sta
     let left: Vec<_> = f.broker.transactions().await.unwrap().into_iter().map(|t| (t.id, t.state)).collect();
     assert_eq!(left, vec![(txn_id(3), TransactionState::Prepare)], "PREPARE is never removed");
     assert!(matches!(coord.commit_transaction(&t1.id).await, Err(Error::UnknownTransaction { .. })));
+    let reused = coord.begin_transaction(&t1.id, TXN_TIMEOUT).await.unwrap_err();
+    assert!(reused.to_string().contains("never reused"), "a removed id is still never begun again: {reused}");
+    assert_eq!(f.broker.highest_checkpoint_id(GROUP, PREFIX).await.unwrap(), Some(3));
     let out = f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).await.unwrap();
     let values: Vec<&[u8]> = out.iter().filter_map(|r| r.value.as_deref()).collect();
     assert_eq!(values, vec![&b"committed"[..]], "the aborted output stays hidden once its transaction is gone");
@@ -584,4 +587,76 @@ async fn the_five_seed_metrics_have_their_exact_names_and_types() {
             "share-transaction-timeout-total"
         ]
     );
+}
+
+// ---- Review findings ----
+
+/// The default config of unconfigured groups is journaled: a read-only open with other
+/// options (as `shareflow txn list` makes) replays the same state.
+#[tokio::test]
+async fn replay_does_not_depend_on_the_options_of_a_later_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let custom =
+        ShareConfig::builder().delivery_count_limit(3).transaction_timeout(Duration::from_secs(120)).build().unwrap();
+    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap().default_config(custom.clone()))
+        .await
+        .unwrap();
+    broker.create_topic(IN, 1).await.unwrap();
+    broker.consumer("unconfigured", custom.clone()).await.unwrap();
+    let coord = broker.transaction_coordinator("unconfigured", PREFIX).await.unwrap();
+    let id = TransactionId::new("unconfigured", PREFIX, 1).unwrap();
+    coord.begin_transaction(&id, Duration::from_secs(100)).await.unwrap();
+    let ro = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.path()).unwrap()).await.unwrap();
+    assert_eq!(ro.transaction_state(&id).await.unwrap(), TransactionState::Ongoing);
+    assert_eq!(ro.group_config("unconfigured").await.unwrap(), custom);
+}
+
+/// A snapshot that cannot be written does not turn a durable command into an error.
+#[tokio::test]
+async fn a_failed_snapshot_does_not_fail_the_command() {
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 3));
+    let store: Arc<dyn ObjectStore> = faulty.clone();
+    let mut f = Fixture::on_store(store, 1, config(Explicit)).await;
+    faulty.inject(FaultRule::always(StoreOp::Put, "snapshot", Fault::Error));
+    // 200 produce calls of 32 KiB: past the snapshot threshold.
+    for i in 0..200u8 {
+        f.broker.produce(vec![ProducerRecord::new(IN, 0, vec![i; 32 * 1024])]).await.unwrap();
+    }
+    assert!(!faulty.injected().is_empty(), "a snapshot was tried and failed");
+    faulty.clear();
+    f.restart().await;
+    assert_eq!(f.broker.end_offset(&tp(0)).await.unwrap(), 200);
+}
+
+/// A poll that finds nothing leaves no share partition behind (it is not journaled, so
+/// a replay would not have it either).
+#[tokio::test]
+async fn an_empty_poll_leaves_no_trace() {
+    let mut f = Fixture::new(1, config(Explicit)).await;
+    let mut c = f.consumer(Explicit).await;
+    assert!(poll(&mut c, 5).await.is_empty());
+    assert_eq!(f.broker.share_partition_info(GROUP, &tp(0)).await.unwrap(), None);
+    f.restart().await;
+    assert_eq!(f.broker.share_partition_info(GROUP, &tp(0)).await.unwrap(), None);
+}
+
+/// Damage in the last segment followed by a valid entry is corruption, not a torn tail:
+/// cutting there would drop acknowledged entries.
+#[tokio::test]
+async fn damage_followed_by_a_valid_entry_is_corruption_not_a_tear() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::on_local_dir(dir.path(), 1, config(Explicit)).await;
+    for _ in 0..3 {
+        f.produce(0, 1).await;
+    }
+    f.broker.close();
+    let wal = dir.path().join("broker/wal");
+    let segment = std::fs::read_dir(&wal).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // The length field (bytes 8..12 of a frame) of the segment's first frame, made huge.
+    bytes[11] = 0x7f;
+    std::fs::write(&segment, &bytes).unwrap();
+    let err = f.reopen().await.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "nothing was cut");
 }

@@ -31,7 +31,10 @@ pub enum Error {
     #[error(transparent)]
     Checkpoint(#[from] shareflow_checkpoint::CheckpointError),
     /// The transaction is not known to the coordinator.
-    #[error("unknown transaction {txn}: it was never begun (or belongs to another broker)")]
+    #[error(
+        "unknown transaction {txn}: it was never begun, belongs to another broker, or was decided and then \
+         removed after share.transaction.retention.ms"
+    )]
     UnknownTransaction {
         /// The transaction id.
         txn: String,

@@ -126,12 +126,10 @@ impl TransactionParticipant for BrokerTransactions {
     }
 
     async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
-        let txns = self.broker.transactions().await.map_err(|e| runtime_error("embedded-broker", e))?;
-        Ok(txns
-            .iter()
-            .filter(|t| t.id.group_id() == template.group_id() && t.id.prefix() == template.prefix())
-            .map(|t| t.id.checkpoint_id())
-            .max())
+        self.broker
+            .highest_checkpoint_id(template.group_id(), template.prefix())
+            .await
+            .map_err(|e| runtime_error("embedded-broker", e))
     }
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {

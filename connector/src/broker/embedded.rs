@@ -298,8 +298,10 @@ impl EmbeddedBroker {
             Some((dir, _)) => Some(DirLock::acquire(dir)?),
             None => None,
         };
+        let default_config = options.default_config.clone();
+        default_config.validate()?;
         let broker = Self::recover(options, dir_lock, false).await?;
-        broker.execute(Command::Restarted).await?;
+        broker.execute(Command::Restarted { default_config }).await?;
         Ok(broker)
     }
 
@@ -373,19 +375,24 @@ impl EmbeddedBroker {
             let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
             let entry = Entry { now_ms, command };
             let (result, expired) = st.apply(&entry);
+            // A command that changed nothing still answers from a state that may hold
+            // others' entries not yet durable (a no-op commit after another caller's
+            // commit): it waits for them too, which costs nothing once they are.
             let lsn = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
-                Some(self.inner.journal.append(&entry)?)
+                self.inner.journal.append(&entry)?
             } else if expired {
-                Some(self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?)
+                self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?
             } else {
-                None
+                self.inner.journal.next_lsn().saturating_sub(1)
             };
             (result, lsn, std::mem::take(&mut st.events))
         };
         self.publish(&events);
-        if let Some(lsn) = lsn {
-            self.inner.journal.sync(lsn).await?;
-            self.maybe_snapshot().await?;
+        self.inner.journal.sync(lsn).await?;
+        // The command is durable: a failed snapshot must not turn it into an error (the
+        // caller would retry what is done). The journal simply grows until the next one.
+        if let Err(e) = self.maybe_snapshot().await {
+            tracing::warn!(error = %e, "journal snapshot failed; will try again later");
         }
         result
     }
@@ -453,6 +460,7 @@ impl EmbeddedBroker {
     /// there is nothing to flush.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.journal.close();
         self.inner.wake.notify_waiters();
         if let Ok(mut lock) = self.inner.dir_lock.lock() {
             lock.take();
@@ -628,6 +636,12 @@ impl EmbeddedBroker {
             Ok(b)
         })
         .await?
+    }
+
+    /// The highest checkpoint id `(group, prefix)` ever began a transaction for,
+    /// including transactions removed after retention: the next one must be higher.
+    pub async fn highest_checkpoint_id(&self, group: &str, prefix: &str) -> Result<Option<u64>> {
+        self.read(|st| st.highest_checkpoint(group, prefix)).await
     }
 
     /// The configuration of `group`: what [`configure_group`](Self::configure_group)

@@ -76,6 +76,8 @@ struct Appender {
     /// The open segment: first lsn, file, bytes written.
     active: Option<(Lsn, std::fs::File, u64)>,
     roll: bool,
+    /// The broker closed: no byte may reach the directory after its lock is released.
+    closed: bool,
 }
 
 /// Makes a file's creation, rename or removal in `dir` durable.
@@ -88,10 +90,18 @@ impl Appender {
     /// holds them, and whether that segment is new.
     fn append(&mut self, first: Lsn, bytes: &[u8]) -> std::io::Result<(Lsn, bool)> {
         use std::io::Write;
+        if self.closed {
+            return Err(std::io::Error::other("the broker is closed"));
+        }
         let full = self.active.as_ref().is_some_and(|(_, _, size)| *size >= ROLL_BYTES);
         let mut created = false;
         if self.active.is_none() || full || self.roll {
-            std::fs::create_dir_all(&self.wal_dir)?;
+            if !self.wal_dir.exists() {
+                std::fs::create_dir_all(&self.wal_dir)?;
+                if let (Durability::Fsync, Some(parent)) = (self.durability, self.wal_dir.parent()) {
+                    sync_dir(parent)?;
+                }
+            }
             let path = self.wal_dir.join(format!("{first:020}.seg"));
             // A kill between creating a segment and writing to it leaves it empty;
             // recovery removes such a file, but should one remain, an empty file with
@@ -161,15 +171,20 @@ impl Journal {
     }
 
     /// Writes a snapshot in its own task (see [`JournalCore::write_snapshot`]).
+    ///
+    /// Everything, the wait for `lsn` included, runs in the spawned task: a caller that
+    /// is cancelled cannot leave the snapshot claim taken.
     pub(crate) async fn write_snapshot_detached(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
-        if let Err(e) = self.sync(lsn).await {
-            self.abandon_snapshot();
-            return Err(e);
-        }
-        let core = self.core.clone();
-        tokio::spawn(async move { core.write_snapshot(lsn, state_bytes).await })
-            .await
-            .map_err(|e| Error::Internal(format!("journal snapshot task failed: {e}")))?
+        let journal = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = journal.sync(lsn).await {
+                journal.abandon_snapshot();
+                return Err(e);
+            }
+            journal.core.write_snapshot(lsn, state_bytes).await
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("journal snapshot task failed: {e}")))?
     }
 }
 
@@ -224,6 +239,16 @@ fn is_torn_tail(rest: &[u8], error: &envelope::EnvelopeError) -> bool {
     false
 }
 
+/// Whether a whole valid entry frame starts anywhere after the first byte of `rest`.
+/// A kill tears only the end of the last write, so nothing valid follows a torn tail:
+/// if something does, the damage is corruption (a flipped length, say), not a tear.
+fn valid_frame_follows(rest: &[u8]) -> bool {
+    let magic = ENTRY_MAGIC.0;
+    (1..rest.len().saturating_sub(magic.len()))
+        .filter(|&i| rest[i..].starts_with(&magic))
+        .any(|i| envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &rest[i..]).is_ok())
+}
+
 impl JournalCore {
     fn segment_path(&self, first: Lsn) -> Path {
         self.root.clone().join("wal").join(format!("{first:020}.seg"))
@@ -255,7 +280,13 @@ impl JournalCore {
         read_only: bool,
     ) -> Result<(Journal, Recovered)> {
         let appender = local.clone().filter(|_| !read_only).map(|(dir, durability)| {
-            Arc::new(Mutex::new(Appender { wal_dir: dir.join("wal"), durability, active: None, roll: false }))
+            Arc::new(Mutex::new(Appender {
+                wal_dir: dir.join("wal"),
+                durability,
+                active: None,
+                roll: false,
+                closed: false,
+            }))
         });
         let journal = JournalCore {
             appender,
@@ -308,10 +339,14 @@ impl JournalCore {
             if file.exists() {
                 std::fs::File::open(&file)?.sync_all()?;
             }
-            match file.parent() {
-                Some(parent) if parent.exists() => sync_dir(parent),
-                _ => Ok(()),
+            // The directory that names the file, and the one that names that
+            // directory (the store may just have created it).
+            for dir in file.ancestors().skip(1).take(2) {
+                if dir.exists() {
+                    sync_dir(dir)?;
+                }
             }
+            Ok(())
         };
         sync().map_err(|e| Error::storage(path, format!("cannot fsync ({e})"), None))
     }
@@ -401,6 +436,11 @@ impl JournalCore {
     }
 
     async fn replay(&self, fresh: BrokerState) -> Result<Recovered> {
+        // Segments first: a live broker (beside a read-only open) deletes segments only
+        // after a newer snapshot exists, so this order never sees a gap between the
+        // snapshot it reads and the segments it listed; a segment deleted after the
+        // listing is a NotFound, which the read-only open retries.
+        let segments = self.list("wal", ".seg").await?;
         let mut state = fresh;
         let mut snapshot_lsn = 0;
         if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
@@ -414,7 +454,6 @@ impl JournalCore {
                 b.last_snapshot_bytes = bytes.len() as u64;
             }
         }
-        let segments = self.list("wal", ".seg").await?;
         let mut next = snapshot_lsn + 1;
         let mut kept = Vec::new();
         let mut truncated_tail = None;
@@ -436,7 +475,7 @@ impl JournalCore {
             while pos < bytes.len() {
                 let frame = match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
                     Ok(f) => f,
-                    Err(e) if is_last && is_torn_tail(&bytes[pos..], &e) => {
+                    Err(e) if is_last && is_torn_tail(&bytes[pos..], &e) && !valid_frame_follows(&bytes[pos..]) => {
                         tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
                         truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
                         if !self.read_only {
@@ -552,7 +591,15 @@ impl JournalCore {
                 }
                 b.bytes_since_snapshot += len;
                 drop(b);
-                self.durable.send_replace(last);
+                // Two writers can finish out of order (one drops the lock, the next
+                // writes and reports first): the durable lsn only moves forward.
+                self.durable.send_if_modified(|durable| {
+                    let forward = last > *durable;
+                    if forward {
+                        *durable = last;
+                    }
+                    forward
+                });
                 Ok(())
             }
             Err(err) => {
@@ -606,6 +653,8 @@ impl JournalCore {
             .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
         // The segments it covers are deleted next: it must be on disk first.
         self.sync_local(&path)?;
+        // A closed journal's directory may belong to a new broker already.
+        self.check_healthy()?;
         // The open segment may hold only entries the snapshot covers; it must not be
         // deleted while it is appended to, so roll it and delete it next time.
         let active = match &self.appender {
@@ -647,6 +696,22 @@ impl JournalCore {
     /// The lsn the next entry will get.
     pub(crate) fn next_lsn(&self) -> Lsn {
         self.lock().map_or(0, |b| b.next_lsn)
+    }
+
+    /// Closes the journal: every later append, sync and read fails with
+    /// [`Error::Closed`], and once this returns no write of this journal reaches the
+    /// directory any more (an append under way finishes first), so the directory lock
+    /// can be released.
+    pub(crate) fn close(&self) {
+        if let Ok(mut b) = self.lock() {
+            b.failed.get_or_insert(Error::Closed { what: "embedded broker journal".into() });
+        }
+        if let Some(appender) = &self.appender {
+            let mut a = appender.lock().unwrap_or_else(|p| p.into_inner());
+            a.closed = true;
+            a.active = None;
+        }
+        self.durable.send_modify(|_| {});
     }
 
     /// The last lsn durable in storage.

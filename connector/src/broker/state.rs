@@ -93,8 +93,12 @@ pub(crate) enum Command {
     },
     /// Only time passed: expire locks and transactions.
     Tick,
-    /// The broker restarted: members are gone and their records come back.
-    Restarted,
+    /// The broker restarted: members are gone and their records come back. It carries
+    /// the configuration of groups nobody configured, as the broker was opened with it:
+    /// replay must not depend on how the journal is opened later.
+    Restarted {
+        default_config: ShareConfig,
+    },
 }
 
 /// A command and the broker time it ran at.
@@ -167,11 +171,23 @@ struct Group {
     members: BTreeMap<MemberKey, Member>,
     partitions: BTreeMap<TopicPartition, SharePartition>,
     epochs: BTreeMap<String, ProducerEpoch>,
+    /// The highest checkpoint id ever begun, per prefix.
+    highest_checkpoint: BTreeMap<String, u64>,
+    /// The highest checkpoint id removed after retention, per prefix: no id at or below
+    /// it is begun again (checkpoint ids only grow, so nothing legitimate is refused).
+    retired_checkpoint: BTreeMap<String, u64>,
 }
 
 impl Group {
     fn new(config: ShareConfig) -> Self {
-        Self { config, members: BTreeMap::new(), partitions: BTreeMap::new(), epochs: BTreeMap::new() }
+        Self {
+            config,
+            members: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+            epochs: BTreeMap::new(),
+            highest_checkpoint: BTreeMap::new(),
+            retired_checkpoint: BTreeMap::new(),
+        }
     }
 
     fn limits(&self) -> Limits {
@@ -228,7 +244,8 @@ impl BrokerState {
     /// The command is all or nothing; the expiry stands even when the command fails.
     /// Returns the outcome and whether the expiry changed anything.
     pub(crate) fn apply(&mut self, entry: &Entry) -> (Result<Outcome>, bool) {
-        if entry.command == Command::Restarted {
+        if let Command::Restarted { default_config } = &entry.command {
+            self.default_config = default_config.clone();
             self.restart();
             let expired = self.expire(entry.now_ms);
             return (Ok(Outcome::Done), expired);
@@ -272,8 +289,12 @@ impl BrokerState {
             self.events.txn_timed_out += 1;
         }
         let purged = self.txns.purge(now_ms);
+        for id in &purged {
+            let retired = self.group_mut(id.group_id()).retired_checkpoint.entry(id.prefix().to_string()).or_default();
+            *retired = (*retired).max(id.checkpoint_id());
+        }
         self.note(changes);
-        changes.any() || !timed_out.is_empty() || purged > 0
+        changes.any() || !timed_out.is_empty() || !purged.is_empty()
     }
 
     fn note(&mut self, changes: Changes) {
@@ -340,7 +361,8 @@ impl BrokerState {
             Command::Abort { id, epoch } => self.decide_txn(TxnOp::Abort, id, *epoch, now_ms),
             // Time alone changes nothing beyond what `expire` already did.
             Command::Tick => Ok(Outcome::Unchanged),
-            Command::Restarted => {
+            Command::Restarted { default_config } => {
+                self.default_config = default_config.clone();
                 self.restart();
                 Ok(Outcome::Done)
             }
@@ -481,8 +503,16 @@ impl BrokerState {
             }
             let tp = &tps[(start + i) % tps.len()];
             let Some(log) = self.topics.get(&tp.topic).and_then(|p| p.get(tp.partition as usize)) else { continue };
+            // A share partition exists once something was delivered from it: an empty
+            // acquire must leave no trace, since it is not journaled.
+            if log.end() == 0 && !g.partitions.contains_key(tp) {
+                continue;
+            }
             let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(0));
             let (ranges, acquired) = sp.acquire(member, budget, now_ms, &limits, log);
+            if ranges.is_empty() && !acquired.any() && sp.fetched_end() == 0 {
+                g.partitions.remove(tp);
+            }
             changes.add(acquired);
             for r in ranges {
                 budget -= (r.last - r.first + 1) as u64;
@@ -644,6 +674,16 @@ impl BrokerState {
                 crate::share::keys::TXN_TIMEOUT_MS
             )));
         }
+        let retired = self.groups.get(id.group_id()).and_then(|g| g.retired_checkpoint.get(id.prefix())).copied();
+        if let Some(retired) = retired.filter(|&r| id.checkpoint_id() <= r) {
+            return Err(Error::InvalidRequest(format!(
+                "transaction {id} cannot begin: checkpoint ids of group {} prefix {} are never reused, and ids up \
+                 to {retired} were decided and removed after {}; begin a checkpoint id above {retired}",
+                id.group_id(),
+                id.prefix(),
+                crate::share::keys::TXN_RETENTION_MS,
+            )));
+        }
         let max = config.max_pending_transactions();
         let pending: Vec<String> = self
             .txns
@@ -660,6 +700,8 @@ impl BrokerState {
                 ids: pending.join(", "),
             });
         }
+        let highest = self.group_mut(id.group_id()).highest_checkpoint.entry(id.prefix().to_string()).or_default();
+        *highest = (*highest).max(id.checkpoint_id());
         self.txns.insert(Txn {
             id: id.clone(),
             state: TransactionState::Ongoing,
@@ -774,6 +816,12 @@ impl BrokerState {
 
     pub(crate) fn txn(&self, id: &TransactionId) -> Option<&Txn> {
         self.txns.get_by_id(id)
+    }
+
+    /// The highest checkpoint id ever begun by `(group, prefix)`, decided and removed
+    /// ones included.
+    pub(crate) fn highest_checkpoint(&self, group: &str, prefix: &str) -> Option<u64> {
+        self.groups.get(group).and_then(|g| g.highest_checkpoint.get(prefix)).copied()
     }
 
     /// The group's configuration, or the default for a group never configured.

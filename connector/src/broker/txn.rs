@@ -171,9 +171,9 @@ impl TxnTable {
         self.expiry.insert((remove_at_ms, key));
     }
 
-    /// Removes decided transactions whose retention has passed; returns how many.
-    pub(crate) fn purge(&mut self, now_ms: u64) -> usize {
-        let mut removed = 0;
+    /// Removes decided transactions whose retention has passed; returns their ids.
+    pub(crate) fn purge(&mut self, now_ms: u64) -> Vec<TransactionId> {
+        let mut removed = Vec::new();
         while let Some(&(at, key)) = self.expiry.first() {
             if at > now_ms {
                 break;
@@ -181,7 +181,7 @@ impl TxnTable {
             self.expiry.pop_first();
             if let Some(t) = self.txns.remove(&key) {
                 self.by_id.remove(&t.id);
-                removed += 1;
+                removed.push(t.id);
             }
         }
         removed
