@@ -545,6 +545,10 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
             source,
         })?;
         let input = DemoInput { records: options.records, partitions: options.partitions, mode: options.mode };
+        // Never clear a directory a live demo's broker holds.
+        if options.dir.join("broker").exists() {
+            BrokerOptions::local_dir(options.dir.join("broker"))?.check_not_in_use()?;
+        }
         start_afresh(&options.dir, &input)?;
         input
     };

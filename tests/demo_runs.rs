@@ -175,3 +175,18 @@ fn the_cli_resumes_and_refuses_what_a_resume_cannot_take() {
     assert!(stdout.contains("\"resumed\":true") && stdout.contains("\"records_produced\":200"), "{stdout}");
     assert!(stdout.contains("\"violations\":0"), "{stdout}");
 }
+
+/// A fresh demo never clears a broker directory that a live broker holds: it would
+/// delete the files the live broker goes on writing to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_demo_refuses_a_directory_a_live_broker_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
+    live.create_topic("kept", 1).await.unwrap();
+    let err = demo::run(&options(tmp.path(), 10)).await.unwrap_err();
+    assert!(err.to_string().contains("in use by pid"), "{err}");
+    assert_eq!(live.partition_count("kept").unwrap(), 1);
+    live.close();
+    let reopened = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
+    assert_eq!(reopened.partition_count("kept").unwrap(), 1, "the live broker's files were left alone");
+}

@@ -96,6 +96,17 @@ impl BrokerOptions {
         }
     }
 
+    /// Fails with [`Error::DirectoryLocked`] if a live broker holds this local
+    /// directory; for tools that must not clear or replace a directory in use. (Between
+    /// this check and what follows another broker could start: use
+    /// [`EmbeddedBroker::open`] where that matters.)
+    pub fn check_not_in_use(&self) -> Result<()> {
+        match &self.local {
+            Some((dir, _)) => DirLock::acquire(dir).map(drop),
+            None => Ok(()),
+        }
+    }
+
     /// The clock for lock and transaction timeouts.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
