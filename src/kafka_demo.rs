@@ -52,7 +52,8 @@ pub struct KafkaDemoOptions {
     pub checkpoints: Option<String>,
     /// Exactly-once (Kafka transactions) or at-least-once.
     pub exactly_once: bool,
-    /// In-process crashes at fault points, in order: `(point, skip)`.
+    /// In-process crashes at fault points: `(point, skip)`, all armed at once, each
+    /// firing on hit `skip + 1` of its own point.
     pub crashes: Vec<(String, u32)>,
     /// Check the output against the input at the end.
     pub verify: bool,
