@@ -10,7 +10,8 @@
 //!   existence is the commit decision for the transactions it lists.
 //! - [`protocol`]: pure recovery decisions. [`protocol::resolve`] picks the newest
 //!   complete, verifiable checkpoint and what to garbage-collect;
-//!   [`protocol::decide_transaction`] says whether a pending transaction commits.
+//!   [`protocol::plan_recovery`] and [`protocol::plan_completion`] say which pending
+//!   transactions commit and which abort: the commit rules, in one place.
 //! - [`CheckpointStore`]: the I/O edge: write state, publish manifests, recover, collect
 //!   garbage, savepoints, and inspection.
 //! - [`open_url`]: `memory://`, `file://`, `s3://` (and `gs://`, `az://` by feature).

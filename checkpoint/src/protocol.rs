@@ -198,24 +198,85 @@ pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
     }
 }
 
-/// What to do with a transaction found pending on recovery.
+/// A transaction a participant reports pending (ONGOING or PREPARE) on recovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransactionDecision {
-    /// PREPARE, and its checkpoint is at or before the restored one: its manifest was
-    /// written (or a later checkpoint subsumed it), so it must commit.
-    Commit,
-    /// Anything else: ONGOING, or prepared for a checkpoint that never completed.
-    Abort,
+pub struct PendingTxn {
+    /// Which participant reports it (an index the caller chooses).
+    pub participant: usize,
+    /// The checkpoint its id names: T(n) has checkpoint id n.
+    pub checkpoint_id: u64,
+    /// Whether the participant reports it PREPARE.
+    pub prepared: bool,
 }
 
-/// DESIGN.md §3 step 7: commit PREPARE transactions with checkpoint id <= the restored
-/// checkpoint, abort everything else.
-pub fn decide_transaction(restored: Option<u64>, checkpoint_id: u64, prepared: bool) -> TransactionDecision {
-    if prepared && restored.is_some_and(|m| checkpoint_id <= m) {
-        TransactionDecision::Commit
-    } else {
-        TransactionDecision::Abort
+/// One step of a commit plan, on one participant's transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnAction {
+    /// A checkpoint at or before the restored one decided it, and it is PREPARE: commit.
+    Commit {
+        /// The participant.
+        participant: usize,
+        /// T(checkpoint_id).
+        checkpoint_id: u64,
+    },
+    /// A checkpoint decided it, but the participant reports it ONGOING. The manifest is
+    /// written only after every participant's prepare returned, so this participant's
+    /// prepare left no state it can report (Kafka without KIP-939: a prepare is a flush
+    /// and the broker still says Ongoing). Prepare again (idempotent), then commit; a
+    /// participant that answers "already aborted" here has lost decided work.
+    PrepareAndCommit {
+        /// The participant.
+        participant: usize,
+        /// T(checkpoint_id).
+        checkpoint_id: u64,
+    },
+    /// No complete checkpoint decided it: abort (records are redelivered, staged
+    /// output discarded).
+    Abort {
+        /// The participant.
+        participant: usize,
+        /// T(checkpoint_id).
+        checkpoint_id: u64,
+    },
+}
+
+impl TxnAction {
+    /// The checkpoint whose transaction the action is on.
+    pub fn checkpoint_id(&self) -> u64 {
+        match *self {
+            TxnAction::Commit { checkpoint_id, .. }
+            | TxnAction::PrepareAndCommit { checkpoint_id, .. }
+            | TxnAction::Abort { checkpoint_id, .. } => checkpoint_id,
+        }
     }
+}
+
+/// DESIGN.md §3 step 7, the recovery half of the commit rules (decision 0005): with
+/// checkpoint `restored` restored, every pending transaction with checkpoint id <=
+/// `restored` commits (prepared first if a participant reports it ONGOING), and every
+/// other one aborts. The plan runs in checkpoint-id order; carrying it out is idempotent,
+/// so a recovery that crashes half-way plans and runs again.
+pub fn plan_recovery(restored: Option<u64>, pending: &[PendingTxn]) -> Vec<TxnAction> {
+    let mut ordered = pending.to_vec();
+    ordered.sort_by_key(|t| (t.checkpoint_id, t.participant));
+    ordered
+        .into_iter()
+        .map(|PendingTxn { participant, checkpoint_id, prepared }| {
+            match (restored.is_some_and(|m| checkpoint_id <= m), prepared) {
+                (true, true) => TxnAction::Commit { participant, checkpoint_id },
+                (true, false) => TxnAction::PrepareAndCommit { participant, checkpoint_id },
+                (false, _) => TxnAction::Abort { participant, checkpoint_id },
+            }
+        })
+        .collect()
+}
+
+/// The completion half of the commit rules: once checkpoint `completed`'s manifest is
+/// written, every uncommitted transaction up to it commits, earlier ones included (a
+/// checkpoint that failed left its transaction open, and a later one decides it), in
+/// checkpoint-id order. Later ones stay open.
+pub fn plan_completion(completed: u64, uncommitted: &std::collections::BTreeSet<u64>) -> Vec<u64> {
+    uncommitted.range(..=completed).copied().collect()
 }
 
 #[cfg(test)]
@@ -320,18 +381,39 @@ mod tests {
     }
 
     #[test]
-    fn transaction_decisions() {
-        use TransactionDecision::*;
-        let rows = [
-            (Some(5), 5, true, Commit),
-            (Some(5), 4, true, Commit),
-            (Some(5), 6, true, Abort),
-            (Some(5), 5, false, Abort),
-            (None, 1, true, Abort),
-            (None, 1, false, Abort),
+    fn recovery_plans() {
+        let t = |participant, checkpoint_id, prepared| PendingTxn { participant, checkpoint_id, prepared };
+        let commit = |participant, checkpoint_id| TxnAction::Commit { participant, checkpoint_id };
+        let prepare_commit = |participant, checkpoint_id| TxnAction::PrepareAndCommit { participant, checkpoint_id };
+        let abort = |participant, checkpoint_id| TxnAction::Abort { participant, checkpoint_id };
+        let rows: Vec<(Option<u64>, Vec<PendingTxn>, Vec<TxnAction>)> = vec![
+            // Nothing restored: everything aborts, PREPARE included.
+            (None, vec![t(0, 1, true), t(0, 2, false)], vec![abort(0, 1), abort(0, 2)]),
+            // The restored checkpoint and earlier ones commit; later ones abort.
+            (Some(5), vec![t(0, 5, true), t(0, 4, true), t(0, 6, true)], vec![commit(0, 4), commit(0, 5), abort(0, 6)]),
+            // Decided but reported ONGOING: prepare, then commit.
+            (Some(5), vec![t(1, 5, false)], vec![prepare_commit(1, 5)]),
+            // ONGOING and not decided: abort.
+            (Some(5), vec![t(1, 6, false)], vec![abort(1, 6)]),
+            // Two participants: ordered by checkpoint, then participant.
+            (
+                Some(3),
+                vec![t(1, 3, true), t(0, 4, false), t(0, 3, true), t(1, 2, false)],
+                vec![prepare_commit(1, 2), commit(0, 3), commit(1, 3), abort(0, 4)],
+            ),
+            (Some(3), vec![], vec![]),
         ];
-        for (restored, id, prepared, expected) in rows {
-            assert_eq!(decide_transaction(restored, id, prepared), expected, "{restored:?} {id} {prepared}");
+        for (restored, pending, expected) in rows {
+            assert_eq!(plan_recovery(restored, &pending), expected, "{restored:?} {pending:?}");
+        }
+    }
+
+    #[test]
+    fn completion_plans() {
+        let open: BTreeSet<u64> = [3, 4, 6, 7].into();
+        let rows = [(2, vec![]), (3, vec![3]), (5, vec![3, 4]), (6, vec![3, 4, 6]), (9, vec![3, 4, 6, 7])];
+        for (completed, expected) in rows {
+            assert_eq!(plan_completion(completed, &open), expected, "completing {completed}");
         }
     }
 }

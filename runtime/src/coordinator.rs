@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
-use shareflow_checkpoint::protocol::{CollectReason, RecoveryDecision, RecoveryPlan};
+use shareflow_checkpoint::protocol::{plan_completion, CollectReason, RecoveryDecision, RecoveryPlan};
 use shareflow_checkpoint::{ParticipantState, TransactionRecord};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -162,7 +162,7 @@ impl Coordinator<'_> {
     /// Every subtask acknowledged barrier n: prepare, write the decision, commit, notify.
     async fn complete(&mut self, n: u64, acks: BTreeMap<(usize, u32), StateItems>, started: Instant) -> Result<()> {
         tracing::debug!(checkpoint = n, "all subtasks acknowledged");
-        let to_commit: Vec<u64> = self.uncommitted.range(..=n).copied().collect();
+        let to_commit = plan_completion(n, &self.uncommitted);
         // Phase one: every pending epoch up to n, on every participant.
         let mut refused = Vec::new();
         for &k in &to_commit {

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use shareflow_checkpoint::protocol::{decide_transaction, RetentionPolicy, TransactionDecision};
+use shareflow_checkpoint::protocol::{plan_recovery, PendingTxn, RetentionPolicy, TxnAction};
 use tokio::sync::mpsc;
 
 use crate::config::{JobConfig, RestartStrategy};
@@ -155,35 +155,43 @@ impl Job {
         let restored = recovery.plan.restored_id();
         let mut highest = recovery.plan.next_checkpoint_id.saturating_sub(1);
         let mut pending = Vec::new();
-        for p in &self.spec.participants {
+        for (index, p) in self.spec.participants.iter().enumerate() {
             if let Some(h) = p.highest_checkpoint_id(&self.template).await? {
                 highest = highest.max(h);
             }
             for t in p.pending(&self.template).await? {
                 highest = highest.max(t.id.checkpoint_id());
-                pending.push((p.clone(), t));
+                pending.push(PendingTxn {
+                    participant: index,
+                    checkpoint_id: t.id.checkpoint_id(),
+                    prepared: t.prepared,
+                });
             }
         }
-        pending.sort_by_key(|(_, t)| t.id.checkpoint_id());
-        for (i, (p, t)) in pending.iter().enumerate() {
-            match decide_transaction(restored, t.id.checkpoint_id(), true) {
-                TransactionDecision::Commit => {
-                    if !t.prepared && !p.prepare(&t.id).await? {
-                        return Err(RuntimeError::Internal(format!(
-                            "{} of {} is covered by checkpoint {restored:?} but was aborted",
-                            t.id,
-                            p.name()
-                        )));
-                    }
-                    tracing::info!(txn = %t.id, participant = p.name(), "recovery: committing a transaction its checkpoint decided");
-                    p.commit(&t.id).await?;
-                    self.metrics.checkpoints(|c| c.transactions_recovered += 1);
-                }
-                TransactionDecision::Abort => {
-                    tracing::info!(txn = %t.id, participant = p.name(), "recovery: aborting an undecided transaction");
-                    p.abort(&t.id).await?;
-                    self.metrics.checkpoints(|c| c.transactions_aborted += 1);
-                }
+        // The commit rules are decided in one place (checkpoint::protocol); this only
+        // carries the plan out.
+        for (i, action) in plan_recovery(restored, &pending).into_iter().enumerate() {
+            let (index, commit, prepare) = match action {
+                TxnAction::Commit { participant, .. } => (participant, true, false),
+                TxnAction::PrepareAndCommit { participant, .. } => (participant, true, true),
+                TxnAction::Abort { participant, .. } => (participant, false, false),
+            };
+            let p = &self.spec.participants[index];
+            let txn = self.template.transaction(action.checkpoint_id());
+            if prepare && !p.prepare(&txn).await? {
+                return Err(RuntimeError::Internal(format!(
+                    "{txn} of {} is covered by checkpoint {restored:?} but was aborted",
+                    p.name()
+                )));
+            }
+            if commit {
+                tracing::info!(txn = %txn, participant = p.name(), "recovery: committing a transaction its checkpoint decided");
+                p.commit(&txn).await?;
+                self.metrics.checkpoints(|c| c.transactions_recovered += 1);
+            } else {
+                tracing::info!(txn = %txn, participant = p.name(), "recovery: aborting an undecided transaction");
+                p.abort(&txn).await?;
+                self.metrics.checkpoints(|c| c.transactions_aborted += 1);
             }
             if i == 0 {
                 self.failpoints.hit(points::RECOVERY_MID)?;
