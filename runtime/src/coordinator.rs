@@ -9,12 +9,13 @@ use shareflow_checkpoint::{ParticipantState, TransactionRecord};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::channel::Barrier;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
 use crate::metrics::JobMetrics;
 use crate::operator::{Participant, StateItems, TransactionTemplate};
-use crate::task::{Barrier, Control, Report};
+use crate::task::{Control, Report};
 
 pub(crate) struct Coordinator<'a> {
     pub(crate) config: &'a JobConfig,

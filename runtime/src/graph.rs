@@ -11,48 +11,13 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 
+use crate::channel::Collector;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::job::Job;
 use crate::operator::{Operator, Participant, Source, SubtaskContext};
 use crate::partition::Partitioning;
-use crate::task::Collector;
-
-/// Makes one source subtask per call.
-pub type SourceFactory = Arc<dyn Fn(&SubtaskContext) -> Box<dyn Source> + Send + Sync>;
-/// Makes one operator subtask per call.
-pub type OperatorFactory = Arc<dyn Fn(&SubtaskContext) -> Box<dyn Operator> + Send + Sync>;
-
-#[derive(Clone)]
-pub(crate) enum NodeKind {
-    Source(SourceFactory),
-    Operator(OperatorFactory),
-}
-
-#[derive(Clone)]
-pub(crate) struct Node {
-    pub(crate) name: String,
-    pub(crate) kind: NodeKind,
-    pub(crate) parallelism: Option<u32>,
-    pub(crate) schema: Option<SchemaRef>,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Edge {
-    pub(crate) from: usize,
-    pub(crate) to: usize,
-    pub(crate) partitioning: Option<Partitioning>,
-    /// Which input of `to` this edge is (0 for the first).
-    pub(crate) input: usize,
-}
-
-#[derive(Default)]
-pub(crate) struct GraphSpec {
-    pub(crate) nodes: Vec<Node>,
-    pub(crate) edges: Vec<Edge>,
-    pub(crate) participants: Vec<Participant>,
-    pub(crate) errors: Vec<RuntimeError>,
-}
+use crate::spec::{Edge, GraphSpec, Node, NodeKind, OperatorFactory, SourceFactory};
 
 /// Builds a job graph. Clone-free fluent API: each call returns a [`Stream`].
 ///

@@ -6,15 +6,16 @@ use bytes::Bytes;
 use shareflow_checkpoint::protocol::{plan_recovery, PendingTxn, RetentionPolicy, TxnAction};
 use tokio::sync::mpsc;
 
+use crate::channel::{Collector, OutEdge, Tagged};
 use crate::config::{JobConfig, RestartStrategy};
 use crate::coordinator::Coordinator;
 use crate::error::{Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
-use crate::graph::{GraphSpec, NodeKind};
 use crate::metrics::{JobMetrics, JobMetricsSnapshot};
 use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
 use crate::partition::Partitioning;
-use crate::task::{self, Collector, Inputs, OutEdge, Report, TaskIo};
+use crate::spec::{GraphSpec, NodeKind};
+use crate::task::{self, Inputs, Report, TaskIo};
 
 /// A validated job, ready to run (and to run again: every run recovers from storage).
 pub struct Job {
@@ -41,7 +42,7 @@ pub struct JobReport {
 }
 
 struct Wiring {
-    receivers: Vec<Vec<Option<mpsc::Receiver<task::Tagged>>>>,
+    receivers: Vec<Vec<Option<mpsc::Receiver<Tagged>>>>,
     out_edges: Vec<Vec<Vec<OutEdge>>>,
     input_edge: Vec<Vec<Vec<usize>>>,
 }
@@ -235,7 +236,7 @@ impl Job {
         let nodes = &self.spec.nodes;
         let cap = self.config.channel_capacity;
         let p = |i: usize| self.parallelism[i] as usize;
-        let mut senders: Vec<Vec<mpsc::Sender<task::Tagged>>> = Vec::new();
+        let mut senders: Vec<Vec<mpsc::Sender<Tagged>>> = Vec::new();
         let mut receivers = Vec::new();
         for i in 0..nodes.len() {
             let (tx, rx): (Vec<_>, Vec<_>) = (0..p(i)).map(|_| mpsc::channel(cap)).map(|(t, r)| (t, Some(r))).unzip();

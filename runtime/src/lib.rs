@@ -37,6 +37,7 @@
 //! # Ok::<(), shareflow_runtime::RuntimeError>(()) }).unwrap();
 //! ```
 
+mod channel;
 mod config;
 mod coordinator;
 mod error;
@@ -46,16 +47,18 @@ mod job;
 mod metrics;
 mod operator;
 mod partition;
+mod spec;
 pub mod sql;
 mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use async_trait::async_trait;
+pub use channel::Collector;
 pub use config::{JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Failpoints;
-pub use graph::{JobBuilder, OperatorFactory, SourceFactory, Stream};
+pub use graph::{JobBuilder, Stream};
 pub use job::{Job, JobReport};
 pub use metrics::{CheckpointMetrics, JobMetrics, JobMetricsSnapshot, OperatorMetricsSnapshot};
 pub use operator::{
@@ -64,4 +67,4 @@ pub use operator::{
 };
 pub use partition::Partitioning;
 pub use shareflow_checkpoint as checkpoint;
-pub use task::Collector;
+pub use spec::{OperatorFactory, SourceFactory};

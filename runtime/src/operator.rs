@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use shareflow_checkpoint::TransactionId;
 
+use crate::channel::Collector;
 use crate::error::Result;
 use crate::failpoint::Failpoints;
-use crate::task::Collector;
 
 /// Who a subtask is and what it runs in.
 #[derive(Debug, Clone)]

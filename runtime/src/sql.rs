@@ -17,9 +17,9 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 
+use crate::channel::Collector;
 use crate::error::{Result, RuntimeError};
 use crate::operator::Operator;
-use crate::task::Collector;
 
 /// One per-batch step of a planned query, bottom-up.
 #[derive(Debug)]

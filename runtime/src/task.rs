@@ -3,39 +3,15 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
 
+use crate::channel::{Barrier, Collector, Message, Tagged};
 use crate::error::{Result, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Operator, Source, SourceEvent, StateItems, SubtaskContext};
-use crate::partition::{split_by_hash, Partitioning};
-
-/// A checkpoint barrier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Barrier {
-    pub(crate) checkpoint_id: u64,
-    /// The last checkpoint: sources end after it.
-    pub(crate) is_final: bool,
-}
-
-/// What flows on an edge.
-#[derive(Debug, Clone)]
-pub(crate) enum Message {
-    Batch(RecordBatch),
-    Barrier(Barrier),
-    End,
-}
-
-/// A message tagged with the receiving subtask's input index.
-#[derive(Debug)]
-pub(crate) struct Tagged {
-    pub(crate) input: usize,
-    pub(crate) message: Message,
-}
 
 /// Coordinator -> task.
 #[derive(Debug, Clone, Copy)]
@@ -51,93 +27,6 @@ pub(crate) enum Report {
     SourceFinished,
     Finished,
     Failed(RuntimeError),
-}
-
-/// One downstream connection of a subtask.
-#[derive(Debug)]
-pub(crate) struct OutEdge {
-    pub(crate) partitioning: Partitioning,
-    /// Per downstream subtask reached: its sender and this edge's input index there.
-    pub(crate) targets: Vec<(mpsc::Sender<Tagged>, usize)>,
-    /// Round-robin position.
-    pub(crate) next: usize,
-}
-
-/// Where an operator's output goes. Sending waits when a downstream channel is full,
-/// which is how backpressure reaches the sources.
-#[derive(Debug)]
-pub struct Collector {
-    task: String,
-    edges: Vec<OutEdge>,
-    metrics: Arc<OperatorMetrics>,
-}
-
-impl Collector {
-    pub(crate) fn new(task: String, edges: Vec<OutEdge>, metrics: Arc<OperatorMetrics>) -> Self {
-        Self { task, edges, metrics }
-    }
-
-    async fn send(task: &str, metrics: &OperatorMetrics, tx: &mpsc::Sender<Tagged>, tagged: Tagged) -> Result<()> {
-        match tx.try_send(tagged) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(tagged)) => {
-                let started = Instant::now();
-                let sent = tx.send(tagged).await;
-                metrics.add_backpressure(started.elapsed());
-                sent.map_err(|_| RuntimeError::Cancelled(format!("{task}: downstream is gone")))
-            }
-            Err(TrySendError::Closed(_)) => Err(RuntimeError::Cancelled(format!("{task}: downstream is gone"))),
-        }
-    }
-
-    /// Emits a batch to every downstream operator, partitioned per edge.
-    pub async fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
-        self.metrics.add_rows_out(batch.num_rows() as u64);
-        for edge in &mut self.edges {
-            let batch = batch.clone();
-            match &edge.partitioning {
-                Partitioning::Forward => {
-                    // A forward edge has exactly one target: the subtask of the same index.
-                    let (tx, input) = &edge.targets[0];
-                    Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: Message::Batch(batch) })
-                        .await?;
-                }
-                Partitioning::RoundRobin => {
-                    let (tx, input) = &edge.targets[edge.next % edge.targets.len()];
-                    edge.next = edge.next.wrapping_add(1);
-                    Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: Message::Batch(batch) })
-                        .await?;
-                }
-                Partitioning::Hash(column) => {
-                    let parts = split_by_hash(&batch, column, edge.targets.len(), &self.task)?;
-                    for (target, part) in parts {
-                        let (tx, input) = &edge.targets[target];
-                        Self::send(
-                            &self.task,
-                            &self.metrics,
-                            tx,
-                            Tagged { input: *input, message: Message::Batch(part) },
-                        )
-                        .await?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends a barrier or end-of-stream to every downstream subtask.
-    pub(crate) async fn broadcast(&mut self, message: Message) -> Result<()> {
-        for edge in &self.edges {
-            for (tx, input) in &edge.targets {
-                Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: message.clone() }).await?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The inputs of a subtask, merged, with barrier alignment: once barrier n arrived on

@@ -12,12 +12,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use shareflow_checkpoint::TransactionId;
 
+use crate::channel::Collector;
 use crate::error::{Result, RuntimeError};
 use crate::operator::{
     Operator, Participant, PendingTransaction, Source, SourceEvent, StateItems, SubtaskContext, TransactionParticipant,
     TransactionTemplate,
 };
-use crate::task::Collector;
 
 /// A bounded, replayable source: `splits` sequences of `rows_per_split` rows each.
 /// Its state is the next offset of each split, so it restores at any parallelism.
