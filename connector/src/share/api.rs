@@ -37,7 +37,8 @@ pub struct TransactionHandle {
     pub epoch: ProducerEpoch,
 }
 
-/// A transaction that is not decided yet, as listed for recovery.
+/// KIP-1289 `PendingTransaction` (seed 000, "State Storage": `ShareTransactionState`):
+/// a transaction that is not decided yet, as listed for recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingTransaction {
     /// The transaction.
@@ -77,8 +78,9 @@ pub trait ShareConsumer: Send {
     /// Settles one record outside any transaction (sent on the next poll or commit).
     async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()>;
 
-    /// Stages one record into transaction `txn`: ACQUIRED -> LOCKED. Returns once the
-    /// broker holds it durably.
+    /// KIP-1289 ShareAcknowledgeTransactional for one record (seed 000's
+    /// `acknowledgeTransactional`): ACQUIRED -> LOCKED in `txn`. Returns once the broker
+    /// holds it durably.
     async fn acknowledge_transactional(
         &mut self,
         record: &Record,
@@ -89,7 +91,8 @@ pub trait ShareConsumer: Send {
         self.acknowledge_batches_transactional(&acks, txn).await
     }
 
-    /// Stages offset ranges into transaction `txn` at once; all or nothing.
+    /// KIP-1289 ShareAcknowledgeTransactional with its `AcknowledgementBatches`: stages
+    /// offset ranges into transaction `txn` at once; all or nothing.
     async fn acknowledge_batches_transactional(
         &mut self,
         acks: &ShareAcknowledgements,
@@ -103,7 +106,8 @@ pub trait ShareConsumer: Send {
     async fn close(&mut self) -> Result<()>;
 }
 
-/// The coordinator side of KIP-1289, bound to one `(group, prefix)` and epoch.
+/// KIP-1289's `ShareTransactionCoordinator` (seed 000, "New Coordinator API"), bound to
+/// one `(group, prefix)` and epoch.
 ///
 /// Every call is idempotent by transaction id: `begin` returns the existing
 /// transaction, `prepare` of a prepared one, `commit` of a committed one and `abort` of
@@ -119,17 +123,21 @@ pub trait ShareTransactionCoordinator: Send + Sync {
     /// `share.transaction.timeout.ms`; `Duration::ZERO` asks for exactly that.
     async fn begin_transaction(&self, id: &TransactionId, timeout: Duration) -> Result<TransactionHandle>;
 
-    /// ONGOING -> PREPARE, durably. After this only the coordinator decides.
+    /// KIP-1289 SharePrepareTransaction (phase 1): ONGOING -> PREPARE, durably. After
+    /// this only the coordinator decides; the broker never aborts it by timeout.
     async fn prepare_transaction(&self, id: &TransactionId) -> Result<()>;
 
-    /// PREPARE -> COMMITTED: staged acknowledgements apply and staged output becomes
-    /// visible in one atomic step.
+    /// KIP-1289 ShareCommitTransaction (phase 2): PREPARE -> COMMITTED. Staged
+    /// acknowledgements apply (LOCKED -> ACKNOWLEDGED, or ARCHIVED for REJECT) and staged
+    /// output becomes visible in one atomic step.
     async fn commit_transaction(&self, id: &TransactionId) -> Result<()>;
 
-    /// ONGOING or PREPARE -> ABORTED: locked records become AVAILABLE, output is discarded.
+    /// KIP-1289 ShareAbortTransaction: ONGOING or PREPARE -> ABORTED. LOCKED records
+    /// become AVAILABLE (or ARCHIVED at the delivery limit), output is discarded.
     async fn abort_transaction(&self, id: &TransactionId) -> Result<()>;
 
-    /// The ONGOING and PREPARE transactions of `group` (every prefix).
+    /// KIP-1289 `listPendingTransactions(groupId)`: the ONGOING and PREPARE transactions
+    /// of `group` (every prefix), for the recovery protocol.
     async fn list_pending_transactions(&self, group: &str) -> Result<Vec<PendingTransaction>>;
 }
 
