@@ -1,5 +1,6 @@
 //! [`KafkaTransactions`]: T(n) as a real Kafka transaction, the acknowledgement ledger,
-//! and recovery of transactions a crash left open.
+//! and recovery of transactions a crash left open. DescribeTransactions,
+//! ListTransactions and EndTxn are calls of [`KafkaCluster`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,7 @@ use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{PendingTransaction, Result, RuntimeError, TransactionParticipant, TransactionTemplate};
 
+use super::client::{CachedProducer, KafkaTxnDescription, KafkaTxnState};
 use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
 use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind};
@@ -63,9 +65,9 @@ pub struct KafkaTransactions {
     template: Mutex<Option<TransactionTemplate>>,
     live: Mutex<BTreeMap<u64, Live>>,
     /// At-least-once writes (and ledger intents): idempotent, not transactional.
-    plain: tokio::sync::Mutex<Option<Arc<Producer>>>,
+    plain: CachedProducer,
     /// Ledger intents: small, latency-bound writes, kept apart from bulk output.
-    intents: tokio::sync::Mutex<Option<Arc<Producer>>>,
+    intents: CachedProducer,
     plain_handles: Mutex<Vec<DeliveryHandle>>,
     ledger: Arc<AckLedger>,
     load: tokio::sync::Mutex<()>,
@@ -75,6 +77,11 @@ impl std::fmt::Debug for KafkaTransactions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaTransactions").field("cluster", &self.cluster).field("config", &self.config).finish()
     }
+}
+
+/// Reports a connector error as this participant's runtime error.
+fn rt(e: Error) -> RuntimeError {
+    runtime_error(NAME, e)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,8 +96,8 @@ impl KafkaTransactions {
             config,
             template: Mutex::new(None),
             live: Mutex::new(BTreeMap::new()),
-            plain: tokio::sync::Mutex::new(None),
-            intents: tokio::sync::Mutex::new(None),
+            plain: CachedProducer::new(LINGER, BATCH_BYTES),
+            intents: CachedProducer::new(Duration::ZERO, 64 << 10),
             plain_handles: Mutex::new(Vec::new()),
             ledger: AckLedger::new(),
             load: tokio::sync::Mutex::new(()),
@@ -152,36 +159,11 @@ impl KafkaTransactions {
     }
 
     async fn plain_producer(&self) -> Result<Arc<Producer>> {
-        self.cached_producer(&self.plain, LINGER, BATCH_BYTES).await
+        self.plain.get(&self.cluster).await.map_err(rt)
     }
 
     async fn intent_producer(&self) -> Result<Arc<Producer>> {
-        self.cached_producer(&self.intents, Duration::ZERO, 64 << 10).await
-    }
-
-    async fn cached_producer(
-        &self,
-        slot: &tokio::sync::Mutex<Option<Arc<Producer>>>,
-        linger: Duration,
-        batch: usize,
-    ) -> Result<Arc<Producer>> {
-        let mut g = slot.lock().await;
-        if let Some(p) = g.as_ref() {
-            return Ok(p.clone());
-        }
-        let p = self
-            .cluster
-            .client()
-            .producer()
-            .idempotent(true)
-            .linger(linger)
-            .batch_size(batch)
-            .build()
-            .await
-            .map_err(|e| runtime_error(NAME, kafka_error("build the idempotent producer", e)))?;
-        let p = Arc::new(p);
-        *g = Some(p.clone());
-        Ok(p)
+        self.intents.get(&self.cluster).await.map_err(rt)
     }
 
     /// Writes records of epoch `epoch` to their topics: into T(epoch) in exactly-once
@@ -394,44 +376,23 @@ impl KafkaTransactions {
         Ok(())
     }
 
-    async fn describe(&self, txn: &TransactionId) -> Result<Option<krafka::admin::TransactionDescription>> {
-        let id = txn.to_string();
-        let described = self
-            .cluster
-            .admin()
-            .describe_transactions([id.as_str()], Default::default())
-            .await
-            .map_err(|e| runtime_error(NAME, kafka_error(format!("describe {id}"), e)))?;
-        match described.into_values().next() {
-            Some(Ok(d)) => Ok(Some(d)),
-            Some(Err(krafka::KrafkaError::Broker {
-                code: krafka::error::ErrorCode::TransactionalIdNotFound, ..
-            })) => Ok(None),
-            Some(Err(e)) => Err(runtime_error(NAME, kafka_error(format!("describe {id}"), e))),
-            None => Ok(None),
-        }
+    /// DescribeTransactions for T(n): `None` when the broker does not know its id.
+    async fn describe(&self, txn: &TransactionId) -> Result<Option<KafkaTxnDescription>> {
+        self.cluster.describe_transaction(&txn.to_string()).await.map_err(rt)
     }
 
-    /// Our transactional ids (any state) as the broker lists them.
+    /// Our transactional ids, with their states, as the broker lists them: only those
+    /// in `states` unless it is empty. Lists only: it fences nothing.
     async fn listed(
         &self,
         template: &TransactionTemplate,
-        states: Vec<String>,
-    ) -> Result<Vec<(TransactionId, String)>> {
-        let options = krafka::admin::ListTransactionsOptions::default().states(states);
-        let listed = self
-            .cluster
-            .admin()
-            .list_transactions(options)
-            .await
-            .map_err(|e| runtime_error(NAME, kafka_error("list transactions", e)))?;
+        states: &[KafkaTxnState],
+    ) -> Result<Vec<(TransactionId, KafkaTxnState)>> {
         let mut out = Vec::new();
-        for (_, r) in listed {
-            for t in r.map_err(|e| runtime_error(NAME, kafka_error("list transactions", e)))? {
-                let Ok(id) = TransactionId::parse(&t.transactional_id, template.group_id()) else { continue };
-                if id.group_id() == template.group_id() && id.prefix() == template.prefix() {
-                    out.push((id, t.state));
-                }
+        for (txn_id, state) in self.cluster.list_transactions(states).await.map_err(rt)? {
+            let Ok(id) = TransactionId::parse(&txn_id, template.group_id()) else { continue };
+            if id.group_id() == template.group_id() && id.prefix() == template.prefix() {
+                out.push((id, state));
             }
         }
         Ok(out)
@@ -551,18 +512,16 @@ impl TransactionParticipant for KafkaTransactions {
         }
         // Recovery: a crash left T(n) open after its checkpoint completed.
         match self.describe(txn).await? {
-            Some(d) if d.state == "Ongoing" => {
-                end_txn(&self.cluster, txn, d.producer_id, d.producer_epoch, true)
-                    .await
-                    .map_err(|e| runtime_error(NAME, e))?;
+            Some(d) if d.state == KafkaTxnState::Ongoing => {
+                self.cluster.end_txn(&txn.to_string(), d.producer_id, d.producer_epoch, true).await.map_err(rt)?;
                 tracing::info!(%txn, producer_id = d.producer_id, epoch = d.producer_epoch, "recovery: committed by producer id and epoch");
                 Ok(())
             }
-            Some(d) if d.state == "PrepareCommit" || d.state == "CompleteCommit" => Ok(()),
+            Some(d) if d.state.is_committing() => Ok(()),
             other => {
                 tracing::warn!(
                     %txn,
-                    state = ?other.map(|d| d.state),
+                    state = ?other.as_ref().map(|d| d.state.as_str()),
                     "recovery: the broker already aborted this transaction (transaction timeout?); its output is lost \
                      and its records are replayed from the log through the ledger"
                 );
@@ -582,7 +541,7 @@ impl TransactionParticipant for KafkaTransactions {
             return r.map_err(|e| runtime_error(NAME, kafka_error(format!("abort {txn}"), e)));
         }
         if let Some(d) = self.describe(txn).await? {
-            if d.state == "Ongoing" {
+            if d.state == KafkaTxnState::Ongoing {
                 self.fence(&txn.to_string()).await?;
             }
         }
@@ -593,7 +552,7 @@ impl TransactionParticipant for KafkaTransactions {
         if !self.config.exactly_once {
             return Ok(Vec::new());
         }
-        let open = self.listed(template, vec!["Ongoing".into()]).await?;
+        let open = self.listed(template, &[KafkaTxnState::Ongoing]).await?;
         let ledger = self.ledger_topic()?;
         let mut pending = Vec::new();
         for (id, _) in open {
@@ -602,7 +561,7 @@ impl TransactionParticipant for KafkaTransactions {
             }
             // Prepare writes the commit entry into the ledger: a transaction without the
             // ledger among its partitions never prepared, so no checkpoint covers it.
-            let prepared = self.describe(&id).await?.is_some_and(|d| d.partitions.iter().any(|tp| tp.topic == ledger));
+            let prepared = self.describe(&id).await?.is_some_and(|d| d.topics.contains(&ledger));
             if prepared {
                 pending.push(PendingTransaction { id, prepared: true });
             } else {
@@ -618,7 +577,7 @@ impl TransactionParticipant for KafkaTransactions {
         // must never be used twice, or an old intent would pass for a new one.
         let ledger = self.read_ledger(false).await?.highest_epoch;
         let listed = if self.config.exactly_once {
-            self.listed(template, Vec::new()).await?.iter().map(|(id, _)| id.checkpoint_id()).max()
+            self.listed(template, &[]).await?.iter().map(|(id, _)| id.checkpoint_id()).max()
         } else {
             None
         };
@@ -641,80 +600,4 @@ where
         );
     }
     Ok(handles)
-}
-
-/// Ends a transaction by producer id and epoch (EndTxn), as the producer that began it
-/// would have. The only way to finish a transaction whose producer died, on brokers
-/// without KIP-939.
-async fn end_txn(
-    cluster: &KafkaCluster,
-    txn: &TransactionId,
-    producer_id: i64,
-    epoch: i16,
-    commit: bool,
-) -> crate::Result<()> {
-    use krafka::__private::protocol::{
-        versions, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-        VersionedDecode, VersionedEncode,
-    };
-    use krafka::__private::{kafka_metadata, kafka_pool};
-    let id = txn.to_string();
-    let op = format!("{} {id} by producer id {producer_id} epoch {epoch}", if commit { "commit" } else { "abort" });
-    let kafka = cluster.client();
-    let metadata = kafka_metadata(kafka);
-    let mut brokers = metadata.brokers();
-    if brokers.is_empty() {
-        metadata.refresh().await.map_err(|e| kafka_error(op.clone(), e))?;
-        brokers = metadata.brokers();
-    }
-    let Some(broker) = brokers.first() else {
-        return Err(Error::Kafka { op, reason: "no broker is known".into(), kind: ErrorKind::Unavailable });
-    };
-    let pool = kafka_pool(kafka);
-    let conn =
-        pool.get_connection_by_id(broker.id(), broker.address()).await.map_err(|e| kafka_error(op.clone(), e))?;
-    let unsupported = |api: &str| Error::Kafka {
-        op: op.clone(),
-        reason: format!("the broker speaks no {api} version this client knows"),
-        kind: ErrorKind::Invalid,
-    };
-    let v = conn
-        .negotiate_api_version(ApiKey::FindCoordinator, versions::FIND_COORDINATOR_MAX, versions::FIND_COORDINATOR_MIN)
-        .ok_or_else(|| unsupported("FindCoordinator"))?;
-    let request = FindCoordinatorRequest::for_transaction(&id);
-    let mut bytes = conn
-        .send_request(ApiKey::FindCoordinator, v, |buf| request.encode_versioned(v, buf))
-        .await
-        .map_err(|e| kafka_error(op.clone(), e))?;
-    let found = FindCoordinatorResponse::decode_versioned(v, &mut bytes).map_err(|e| kafka_error(op.clone(), e))?;
-    if !found.error_code.is_ok() {
-        return Err(Error::Kafka {
-            op,
-            reason: format!("no transaction coordinator: {:?}", found.error_code),
-            kind: ErrorKind::Unavailable,
-        });
-    }
-    let coordinator =
-        pool.get_connection(&format!("{}:{}", found.host, found.port)).await.map_err(|e| kafka_error(op.clone(), e))?;
-    let v = coordinator
-        .negotiate_api_version(ApiKey::EndTxn, versions::END_TXN_MAX, versions::END_TXN_MIN)
-        .ok_or_else(|| unsupported("EndTxn"))?;
-    let request = if commit {
-        EndTxnRequest::commit(id.clone(), producer_id, epoch)
-    } else {
-        EndTxnRequest::abort(id.clone(), producer_id, epoch)
-    };
-    let mut bytes = coordinator
-        .send_request(ApiKey::EndTxn, v, |buf| request.encode_versioned(v, buf))
-        .await
-        .map_err(|e| kafka_error(op.clone(), e))?;
-    let response = EndTxnResponse::decode_versioned(v, &mut bytes).map_err(|e| kafka_error(op.clone(), e))?;
-    if !response.is_ok() {
-        return Err(Error::Kafka {
-            op,
-            reason: format!("the coordinator refused: {:?}", response.error_code),
-            kind: ErrorKind::Unavailable,
-        });
-    }
-    Ok(())
 }
