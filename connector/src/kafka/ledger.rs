@@ -55,12 +55,11 @@ pub enum LedgerEntry {
 }
 
 impl LedgerEntry {
-    /// The record value: magic, then postcard.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        // Encoding a plain enum of integers, strings and vectors cannot fail.
-        out.extend(postcard::to_allocvec(self).unwrap_or_default());
-        out
+    /// The record value: magic, then postcard. Fails (kind Internal) only if postcard
+    /// cannot encode the entry, which a plain enum of integers, strings and vectors
+    /// never makes it do: an empty record would read back as corruption.
+    pub fn encode(&self) -> crate::Result<Vec<u8>> {
+        frame(&self.describe(), self)
     }
 
     /// "intent of epoch n" or "commit of epoch n", for messages.
@@ -78,6 +77,15 @@ impl LedgerEntry {
         })?;
         postcard::from_bytes(body).map_err(|e| format!("its body does not decode: {e}"))
     }
+}
+
+/// `value` as a ledger record value: magic, then postcard; `what` names it in the error.
+fn frame<T: Serialize>(what: &str, value: &T) -> crate::Result<Vec<u8>> {
+    let body = postcard::to_allocvec(value)
+        .map_err(|e| crate::Error::Internal(format!("cannot encode {what} for the ledger: {e}")))?;
+    let mut out = MAGIC.to_vec();
+    out.extend(body);
+    Ok(out)
 }
 
 /// Inclusive offset ranges of one partition, merged.
@@ -325,13 +333,26 @@ mod tests {
     #[test]
     fn entries_round_trip_and_foreign_bytes_are_refused() {
         let e = intent(7, vec![r(1, 2)]);
-        assert_eq!(LedgerEntry::decode(&e.encode()), Ok(e));
+        assert_eq!(LedgerEntry::decode(&e.encode().unwrap()), Ok(e));
         let c = LedgerEntry::Commit { epoch: 3 };
-        assert_eq!(LedgerEntry::decode(&c.encode()), Ok(c));
+        assert_eq!(LedgerEntry::decode(&c.encode().unwrap()), Ok(c));
         let err = LedgerEntry::decode(b"hello").unwrap_err();
         assert!(err.contains("magic"), "{err}");
         let err = LedgerEntry::decode(b"SFL1\xff\xff\xff").unwrap_err();
         assert!(err.contains("does not decode"), "{err}");
+    }
+
+    #[test]
+    fn a_value_postcard_cannot_encode_is_an_internal_error_not_an_empty_record() {
+        struct Unencodable;
+        impl Serialize for Unencodable {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> std::result::Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no encoding"))
+            }
+        }
+        let err = frame("the test value", &Unencodable).unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::Internal);
+        assert!(err.to_string().contains("cannot encode the test value for the ledger"), "{err}");
     }
 
     #[test]

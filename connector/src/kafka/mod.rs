@@ -21,6 +21,7 @@
 mod client;
 mod consumer;
 mod ledger;
+mod ledger_log;
 mod sink;
 mod source;
 mod transactions;

@@ -1,21 +1,22 @@
-//! [`KafkaTransactions`]: T(n) as a real Kafka transaction, the acknowledgement ledger,
-//! and recovery of transactions a crash left open. DescribeTransactions,
-//! ListTransactions and EndTxn are calls of [`KafkaCluster`].
+//! [`KafkaTransactions`]: the transactional participant on Kafka. T(n) is a real Kafka
+//! transaction; the participant also recovers transactions a crash left open. The
+//! ledger's I/O is [`super::ledger_log`]; DescribeTransactions, ListTransactions and
+//! EndTxn are calls of [`KafkaCluster`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{PendingTransaction, Result, RuntimeError, TransactionParticipant, TransactionTemplate};
 
 use super::client::{CachedProducer, KafkaTxnDescription, KafkaTxnState};
 use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
+use super::ledger_log::LedgerLog;
 use super::{kafka_error, KafkaCluster};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::participant::runtime_error;
 use crate::share::Record;
 
@@ -64,10 +65,10 @@ pub struct KafkaTransactions {
     config: KafkaTransactionsConfig,
     template: Mutex<Option<TransactionTemplate>>,
     live: Mutex<BTreeMap<u64, Live>>,
-    /// At-least-once writes (and ledger intents): idempotent, not transactional.
+    /// At-least-once writes: idempotent, not transactional.
     plain: CachedProducer,
-    /// Ledger intents: small, latency-bound writes, kept apart from bulk output.
-    intents: CachedProducer,
+    /// The ledger topic's reads and writes, and the replay reader.
+    log: LedgerLog,
     plain_handles: Mutex<Vec<DeliveryHandle>>,
     ledger: Arc<AckLedger>,
     load: tokio::sync::Mutex<()>,
@@ -91,13 +92,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl KafkaTransactions {
     /// A participant on `cluster`.
     pub fn new(cluster: KafkaCluster, config: KafkaTransactionsConfig) -> Arc<Self> {
+        let log = LedgerLog::new(cluster.clone(), config.transaction_timeout);
         Arc::new(Self {
             cluster,
             config,
             template: Mutex::new(None),
             live: Mutex::new(BTreeMap::new()),
             plain: CachedProducer::new(LINGER, BATCH_BYTES),
-            intents: CachedProducer::new(Duration::ZERO, 64 << 10),
+            log,
             plain_handles: Mutex::new(Vec::new()),
             ledger: AckLedger::new(),
             load: tokio::sync::Mutex::new(()),
@@ -162,10 +164,6 @@ impl KafkaTransactions {
         self.plain.get(&self.cluster).await.map_err(rt)
     }
 
-    async fn intent_producer(&self) -> Result<Arc<Producer>> {
-        self.intents.get(&self.cluster).await.map_err(rt)
-    }
-
     /// Writes records of epoch `epoch` to their topics: into T(epoch) in exactly-once
     /// mode, idempotently otherwise. Returns once they are queued; the checkpoint waits
     /// for their acknowledgement before it completes.
@@ -190,17 +188,12 @@ impl KafkaTransactions {
 
     /// A ledger entry as a record of the ledger topic's only partition.
     fn ledger_record(&self, entry: &LedgerEntry) -> Result<krafka::Record> {
-        Ok(krafka::Record::new(self.ledger_topic()?, Bytes::from(entry.encode())).partition(0))
+        LedgerLog::record(&self.ledger_topic()?, entry).map_err(rt)
     }
 
     /// Writes `entry` outside any transaction and waits until it is durable.
     async fn write_ledger(&self, entry: &LedgerEntry) -> Result<()> {
-        let record = self.ledger_record(entry)?;
-        let topic = record.topic.clone();
-        let _ = self.intent_producer().await?.send(record).await.map_err(|e| {
-            runtime_error(NAME, kafka_error(format!("write {} to the ledger {topic}", entry.describe()), e))
-        })?;
-        Ok(())
+        self.log.write(&self.ledger_topic()?, entry).await.map_err(rt)
     }
 
     /// Durably records that `subtask` processes `ranges` in epoch `epoch`. The source
@@ -233,125 +226,14 @@ impl KafkaTransactions {
     /// only committed entries (what the replay plan needs); otherwise read everything
     /// written, open transactions included (enough to know every epoch ever used).
     async fn read_ledger(&self, stable: bool) -> Result<LedgerPlan> {
-        let topic = self.ledger_topic()?;
-        let c = &self.cluster;
-        let rt = |e: Error| runtime_error(NAME, e);
-        // Wait until no transaction holds the ledger open: every commit entry that can
-        // become visible has become visible.
-        let wait = self.config.transaction_timeout.min(Duration::from_secs(60));
-        if stable && !c.wait_stable(&topic, wait).await.map_err(rt)? {
-            return Err(rt(Error::Kafka {
-                op: format!("read the ledger {topic}"),
-                reason: format!(
-                    "a transaction has kept it open for {wait:?}; another instance of this job may be running: \
-                     stop it, or wait for its transaction timeout"
-                ),
-                kind: ErrorKind::Unavailable,
-            }));
-        }
-        let mut entries = Vec::new();
-        for (partition, offset, _key, value) in c.read_topic(&topic, stable).await.map_err(rt)? {
-            let value = value.unwrap_or_default();
-            let entry = LedgerEntry::decode(&value).map_err(|reason| {
-                rt(Error::Corrupt {
-                    path: format!("kafka topic {topic} partition {partition} offset {offset}"),
-                    reason: format!(
-                        "not a ledger entry: {reason}. The ledger topic must be written by this job only; \
-                         recreating it empty gives up exactly-once for epochs that were in flight"
-                    ),
-                })
-            })?;
-            entries.push(entry);
-        }
-        let plan = LedgerPlan::from_entries(&entries);
-        tracing::info!(
-            ledger = %topic,
-            entries = entries.len(),
-            committed_epochs = plan.committed_epochs.len(),
-            replay_ranges = plan.replay.len(),
-            "read the acknowledgement ledger"
-        );
-        Ok(plan)
+        self.log.read(&self.ledger_topic()?, stable).await.map_err(rt)
     }
 
     /// Reads the records of `ranges` from their topics' logs, for replay. Offsets the log
     /// no longer holds (retention deleted them) are reported and skipped: their output
     /// is lost, the one case the ledger cannot repair.
     pub async fn read_ranges(&self, ranges: &[LedgerRange]) -> Result<Vec<Record>> {
-        let mut by_tp: BTreeMap<(String, i32), Vec<(i64, i64)>> = BTreeMap::new();
-        for r in ranges {
-            by_tp.entry((r.topic.clone(), r.partition)).or_default().push((r.first, r.last));
-        }
-        let mut out = Vec::new();
-        for ((topic, partition), wanted) in by_tp {
-            let op = |what: &str| format!("{what} {topic}-{partition} for replay");
-            let consumer = self
-                .cluster
-                .client()
-                .consumer_without_group()
-                .build()
-                .await
-                .map_err(|e| runtime_error(NAME, kafka_error(op("read"), e)))?;
-            consumer
-                .assign(&topic, vec![partition])
-                .await
-                .map_err(|e| runtime_error(NAME, kafka_error(op("assign"), e)))?;
-            let first = wanted.iter().map(|w| w.0).min().unwrap_or(0);
-            let last = wanted.iter().map(|w| w.1).max().unwrap_or(-1);
-            consumer
-                .seek(&topic, partition, first)
-                .await
-                .map_err(|e| runtime_error(NAME, kafka_error(op("seek"), e)))?;
-            let topic_arc: Arc<str> = Arc::from(topic.as_str());
-            let mut found = 0u64;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            loop {
-                let pos = consumer.position(&topic, partition).await.unwrap_or(first);
-                if pos > last {
-                    break;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    return Err(runtime_error(
-                        NAME,
-                        Error::Kafka {
-                            op: op("read"),
-                            reason: format!("offsets up to {last} did not arrive within 60 s (position {pos})"),
-                            kind: ErrorKind::Unavailable,
-                        },
-                    ));
-                }
-                let records = consumer
-                    .poll(Duration::from_millis(200))
-                    .await
-                    .map_err(|e| runtime_error(NAME, kafka_error(op("read"), e)))?;
-                for r in records {
-                    if wanted.iter().any(|&(f, l)| r.offset >= f && r.offset <= l) {
-                        found += 1;
-                        out.push(Record {
-                            topic: topic_arc.clone(),
-                            partition,
-                            offset: r.offset,
-                            key: r.key,
-                            value: r.value,
-                            timestamp_ms: r.timestamp,
-                            delivery_count: 1,
-                        });
-                    }
-                }
-            }
-            let expected: u64 = wanted.iter().map(|(f, l)| (l - f + 1) as u64).sum();
-            if found < expected {
-                tracing::error!(
-                    topic = %topic,
-                    partition,
-                    expected,
-                    found,
-                    "replay: the log no longer holds some acknowledged records (retention?); their output is lost"
-                );
-            }
-            let _ = consumer.close().await;
-        }
-        Ok(out)
+        self.log.read_ranges(ranges).await.map_err(rt)
     }
 
     /// Aborts whatever transaction `id` has open: a new producer with the id fences
