@@ -22,6 +22,9 @@ use crate::share::Record;
 
 const NAME: &str = "kafka";
 
+/// The broker config that caps `transaction.timeout.ms`.
+const BROKER_MAX_TIMEOUT: &str = "transaction.max.timeout.ms";
+
 /// Producer batches: one batch per partition is in flight at a time, so small batches
 /// cap throughput at batch / round trip. 1 MiB matches the broker's default fetch size.
 const BATCH_BYTES: usize = 1 << 20;
@@ -120,31 +123,10 @@ impl KafkaTransactions {
     /// `transaction.max.timeout.ms`. Call it before running the job.
     pub async fn validate(&self, checkpoint_interval: Duration, checkpoint_timeout: Duration) -> crate::Result<()> {
         let timeout = self.config.transaction_timeout;
-        let needed = checkpoint_interval + checkpoint_timeout;
-        if timeout <= needed {
-            return Err(Error::InvalidConfig {
-                key: "transaction.timeout.ms".into(),
-                value: timeout.as_millis().to_string(),
-                rule: format!(
-                    "must exceed checkpoint interval plus checkpoint timeout ({} ms), or the broker aborts T(n) \
-                     before its checkpoint can commit it",
-                    needed.as_millis()
-                ),
-            });
-        }
-        if let Some(max) = self.cluster.broker_config("transaction.max.timeout.ms").await? {
-            let max: u128 = max.parse().unwrap_or(u128::MAX);
-            if timeout.as_millis() > max {
-                return Err(Error::InvalidConfig {
-                    key: "transaction.timeout.ms".into(),
-                    value: timeout.as_millis().to_string(),
-                    rule: format!(
-                        "must not exceed the broker's transaction.max.timeout.ms ({max} ms); lower it or raise the broker's"
-                    ),
-                });
-            }
-        }
-        Ok(())
+        // Checked before asking the broker: a timeout too short fails without a cluster.
+        check_transaction_timeout(timeout, checkpoint_interval + checkpoint_timeout, None)?;
+        let broker_max = self.cluster.broker_config(BROKER_MAX_TIMEOUT).await?;
+        check_transaction_timeout(timeout, checkpoint_interval + checkpoint_timeout, broker_max.as_deref())
     }
 
     fn template(&self) -> Result<TransactionTemplate> {
@@ -482,4 +464,80 @@ where
         );
     }
     Ok(handles)
+}
+
+/// Checks `transaction.timeout.ms` (`timeout`): it must exceed checkpoint interval plus
+/// checkpoint timeout (`needed`), and not exceed the broker's
+/// `transaction.max.timeout.ms` (`broker_max`, as the broker reports it; `None` when
+/// unknown). A broker value that is not a whole number of milliseconds is an invalid
+/// config naming the broker's key and value, never a limit that lets anything pass.
+fn check_transaction_timeout(timeout: Duration, needed: Duration, broker_max: Option<&str>) -> crate::Result<()> {
+    if timeout <= needed {
+        return Err(Error::InvalidConfig {
+            key: "transaction.timeout.ms".into(),
+            value: timeout.as_millis().to_string(),
+            rule: format!(
+                "must exceed checkpoint interval plus checkpoint timeout ({} ms), or the broker aborts T(n) \
+                 before its checkpoint can commit it",
+                needed.as_millis()
+            ),
+        });
+    }
+    let Some(max) = broker_max else { return Ok(()) };
+    let max: u128 = max.trim().parse().map_err(|e| Error::InvalidConfig {
+        key: BROKER_MAX_TIMEOUT.into(),
+        value: max.to_string(),
+        rule: format!(
+            "the broker reports it, but it is not a whole number of milliseconds ({e}); fix the broker's config"
+        ),
+    })?;
+    if timeout.as_millis() > max {
+        return Err(Error::InvalidConfig {
+            key: "transaction.timeout.ms".into(),
+            value: timeout.as_millis().to_string(),
+            rule: format!(
+                "must not exceed the broker's transaction.max.timeout.ms ({max} ms); lower it or raise the broker's"
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_timeout_must_outlast_a_checkpoint() {
+        let err = check_transaction_timeout(S(5), S(6), Some("900000")).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid);
+        assert!(err.to_string().contains("checkpoint interval plus checkpoint timeout (6000 ms)"), "{err}");
+        check_transaction_timeout(S(7), S(6), None).expect("no broker maximum known");
+    }
+
+    #[test]
+    fn the_timeout_must_fit_the_broker_maximum() {
+        check_transaction_timeout(S(60), S(31), Some("60000")).expect("equal fits");
+        let err = check_transaction_timeout(S(3_600), S(61), Some("900000")).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid);
+        assert!(err.to_string().contains("transaction.max.timeout.ms (900000 ms)"), "{err}");
+    }
+
+    #[test]
+    fn an_unparsable_broker_maximum_is_an_error_naming_its_key_and_value() {
+        for bad in ["", "15m", "-1", "9e5"] {
+            let err = check_transaction_timeout(S(60), S(31), Some(bad)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Invalid, "{bad:?}");
+            match &err {
+                Error::InvalidConfig { key, value, .. } => {
+                    assert_eq!((key.as_str(), value.as_str()), (BROKER_MAX_TIMEOUT, bad));
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+            assert!(err.to_string().contains(&format!("invalid config transaction.max.timeout.ms={bad}:")), "{err}");
+        }
+    }
 }
