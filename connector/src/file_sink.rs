@@ -99,6 +99,12 @@ impl TransactionParticipant for FileCommitter {
     }
 
     async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+        let aborted = self.staging(txn).join("_aborted");
+        match self.store.head(&aborted).await {
+            Ok(_) => return Ok(false),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(store_error("prepare", txn, e)),
+        }
         let marker = self.staging(txn).join("_prepared");
         self.store
             .put(&marker, PutPayload::from_static(b"prepared"))
@@ -110,7 +116,7 @@ impl TransactionParticipant for FileCommitter {
     async fn commit(&self, txn: &TransactionId) -> Result<()> {
         for staged in self.staged(txn).await? {
             let Some(name) = staged.filename() else { continue };
-            if name == "_prepared" {
+            if name == "_prepared" || name == "_aborted" {
                 continue;
             }
             let target = self.root.clone().join("data").join(format!("{txn}-{name}"));
@@ -124,13 +130,23 @@ impl TransactionParticipant for FileCommitter {
         }
     }
 
+    /// Discards the staged files and leaves an `_aborted` tombstone, so that a late
+    /// prepare answers "already aborted" instead of preparing an empty transaction.
     async fn abort(&self, txn: &TransactionId) -> Result<()> {
         for staged in self.staged(txn).await? {
+            if staged.filename() == Some("_aborted") {
+                continue;
+            }
             match self.store.delete(&staged).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(store_error("abort", txn, e)),
             }
         }
+        let tombstone = self.staging(txn).join("_aborted");
+        self.store
+            .put(&tombstone, PutPayload::from_static(b"aborted"))
+            .await
+            .map_err(|e| store_error("abort", txn, e))?;
         Ok(())
     }
 
@@ -138,10 +154,20 @@ impl TransactionParticipant for FileCommitter {
         let prefix = self.root.clone().join("_staging");
         let files = self.list(&prefix).await?;
         let mut out: Vec<PendingTransaction> = Vec::new();
+        // An aborted transaction's tombstone sorts after its other files, or before.
+        let mut aborted: Vec<TransactionId> = Vec::new();
         for f in files {
             let Some(dir) = f.prefix_match(&prefix).and_then(|mut p| p.next()) else { continue };
             let Ok(id) = TransactionId::parse(dir.as_ref(), template.group_id()) else { continue };
             if id.prefix() != template.prefix() {
+                continue;
+            }
+            if aborted.contains(&id) {
+                continue;
+            }
+            if f.filename() == Some("_aborted") {
+                aborted.push(id.clone());
+                out.retain(|p| p.id != id);
                 continue;
             }
             let prepared = f.filename() == Some("_prepared");
