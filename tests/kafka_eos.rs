@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shareflow::connector::kafka::{krafka, KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
+use shareflow::connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
+use shareflow::connector::share::ProducerRecord;
 use shareflow::kafka_demo::{self, KafkaDemoOptions, FAULT_POINTS};
 use shareflow::runtime::{ErrorKind, TransactionParticipant, TransactionTemplate};
 use support::kafka::{cluster, unique};
@@ -27,8 +28,13 @@ async fn setup(c: &KafkaCluster) -> (TransactionTemplate, String) {
     (template, out)
 }
 
-fn records(topic: &str, n: u32) -> Vec<krafka::Record> {
-    (0..n).map(|i| krafka::Record::new(topic, Bytes::from(format!("rec-{i:010}-")))).collect()
+fn records(topic: &str, n: u32) -> Vec<ProducerRecord> {
+    (0..n)
+        .map(|i| ProducerRecord {
+            partition: None,
+            ..ProducerRecord::new(topic, 0, Bytes::from(format!("rec-{i:010}-")))
+        })
+        .collect()
 }
 
 /// What a read_committed reader sees right now.

@@ -35,9 +35,6 @@ pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};
 
 use crate::error::{Error, ErrorKind};
 
-/// The Kafka client the connector is built on, for records and advanced settings.
-pub use krafka;
-
 /// Converts a client error into the connector's error, naming the operation.
 pub(crate) fn kafka_error(op: impl Into<String>, e: krafka::KrafkaError) -> Error {
     let op = op.into();

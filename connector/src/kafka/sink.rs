@@ -51,7 +51,7 @@ impl Operator for KafkaSink {
                 }
             })
             .collect();
-        self.txns.send(self.epoch, records).await?;
+        self.txns.send_records(self.epoch, records).await?;
         self.failpoints.hit(crate::sink::points::AFTER_WRITE)
     }
 

@@ -149,7 +149,28 @@ impl KafkaTransactions {
     /// Writes records of epoch `epoch` to their topics: into T(epoch) in exactly-once
     /// mode, idempotently otherwise. Returns once they are queued; the checkpoint waits
     /// for their acknowledgement before it completes.
-    pub async fn send(&self, epoch: u64, records: Vec<krafka::Record>) -> Result<()> {
+    pub async fn send(&self, epoch: u64, records: Vec<crate::share::ProducerRecord>) -> Result<()> {
+        let records = records
+            .into_iter()
+            .map(|r| {
+                let mut k = match r.value {
+                    Some(v) => krafka::Record::new(r.topic.as_ref(), v),
+                    None => krafka::Record::new(r.topic.as_ref(), bytes::Bytes::new()).without_value(),
+                };
+                if let Some(key) = r.key {
+                    k = k.key(key);
+                }
+                if let Some(p) = r.partition {
+                    k = k.partition(p);
+                }
+                k
+            })
+            .collect();
+        self.send_records(epoch, records).await
+    }
+
+    /// [`send`](Self::send) for records already in the client's form (the sink's path).
+    pub(crate) async fn send_records(&self, epoch: u64, records: Vec<krafka::Record>) -> Result<()> {
         if self.config.exactly_once {
             let producer = lock(&self.live).get(&epoch).map(|l| l.producer.clone()).ok_or_else(|| {
                 RuntimeError::Internal(format!("T({epoch}) is not open on kafka; the sink ran ahead of its epoch"))
