@@ -186,7 +186,6 @@ pub struct FileSink {
     committer: Arc<FileCommitter>,
     template: TransactionTemplate,
     subtask: u32,
-    epoch: u64,
     buffered: Vec<RecordBatch>,
     failpoints: shareflow_runtime::Failpoints,
     task: String,
@@ -199,7 +198,6 @@ impl FileSink {
             committer: committer.clone(),
             template: ctx.transactions.clone(),
             subtask: ctx.subtask,
-            epoch: ctx.first_epoch,
             buffered: Vec::new(),
             failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
@@ -217,7 +215,6 @@ impl Operator for FileSink {
     /// pre_commit: stage the epoch's rows under T(n).
     async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
         let batches = std::mem::take(&mut self.buffered);
-        self.epoch = checkpoint_id + 1;
         let Some(first) = batches.first() else { return Ok(Vec::new()) };
         let mut bytes = Vec::new();
         {

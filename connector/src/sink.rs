@@ -85,7 +85,6 @@ pub struct TopicSink {
     txns: Option<Arc<BrokerTransactions>>,
     topic: Arc<str>,
     template: TransactionTemplate,
-    epoch: u64,
     failpoints: Failpoints,
     task: String,
 }
@@ -103,7 +102,6 @@ impl TopicSink {
             txns: txns.clone(),
             topic: topic.clone(),
             template: ctx.transactions.clone(),
-            epoch: ctx.first_epoch,
             failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
         }
@@ -112,7 +110,7 @@ impl TopicSink {
 
 #[async_trait]
 impl Operator for TopicSink {
-    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
         let records: Vec<ProducerRecord> = key_values(&batch, &self.task, "topic sink")?
             .into_iter()
             .map(|(key, value)| ProducerRecord {
@@ -125,7 +123,7 @@ impl Operator for TopicSink {
             .collect();
         match &self.txns {
             Some(txns) => {
-                let handle = txns.handle(self.template.transaction(self.epoch))?;
+                let handle = txns.handle(self.template.transaction(out.epoch()))?;
                 txns.coordinator()?.send(&handle, records).await.map_err(|e| runtime_error(&self.task, e))?;
             }
             None => {
@@ -135,9 +133,8 @@ impl Operator for TopicSink {
         self.failpoints.hit(points::AFTER_WRITE)
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
         // Every send already returned durable: nothing to flush for T(n).
-        self.epoch = checkpoint_id + 1;
         Ok(Vec::new())
     }
 }

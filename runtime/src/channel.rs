@@ -52,11 +52,24 @@ pub struct Collector {
     task: String,
     edges: Vec<OutEdge>,
     metrics: Arc<OperatorMetrics>,
+    epoch: u64,
 }
 
 impl Collector {
-    pub(crate) fn new(task: String, edges: Vec<OutEdge>, metrics: Arc<OperatorMetrics>) -> Self {
-        Self { task, edges, metrics }
+    pub(crate) fn new(task: String, edges: Vec<OutEdge>, metrics: Arc<OperatorMetrics>, first_epoch: u64) -> Self {
+        Self { task, edges, metrics, epoch: first_epoch }
+    }
+
+    /// The epoch of the rows being processed: they arrived after barrier `epoch - 1`, so
+    /// they belong to checkpoint `epoch` and their output goes into T(epoch). The runtime
+    /// keeps it; an operator never counts barriers itself.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Barrier `checkpoint_id` passed: what comes next belongs to the next epoch.
+    pub(crate) fn barrier_passed(&mut self, checkpoint_id: u64) {
+        self.epoch = checkpoint_id + 1;
     }
 
     async fn send(task: &str, metrics: &OperatorMetrics, tx: &mpsc::Sender<Tagged>, tagged: Tagged) -> Result<()> {

@@ -304,7 +304,7 @@ impl Job {
                 controls.push(control_tx);
                 let edges = std::mem::take(&mut out_edges[i][s as usize]);
                 let io = TaskIo {
-                    out: Collector::new(ctx.task_name(), edges, metrics.clone()),
+                    out: Collector::new(ctx.task_name(), edges, metrics.clone(), ctx.first_epoch),
                     ctx,
                     node: i,
                     restored: restored[s as usize].clone(),

@@ -167,6 +167,7 @@ pub(crate) async fn run_operator(mut op: Box<dyn Operator>, mut inputs: Inputs, 
                 InputEvent::Aligned(barrier) => {
                     tracing::trace!(task = %task, checkpoint = barrier.checkpoint_id, "snapshot");
                     let state = op.snapshot_state(barrier.checkpoint_id, &mut io.out).await?;
+                    io.out.barrier_passed(barrier.checkpoint_id);
                     let _ = io.report.send(Report::Ack { checkpoint_id: barrier.checkpoint_id, node: io.node, subtask: io.ctx.subtask, state });
                     io.out.broadcast(Message::Barrier(barrier)).await?;
                 }
@@ -196,7 +197,6 @@ pub(crate) async fn run_source(
     mut io: TaskIo,
 ) -> Result<()> {
     source.open(&io.ctx, std::mem::take(&mut io.restored)).await?;
-    let mut epoch = io.ctx.first_epoch;
     let mut finished = false;
     let mut trigger: Option<Barrier> = None;
     loop {
@@ -215,7 +215,7 @@ pub(crate) async fn run_source(
                 state,
             });
             io.out.broadcast(Message::Barrier(barrier)).await?;
-            epoch = barrier.checkpoint_id + 1;
+            io.out.barrier_passed(barrier.checkpoint_id);
             if barrier.is_final {
                 io.out.broadcast(Message::End).await?;
                 let _ = io.report.send(Report::Finished);
@@ -235,7 +235,7 @@ pub(crate) async fn run_source(
             }
             continue;
         }
-        match source.poll_next(epoch).await? {
+        match source.poll_next(io.out.epoch()).await? {
             SourceEvent::Batch(batch) => {
                 io.metrics.add_rows_in(batch.num_rows() as u64);
                 io.out.emit(batch).await?;

@@ -180,11 +180,7 @@ impl CollectSink {
     /// A factory for the builder.
     pub fn factory(&self) -> impl Fn(&SubtaskContext) -> CollectSinkOperator + Send + Sync {
         let sink = self.clone();
-        move |ctx| CollectSinkOperator {
-            sink: sink.clone(),
-            template: ctx.transactions.clone(),
-            epoch: ctx.first_epoch,
-        }
+        move |ctx| CollectSinkOperator { sink: sink.clone(), template: ctx.transactions.clone() }
     }
 
     /// The participant to register with the job.
@@ -294,13 +290,12 @@ impl TransactionParticipant for CollectSink {
 pub struct CollectSinkOperator {
     sink: CollectSink,
     template: TransactionTemplate,
-    epoch: u64,
 }
 
 #[async_trait]
 impl Operator for CollectSinkOperator {
-    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
-        let txn = self.template.transaction(self.epoch);
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
+        let txn = self.template.transaction(out.epoch());
         let mut s = self.sink.lock();
         if s.decided.contains_key(&txn) {
             return Err(RuntimeError::Internal(format!("write into decided transaction {txn}")));
@@ -309,8 +304,7 @@ impl Operator for CollectSinkOperator {
         Ok(())
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
-        self.epoch = checkpoint_id + 1;
+    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
         Ok(Vec::new())
     }
 }

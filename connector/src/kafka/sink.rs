@@ -19,7 +19,6 @@ use crate::sink::key_values;
 pub struct KafkaSink {
     txns: Arc<KafkaTransactions>,
     topic: String,
-    epoch: u64,
     failpoints: Failpoints,
     task: String,
 }
@@ -31,7 +30,6 @@ impl KafkaSink {
         move |ctx| KafkaSink {
             txns: txns.clone(),
             topic: topic.clone(),
-            epoch: ctx.first_epoch,
             failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
         }
@@ -40,7 +38,7 @@ impl KafkaSink {
 
 #[async_trait]
 impl Operator for KafkaSink {
-    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
         let records = key_values(&batch, &self.task, "kafka sink")?
             .into_iter()
             .map(|(key, value)| {
@@ -51,14 +49,13 @@ impl Operator for KafkaSink {
                 }
             })
             .collect();
-        self.txns.send_records(self.epoch, records).await?;
+        self.txns.send_records(out.epoch(), records).await?;
         self.failpoints.hit(crate::sink::points::AFTER_WRITE)
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
-        // Output of the next epoch goes into the next transaction; this one is flushed
-        // when the checkpoint prepares.
-        self.epoch = checkpoint_id + 1;
+    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+        // Output of the next epoch goes into the next transaction (the runtime moves the
+        // collector's epoch on); this one is flushed when the checkpoint prepares.
         Ok(Vec::new())
     }
 }
