@@ -18,8 +18,6 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
-use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
@@ -124,19 +122,6 @@ impl ShareSourceConfig {
     }
 }
 
-/// What a transactional source snapshots for checkpoint n: DESIGN.md §3 step 4.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceSnapshot {
-    /// n.
-    pub checkpoint_id: u64,
-    /// T(n).
-    pub transaction_id: String,
-    /// The acknowledgements of epoch n, as offset ranges.
-    pub ack_ranges: ShareAcknowledgements,
-    /// The transaction's state at the barrier (always ONGOING: prepare follows).
-    pub transaction_state: String,
-}
-
 /// One subtask of a share-group source.
 pub struct ShareGroupSource {
     broker: EmbeddedBroker,
@@ -144,8 +129,6 @@ pub struct ShareGroupSource {
     config: ShareSourceConfig,
     consumer: Option<EmbeddedShareConsumer>,
     ctx: Option<SubtaskContext>,
-    /// Acknowledgements per epoch (transactional: staged; explicit: waiting).
-    epochs: BTreeMap<u64, ShareAcknowledgements>,
     /// Explicit mode: records waiting for their checkpoint, per epoch.
     waiting: BTreeMap<u64, Vec<Record>>,
     last_renew: tokio::time::Instant,
@@ -168,7 +151,6 @@ impl ShareGroupSource {
             config: config.clone(),
             consumer: None,
             ctx: None,
-            epochs: BTreeMap::new(),
             waiting: BTreeMap::new(),
             last_renew: tokio::time::Instant::now(),
             metrics: metrics.clone(),
@@ -242,12 +224,6 @@ impl ShareGroupSource {
             .acknowledge_batches_transactional(&acks, &handle)
             .await
             .map_err(|e| runtime_error(&self.task, e))?;
-        let staged = self.epochs.entry(epoch).or_default();
-        for (tp, ranges) in acks.partitions() {
-            for b in ranges.batches() {
-                staged.add(tp.clone(), b).map_err(|e| runtime_error(&self.task, e))?;
-            }
-        }
         Ok(good)
     }
 
@@ -317,25 +293,14 @@ impl Source for ShareGroupSource {
         Ok(SourceEvent::Batch(batch))
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<StateItems> {
-        if !self.transactional() {
-            return Ok(Vec::new());
-        }
-        let ctx = self.ctx.as_ref().ok_or_else(|| RuntimeError::Internal("no context".into()))?;
-        let snapshot = SourceSnapshot {
-            checkpoint_id,
-            transaction_id: ctx.transactions.transaction(checkpoint_id).to_string(),
-            ack_ranges: self.epochs.get(&checkpoint_id).cloned().unwrap_or_default(),
-            transaction_state: "ONGOING".into(),
-        };
-        let bytes = postcard::to_allocvec(&snapshot)
-            .map_err(|e| RuntimeError::Internal(format!("cannot encode source state: {e}")))?;
-        Ok(vec![Bytes::from(bytes)])
+    /// Nothing to snapshot: T(n) in the broker holds epoch n's acknowledgements, and
+    /// recovery decides it from the manifest (decision 0005).
+    async fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<StateItems> {
+        Ok(Vec::new())
     }
 
     async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         // Completing n covers every earlier epoch, even if its notification was lost.
-        self.epochs.retain(|&e, _| e > checkpoint_id);
         if !self.transactional() {
             let done: Vec<u64> = self.waiting.range(..=checkpoint_id).map(|(e, _)| *e).collect();
             let mut records = Vec::new();
