@@ -177,7 +177,7 @@ async fn a_second_instance_with_the_same_prefix_fences_the_first() {
     assert!(first.begin(&template.transaction(2)).await.is_err());
     // The second owns the prefix and works.
     second.begin(&template.transaction(2)).await.unwrap();
-    assert!(second.prepare(&template.transaction(2)).await.unwrap());
+    assert_eq!(second.prepare(&template.transaction(2)).await.unwrap(), shareflow::runtime::PrepareOutcome::Prepared);
     second.commit(&template.transaction(2)).await.unwrap();
 }
 

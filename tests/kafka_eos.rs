@@ -10,7 +10,7 @@ use bytes::Bytes;
 use shareflow::connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
 use shareflow::connector::share::ProducerRecord;
 use shareflow::kafka_demo::{self, KafkaDemoOptions, FAULT_POINTS};
-use shareflow::runtime::{ErrorKind, TransactionParticipant, TransactionTemplate};
+use shareflow::runtime::{ErrorKind, PrepareOutcome, TransactionParticipant, TransactionTemplate};
 use support::kafka::{cluster, unique};
 
 fn participant(c: &KafkaCluster) -> std::sync::Arc<KafkaTransactions> {
@@ -57,7 +57,7 @@ async fn output_of_t_n_is_visible_only_once_it_commits() {
     let t1 = template.transaction(1);
     p.begin(&t1).await.expect("begin");
     p.send(1, records(&out, 10)).await.expect("send");
-    assert!(p.prepare(&t1).await.expect("prepare"));
+    assert_eq!(p.prepare(&t1).await.expect("prepare"), PrepareOutcome::Prepared);
     assert_eq!(visible_now(&c, &out).await, 0, "nothing visible before the commit");
     p.commit(&t1).await.expect("commit");
     assert_eq!(committed(&c, &out).await, 10);
@@ -85,7 +85,7 @@ async fn recovery_commits_a_decided_transaction_by_producer_id_and_aborts_the_re
         crashed.begin(&t).await.expect("begin");
         crashed.send(n, records(&out, count)).await.expect("send");
     }
-    assert!(crashed.prepare(&template.transaction(4)).await.expect("prepare"));
+    assert_eq!(crashed.prepare(&template.transaction(4)).await.expect("prepare"), PrepareOutcome::Prepared);
     drop(crashed);
     // The new instance: T(4) prepared (the ledger is among its partitions) and waits for
     // the runtime's decision; T(5) never prepared, so no checkpoint can cover it and it

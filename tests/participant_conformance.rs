@@ -20,7 +20,7 @@ use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
 use shareflow::connector::file_sink::FileCommitter;
 use shareflow::connector::participant::BrokerTransactions;
 use shareflow::runtime::testing::CollectSink;
-use shareflow::runtime::{ErrorKind, Participant, TransactionTemplate};
+use shareflow::runtime::{ErrorKind, Participant, PrepareOutcome, TransactionTemplate};
 
 const GROUP: &str = "conformance";
 const PREFIX: &str = "job";
@@ -69,8 +69,8 @@ async fn begin_prepare_commit_abort_are_idempotent() {
         let t1 = template().transaction(1);
         p.begin(&t1).await.unwrap();
         p.begin(&t1).await.unwrap();
-        assert!(p.prepare(&t1).await.unwrap(), "{}", b.name);
-        assert!(p.prepare(&t1).await.unwrap(), "{}: prepare twice", b.name);
+        assert_eq!(p.prepare(&t1).await.unwrap(), PrepareOutcome::Prepared, "{}", b.name);
+        assert_eq!(p.prepare(&t1).await.unwrap(), PrepareOutcome::Prepared, "{}: prepare twice", b.name);
         p.commit(&t1).await.unwrap();
         p.commit(&t1).await.unwrap();
         p.abort(&t1).await.unwrap_or_else(|e| panic!("{}: abort of a committed transaction is a no-op: {e}", b.name));
@@ -81,7 +81,12 @@ async fn begin_prepare_commit_abort_are_idempotent() {
         p.begin(&t2).await.unwrap();
         p.abort(&t2).await.unwrap();
         p.abort(&t2).await.unwrap();
-        assert!(!p.prepare(&t2).await.unwrap(), "{}: an aborted transaction cannot prepare", b.name);
+        assert_eq!(
+            p.prepare(&t2).await.unwrap(),
+            PrepareOutcome::AlreadyAborted,
+            "{}: an aborted transaction cannot prepare",
+            b.name
+        );
         let pending = p.pending(&template()).await.unwrap();
         assert!(pending.iter().all(|t| t.id != t2), "{}: an aborted transaction is not pending", b.name);
     }
@@ -93,7 +98,7 @@ async fn a_prepared_transaction_commits_after_a_restart() {
         let first = opened(&b).await;
         let t = template().transaction(3);
         first.begin(&t).await.unwrap();
-        assert!(first.prepare(&t).await.unwrap());
+        assert_eq!(first.prepare(&t).await.unwrap(), PrepareOutcome::Prepared);
         drop(first);
         let second = opened(&b).await;
         let pending = second.pending(&template()).await.unwrap();

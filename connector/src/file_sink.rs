@@ -17,8 +17,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{
-    Collector, ErrorKind, Operator, PendingTransaction, Result, RuntimeError, StateItems, SubtaskContext,
-    TransactionParticipant, TransactionTemplate,
+    Collector, ErrorKind, Operator, PendingTransaction, PrepareOutcome, Result, RuntimeError, StateItems,
+    SubtaskContext, TransactionParticipant, TransactionTemplate,
 };
 
 fn store_error(op: &'static str, txn: &TransactionId, e: object_store::Error) -> RuntimeError {
@@ -98,10 +98,10 @@ impl TransactionParticipant for FileCommitter {
         Ok(())
     }
 
-    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+    async fn prepare(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
         let aborted = self.staging(txn).join("_aborted");
         match self.store.head(&aborted).await {
-            Ok(_) => return Ok(false),
+            Ok(_) => return Ok(PrepareOutcome::AlreadyAborted),
             Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(store_error("prepare", txn, e)),
         }
@@ -110,7 +110,7 @@ impl TransactionParticipant for FileCommitter {
             .put(&marker, PutPayload::from_static(b"prepared"))
             .await
             .map_err(|e| store_error("prepare", txn, e))?;
-        Ok(true)
+        Ok(PrepareOutcome::Prepared)
     }
 
     async fn commit(&self, txn: &TransactionId) -> Result<()> {

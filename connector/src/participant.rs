@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shareflow_checkpoint::TransactionId;
-use shareflow_runtime::{PendingTransaction, Result, RuntimeError, TransactionParticipant, TransactionTemplate};
+use shareflow_runtime::{
+    PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
+};
 
 use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
 use crate::error::Error;
@@ -109,10 +111,12 @@ impl TransactionParticipant for BrokerTransactions {
             .map_err(|e| self.err("begin", txn, e))
     }
 
-    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+    async fn prepare(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
         match self.coordinator()?.prepare_transaction(txn).await {
-            Ok(()) => Ok(true),
-            Err(Error::IllegalTransition { state: TransactionState::Aborted, .. }) => Ok(false),
+            Ok(()) => Ok(PrepareOutcome::Prepared),
+            Err(Error::IllegalTransition { state: TransactionState::Aborted, .. }) => {
+                Ok(PrepareOutcome::AlreadyAborted)
+            }
             Err(e) => Err(self.err("prepare", txn, e)),
         }
     }

@@ -14,7 +14,7 @@ use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
 use crate::metrics::JobMetrics;
-use crate::operator::{Participant, StateItems, TransactionTemplate};
+use crate::operator::{Participant, PrepareOutcome, StateItems, TransactionTemplate};
 use crate::task::{Control, Report};
 
 pub(crate) struct Coordinator<'a> {
@@ -169,7 +169,8 @@ impl Coordinator<'_> {
         for &k in &to_commit {
             let txn = self.template.transaction(k);
             for p in self.participants {
-                if !p.prepare(&txn).await.map_err(|e| self.txn_error("prepare", k, e))? {
+                if p.prepare(&txn).await.map_err(|e| self.txn_error("prepare", k, e))? == PrepareOutcome::AlreadyAborted
+                {
                     refused.push(k);
                 }
             }

@@ -12,7 +12,7 @@ use crate::coordinator::Coordinator;
 use crate::error::{Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
 use crate::metrics::{JobMetrics, JobMetricsSnapshot};
-use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
+use crate::operator::{PrepareOutcome, StateItems, SubtaskContext, TransactionTemplate};
 use crate::partition::Partitioning;
 use crate::spec::{GraphSpec, NodeKind};
 use crate::task::{self, Inputs, Report, TaskIo};
@@ -179,7 +179,7 @@ impl Job {
             };
             let p = &self.spec.participants[index];
             let txn = self.template.transaction(action.checkpoint_id());
-            if prepare && !p.prepare(&txn).await? {
+            if prepare && p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
                 return Err(RuntimeError::Internal(format!(
                     "{txn} of {} is covered by checkpoint {restored:?} but was aborted",
                     p.name()

@@ -62,8 +62,8 @@ pub use graph::{JobBuilder, Stream};
 pub use job::{Job, JobReport};
 pub use metrics::{CheckpointMetrics, JobMetrics, JobMetricsSnapshot, OperatorMetricsSnapshot};
 pub use operator::{
-    Operator, Participant, PendingTransaction, Source, SourceEvent, StateItems, SubtaskContext, TransactionParticipant,
-    TransactionTemplate,
+    Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems, SubtaskContext,
+    TransactionParticipant, TransactionTemplate,
 };
 pub use partition::Partitioning;
 pub use shareflow_checkpoint as checkpoint;

@@ -159,6 +159,16 @@ pub struct PendingTransaction {
     pub prepared: bool,
 }
 
+/// What [`TransactionParticipant::prepare`] found: phase one succeeded, or the
+/// transaction was aborted before it could prepare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrepareOutcome {
+    /// PREPARE, durably (or it already was): it can commit.
+    Prepared,
+    /// Already ABORTED (its timeout passed, or it was aborted): it can never commit.
+    AlreadyAborted,
+}
+
 /// A job-level transactional resource: one transaction T(n) per checkpoint, shared by
 /// all subtasks. The coordinator begins T(n) before epoch n starts, prepares it once
 /// every subtask has acknowledged barrier n, writes the manifest (the decision), then
@@ -188,9 +198,9 @@ pub trait TransactionParticipant: Send + Sync + 'static {
     /// EMPTY -> ONGOING. Idempotent.
     async fn begin(&self, txn: &TransactionId) -> Result<()>;
 
-    /// ONGOING -> PREPARE, durably. `Ok(false)` means the transaction is already
-    /// ABORTED (for example by its timeout) and cannot commit.
-    async fn prepare(&self, txn: &TransactionId) -> Result<bool>;
+    /// ONGOING -> PREPARE, durably. [`PrepareOutcome::AlreadyAborted`] means the
+    /// transaction is already ABORTED (for example by its timeout) and cannot commit.
+    async fn prepare(&self, txn: &TransactionId) -> Result<PrepareOutcome>;
 
     /// PREPARE -> COMMITTED. Idempotent.
     async fn commit(&self, txn: &TransactionId) -> Result<()>;

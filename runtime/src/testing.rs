@@ -15,8 +15,8 @@ use shareflow_checkpoint::TransactionId;
 use crate::channel::Collector;
 use crate::error::{Result, RuntimeError};
 use crate::operator::{
-    Operator, Participant, PendingTransaction, Source, SourceEvent, StateItems, SubtaskContext, TransactionParticipant,
-    TransactionTemplate,
+    Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems, SubtaskContext,
+    TransactionParticipant, TransactionTemplate,
 };
 
 /// A bounded, replayable source: `splits` sequences of `rows_per_split` rows each.
@@ -235,14 +235,14 @@ impl TransactionParticipant for CollectSink {
         Ok(())
     }
 
-    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+    async fn prepare(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
         let mut s = self.lock();
         match s.decided.get(txn) {
-            Some(false) => Ok(false),
-            Some(true) => Ok(true),
+            Some(false) => Ok(PrepareOutcome::AlreadyAborted),
+            Some(true) => Ok(PrepareOutcome::Prepared),
             None => {
                 s.prepared.insert(txn.clone());
-                Ok(true)
+                Ok(PrepareOutcome::Prepared)
             }
         }
     }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
 use shareflow_checkpoint::TransactionId;
-use shareflow_runtime::{PendingTransaction, Result, RuntimeError, TransactionParticipant, TransactionTemplate};
+use shareflow_runtime::{
+    PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
+};
 
 use super::client::{CachedProducer, KafkaTxnDescription, KafkaTxnState};
 use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
@@ -353,11 +355,11 @@ impl TransactionParticipant for KafkaTransactions {
         Ok(())
     }
 
-    async fn prepare(&self, txn: &TransactionId) -> Result<bool> {
+    async fn prepare(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
         let n = txn.checkpoint_id();
         if !self.config.exactly_once {
             let handles = std::mem::take(&mut *lock(&self.plain_handles));
-            return Self::await_handles(handles, "output").await.map(|_| true);
+            return Self::await_handles(handles, "output").await.map(|_| PrepareOutcome::Prepared);
         }
         let (producer, handles) = {
             let mut live = lock(&self.live);
@@ -376,7 +378,7 @@ impl TransactionParticipant for KafkaTransactions {
         if let Some(l) = lock(&self.live).get_mut(&n) {
             l.prepared = true;
         }
-        Ok(true)
+        Ok(PrepareOutcome::Prepared)
     }
 
     async fn commit(&self, txn: &TransactionId) -> Result<()> {
