@@ -48,22 +48,10 @@ const RUNS_PER_KILL: u64 = 3;
 /// The longest a run may take before the test gives up on it.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
-struct Rng(u64);
+#[path = "support/rng.rs"]
+mod rng;
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use rng::Rng;
 
 /// The settings of one seed.
 #[derive(Debug)]

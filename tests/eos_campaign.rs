@@ -31,22 +31,10 @@ use shareflow::runtime::failpoint::points;
 /// The campaign fails if fewer crashes than this fire per schedule on average.
 const MIN_FIRED_PER_SCHEDULE: f64 = 1.5;
 
-struct Rng(u64);
+#[path = "support/rng.rs"]
+mod rng;
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use rng::Rng;
 
 /// What one schedule did.
 struct Outcome {
