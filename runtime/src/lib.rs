@@ -2,7 +2,7 @@
 //!
 //! A small Flink-style dataflow runtime: operators exchange Arrow `RecordBatch`es over
 //! bounded channels (so backpressure reaches the sources), and a
-//! [`CheckpointCoordinator`](crate::coordinator) takes aligned-barrier checkpoints whose
+//! checkpoint coordinator takes aligned-barrier checkpoints whose
 //! commit decision is a manifest in object storage.
 //!
 //! - Build a graph with [`JobBuilder`]: `source -> .sql(..) / .map(..) / .filter(..) /
