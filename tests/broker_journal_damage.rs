@@ -58,13 +58,7 @@ async fn torn_last_write_is_truncated_and_earlier_entries_survive() {
     broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
     broker.close();
     let again = EmbeddedBroker::open(BrokerOptions::with_store(f.store.clone(), Path::from("broker"))).await.unwrap();
-    let values: Vec<Bytes> = again
-        .fetch_all(&tp(0), IsolationLevel::ReadUncommitted)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| r.value)
-        .collect();
+    let values = values(&again).await;
     assert_eq!(values.len(), 10);
     assert_eq!(values[8], Bytes::from("r8"));
     assert_eq!(values[9], Bytes::from("after"));
@@ -86,6 +80,12 @@ async fn corrupt_last_entry_and_zero_filled_tail_are_truncated() {
     bytes.extend_from_slice(&[0; 64]); // a pre-allocated, never written tail
     write(&f.store, &last, bytes).await;
     assert_eq!(reopen(&f).await.unwrap().end_offset(&tp(0)).await.unwrap(), 10, "nothing lost");
+}
+
+/// The values of partition 0 of `in`, read_uncommitted.
+async fn values(broker: &EmbeddedBroker) -> Vec<Bytes> {
+    let records = broker.fetch_all(&tp(0), IsolationLevel::ReadUncommitted).await.unwrap();
+    records.into_iter().filter_map(|r| r.value).collect()
 }
 
 fn assert_corrupt(result: Result<EmbeddedBroker, Error>, path_part: &str) {
@@ -168,13 +168,7 @@ async fn appending_local_journal_truncates_a_torn_append_and_keeps_going() {
     broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
     broker.close();
     let again = f.reopen().await.unwrap();
-    let values: Vec<Bytes> = again
-        .fetch_all(&tp(0), IsolationLevel::ReadUncommitted)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| r.value)
-        .collect();
+    let values = values(&again).await;
     assert_eq!(values.len(), 10);
     assert_eq!(values[9], Bytes::from("after"));
 }

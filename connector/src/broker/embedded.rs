@@ -381,7 +381,7 @@ impl EmbeddedBroker {
         if self.inner.read_only {
             return Err(Error::ReadOnly { what: format!("{command:?}") });
         }
-        let (result, lsn, events) = {
+        let (result, lsn, wrote, events) = {
             let mut st = self.state()?;
             let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
             let entry = Entry { now_ms, command };
@@ -389,52 +389,48 @@ impl EmbeddedBroker {
             // A command that changed nothing still answers from a state that may hold
             // others' entries not yet durable (a no-op commit after another caller's
             // commit): it waits for them too, which costs nothing once they are.
-            let lsn = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
-                self.inner.journal.append(&entry)?
+            let (lsn, wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
+                (self.inner.journal.append(&entry)?, true)
             } else if expired {
-                self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?
+                (self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?, true)
             } else {
-                self.inner.journal.next_lsn().saturating_sub(1)
+                (self.inner.journal.next_lsn().saturating_sub(1), false)
             };
-            (result, lsn, std::mem::take(&mut st.events))
+            (result, lsn, wrote, std::mem::take(&mut st.events))
         };
         self.publish(&events);
         self.inner.journal.sync(lsn).await?;
         // The command is durable: a failed snapshot must not turn it into an error (the
         // caller would retry what is done). The journal simply grows until the next one.
-        if let Err(e) = self.maybe_snapshot().await {
-            tracing::warn!(error = %e, "journal snapshot failed; will try again later");
+        if wrote {
+            if let Err(e) = self.maybe_snapshot().await {
+                tracing::warn!(error = %e, "journal snapshot failed; will try again later");
+            }
         }
         result
     }
 
-    /// Reads the state once it is durable: first the passage of time (journaled if it
-    /// changed anything, so that what a read shows survives a restart), then `f` on a
-    /// state whose every change is in storage. A read never shows what a reopen would
-    /// roll back.
+    /// Reads the state once it is durable: first the passage of time (a `Tick`, which
+    /// journals only what expired and waits until everything applied so far is durable),
+    /// then `f` on a state with nothing undurable in it. A read never shows what a
+    /// reopen would roll back. A read-only broker applies the time in memory only.
     async fn read<R>(&self, f: impl Fn(&BrokerState) -> R) -> Result<R> {
-        // Each round waits for one group commit; writers that keep appending can make a
-        // reader wait a few rounds, never forever.
+        if self.inner.read_only {
+            let mut st = self.state()?;
+            let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
+            st.expire(now_ms);
+            st.events = Default::default();
+            return Ok(f(&st));
+        }
+        // Writers that keep appending between the tick and the lock can make a reader go
+        // round a few times, never forever.
         const ROUNDS: usize = 10_000;
         for _ in 0..ROUNDS {
-            let (target, events) = {
-                let mut st = self.state()?;
-                let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
-                let mut target = self.inner.journal.next_lsn().saturating_sub(1);
-                if st.expire(now_ms) && !self.inner.read_only {
-                    target = self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?;
-                }
-                let events = std::mem::take(&mut st.events);
-                if self.inner.read_only || self.inner.journal.durable_lsn() >= target {
-                    let out = f(&st);
-                    drop(st);
-                    self.publish(&events);
-                    return Ok(out);
-                }
-                (target, events)
-            };
-            self.publish(&events);
-            self.inner.journal.sync(target).await?;
+            self.execute(Command::Tick).await?;
+            let st = self.state()?;
+            if self.inner.journal.durable_lsn() >= self.inner.journal.next_lsn().saturating_sub(1) {
+                return Ok(f(&st));
+            }
         }
         Err(Error::Storage {
             path: "journal".into(),

@@ -95,35 +95,20 @@ pub struct MetricsSnapshot {
 }
 
 impl MetricsSnapshot {
-    /// Every metric as `(name, value)`, histograms as their count, mean, p99 and max.
+    /// Every metric as `(name, value)`, from [`metrics`](Self::metrics); histograms as
+    /// `{name}-count`, `-avg`, `-p99` and `-max`.
     pub fn iter(&self) -> Vec<(String, f64)> {
-        let mut out = vec![
-            (TRANSACTION_ACTIVE.to_string(), self.transaction_active as f64),
-            ("share-transaction-prepared".to_string(), self.transaction_prepared as f64),
-            (TRANSACTION_ABORT_TOTAL.to_string(), self.transaction_abort_total as f64),
-            (TRANSACTION_TIMEOUT_TOTAL.to_string(), self.transaction_timeout_total as f64),
-            ("share-transaction-commit-total".to_string(), self.transaction_commit_total as f64),
-            ("share-records-acquired-total".to_string(), self.records_acquired as f64),
-            ("share-records-redelivered-total".to_string(), self.records_redelivered as f64),
-            ("share-records-acknowledged-total".to_string(), self.records_acknowledged as f64),
-            ("share-records-archived-total{reason=rejected}".to_string(), self.records_archived_rejected as f64),
-            (
-                "share-records-archived-total{reason=delivery_limit}".to_string(),
-                self.records_archived_delivery_limit as f64,
-            ),
-            (
-                "share-records-archived-total{reason=aborted_transaction}".to_string(),
-                self.records_archived_aborted_transaction as f64,
-            ),
-        ];
-        for (name, h) in [
-            (TRANSACTION_PREPARE_TIME_MS, &self.transaction_prepare_time),
-            (TRANSACTION_COMMIT_TIME_MS, &self.transaction_commit_time),
-        ] {
-            out.push((format!("{name}-count"), h.count as f64));
-            out.push((format!("{name}-avg"), h.mean_ms()));
-            out.push((format!("{name}-p99"), h.quantile_ms(0.99)));
-            out.push((format!("{name}-max"), h.max_ms));
+        let mut out = Vec::new();
+        for metric in self.metrics() {
+            match metric.value {
+                MetricValue::Counter(v) | MetricValue::Gauge(v) => out.push((metric.name.to_string(), v as f64)),
+                MetricValue::Histogram(h) => {
+                    out.push((format!("{}-count", metric.name), h.count as f64));
+                    out.push((format!("{}-avg", metric.name), h.mean_ms()));
+                    out.push((format!("{}-p99", metric.name), h.quantile_ms(0.99)));
+                    out.push((format!("{}-max", metric.name), h.max_ms));
+                }
+            }
         }
         out
     }

@@ -244,11 +244,9 @@ impl BrokerState {
     /// The command is all or nothing; the expiry stands even when the command fails.
     /// Returns the outcome and whether the expiry changed anything.
     pub(crate) fn apply(&mut self, entry: &Entry) -> (Result<Outcome>, bool) {
-        if let Command::Restarted { default_config } = &entry.command {
-            self.default_config = default_config.clone();
-            self.restart();
-            let expired = self.expire(entry.now_ms);
-            return (Ok(Outcome::Done), expired);
+        if matches!(entry.command, Command::Restarted { .. }) {
+            let outcome = self.exec(&entry.command, entry.now_ms);
+            return (outcome, self.expire(entry.now_ms));
         }
         let expired = self.expire(entry.now_ms);
         (self.exec(&entry.command, entry.now_ms), expired)
@@ -503,13 +501,10 @@ impl BrokerState {
             }
             let tp = &tps[(start + i) % tps.len()];
             let Some(log) = self.topics.get(&tp.topic).and_then(|p| p.get(tp.partition as usize)) else { continue };
-            // A share partition exists once something was delivered from it: an empty
-            // acquire must leave no trace, since it is not journaled.
-            if log.end() == 0 && !g.partitions.contains_key(tp) {
-                continue;
-            }
             let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(0));
             let (ranges, acquired) = sp.acquire(member, budget, now_ms, &limits, log);
+            // A share partition exists once something was delivered from it: an empty
+            // acquire must leave no trace, since it is not journaled.
             if ranges.is_empty() && !acquired.any() && sp.fetched_end() == 0 {
                 g.partitions.remove(tp);
             }
