@@ -21,6 +21,7 @@
 //! transaction's output visible. See [`broker::EmbeddedBroker`] for a runnable example.
 
 pub mod broker;
+mod common;
 mod error;
 pub mod file_sink;
 pub mod kafka;
