@@ -38,10 +38,11 @@ async fn recovery_time() -> Duration {
 
     use shareflow::checkpoint::CheckpointStore;
     use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-    use shareflow::connector::participant::BrokerTransactions;
+    use shareflow::connector::embedded::BrokerTransactions;
+    use shareflow::connector::embedded::ShareGroupSource;
+    use shareflow::connector::embedded::TopicSink;
     use shareflow::connector::share::*;
-    use shareflow::connector::sink::TopicSink;
-    use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
+    use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
     use shareflow::runtime::{JobBuilder, JobConfig};
 
     let dir = tempfile::tempdir().unwrap();
@@ -93,13 +94,19 @@ async fn recovery_time() -> Duration {
         std::mem::forget(consumer);
     }
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-    let mut source = ShareSourceConfig::new("g", &["in"], config);
+    let mut source = SourceSettings::new("g", &["in"]);
     source.stop_when_drained = true;
     let job = JobBuilder::new();
     job.source(
         "share-source",
         record_schema(),
-        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
+        ShareGroupSource::factory(
+            broker.clone(),
+            Some(txns.clone()),
+            source,
+            config,
+            Arc::new(SourceMetrics::default()),
+        ),
     )
     .parallelism(2)
     .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), "out"))

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use shareflow::checkpoint::CheckpointStore;
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::file_sink::{FileCommitter, FileSink};
-use shareflow::connector::participant::BrokerTransactions;
+use shareflow::connector::embedded::BrokerTransactions;
+use shareflow::connector::embedded::ShareGroupSource;
 use shareflow::connector::share::*;
-use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig};
+use shareflow::connector::{record_schema, SourceSettings};
+use shareflow::connector::{FileCommitter, FileSink};
 use shareflow::runtime::{JobBuilder, JobConfig};
 
 #[tokio::main]
@@ -25,13 +26,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Two participants, one decision: the broker transaction and the staged files.
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
     let files = FileCommitter::new(Arc::new(object_store::memory::InMemory::new()), "lake/events");
-    let mut source = ShareSourceConfig::new("archiver", &["events"], config);
+    let mut source = SourceSettings::new("archiver", &["events"]);
     source.stop_when_drained = true;
     let job = JobBuilder::new();
     job.source(
         "events",
         record_schema(),
-        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Default::default()),
+        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, config, Default::default()),
     )
     .sql("project", r#"SELECT partition, "offset", CAST(value AS VARCHAR) AS value FROM input"#)
     .sink("files", FileSink::factory(files.clone()))

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use shareflow::checkpoint::CheckpointStore;
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::participant::BrokerTransactions;
+use shareflow::connector::embedded::BrokerTransactions;
+use shareflow::connector::embedded::ShareGroupSource;
+use shareflow::connector::embedded::TopicSink;
 use shareflow::connector::share::*;
-use shareflow::connector::sink::TopicSink;
-use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig};
+use shareflow::connector::{record_schema, SourceSettings};
 use shareflow::runtime::{JobBuilder, JobConfig};
 
 #[tokio::main]
@@ -25,13 +26,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // The broker's transaction T(n) is part of every checkpoint: the source's
     // acknowledgements and the sink's output commit together.
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-    let mut source = ShareSourceConfig::new("shipping", &["orders"], config);
+    let mut source = SourceSettings::new("shipping", &["orders"]);
     source.stop_when_drained = true; // a bounded run for the example
     let job = JobBuilder::new();
     job.source(
         "orders",
         record_schema(),
-        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Default::default()),
+        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, config, Default::default()),
     )
     .parallelism(2)
     .sql("ship", "SELECT key, concat('shipped ', CAST(value AS VARCHAR)) AS value FROM input")

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use shareflow_checkpoint::CheckpointStore;
 use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow_connector::participant::BrokerTransactions;
+use shareflow_connector::embedded::BrokerTransactions;
+use shareflow_connector::embedded::ShareGroupSource;
+use shareflow_connector::embedded::TopicSink;
 use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig, TopicPartition};
-use shareflow_connector::sink::TopicSink;
-use shareflow_connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
 use shareflow_connector::verify::{check_exactly_once, ExactlyOnceReport};
+use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 
@@ -26,9 +27,9 @@ use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 /// when an earlier crash left decided work, so a schedule naming it alone would never
 /// fire; the failure-recovery tests and the seeded campaign cover it.
 pub const FAULT_POINTS: &[&str] = &[
-    shareflow_connector::source::points::AFTER_POLL,
-    shareflow_connector::source::points::AFTER_LOCK,
-    shareflow_connector::sink::points::AFTER_WRITE,
+    shareflow_connector::points::SOURCE_AFTER_POLL,
+    shareflow_connector::points::SOURCE_AFTER_LOCK,
+    shareflow_connector::points::SINK_AFTER_WRITE,
     runtime_points::AFTER_STATE_BEFORE_MANIFEST,
     runtime_points::AFTER_MANIFEST,
     runtime_points::COMMIT_BEFORE,
@@ -594,14 +595,14 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     let storage = CheckpointStore::from_url(&checkpoints_url, &[], "demo")?;
     let txns = transactional.then(|| BrokerTransactions::new(broker.clone(), Duration::from_secs(60)));
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source_config = ShareSourceConfig::new(GROUP, &[INPUT], group_config);
+    let mut source_config = SourceSettings::new(GROUP, &[INPUT]);
     source_config.stop_when_drained = true;
     source_config.max_poll_records = 2_000;
     let job = JobBuilder::new();
     job.source(
         "share-source",
         record_schema(),
-        ShareGroupSource::factory(broker.clone(), txns.clone(), source_config, metrics.clone()),
+        ShareGroupSource::factory(broker.clone(), txns.clone(), source_config, group_config, metrics.clone()),
     )
     .parallelism(options.parallelism)
     .sql("transform", TRANSFORM_SQL)

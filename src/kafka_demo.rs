@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shareflow_checkpoint::CheckpointStore;
 use shareflow_connector::kafka::{
-    points as source_points, KafkaCluster, KafkaShareSource, KafkaSink, KafkaSourceConfig, KafkaSourceMetrics,
-    KafkaTransactions, KafkaTransactionsConfig,
+    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig,
 };
-use shareflow_connector::source::record_schema;
+use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
 
@@ -21,9 +20,9 @@ use crate::demo::{identity, run_job, value_of, ProgressLine, TRANSFORM_SQL};
 
 /// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
 pub const FAULT_POINTS: &[&str] = &[
-    source_points::AFTER_POLL,
-    source_points::AFTER_INTENT,
-    shareflow_connector::sink::points::AFTER_WRITE,
+    shareflow_connector::points::SOURCE_AFTER_POLL,
+    shareflow_connector::points::SOURCE_AFTER_LOCK,
+    shareflow_connector::points::SINK_AFTER_WRITE,
     runtime_points::AFTER_STATE_BEFORE_MANIFEST,
     runtime_points::AFTER_MANIFEST,
     runtime_points::COMMIT_BEFORE,
@@ -224,8 +223,8 @@ pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 3;
 
-    let metrics = Arc::new(KafkaSourceMetrics::default());
-    let mut source_config = KafkaSourceConfig::new(&options.name, &[&input]);
+    let metrics = Arc::new(SourceMetrics::default());
+    let mut source_config = SourceSettings::new(&options.name, &[&input]);
     source_config.stop_when_drained = true;
     source_config.max_poll_records = 2_000;
     source_config.max_records_per_second = options.max_rate.map(|r| (r / u64::from(options.parallelism)).max(1));

@@ -108,14 +108,15 @@ impl Operator for Stall {
 /// records are redelivered, no duplicates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
-    use shareflow::connector::participant::BrokerTransactions;
-    use shareflow::connector::sink::TopicSink;
-    use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
+    use shareflow::connector::embedded::BrokerTransactions;
+    use shareflow::connector::embedded::ShareGroupSource;
+    use shareflow::connector::embedded::TopicSink;
+    use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
     use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let build = |checkpoint_timeout: Duration| {
         let txns = BrokerTransactions::new(broker.clone(), Duration::from_millis(300));
-        let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
+        let mut source = SourceSettings::new(GROUP, &[INPUT]);
         source.stop_when_drained = true;
         source.max_poll_records = 100;
         let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -123,7 +124,13 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
         job.source(
             "share-source",
             record_schema(),
-            ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
+            ShareGroupSource::factory(
+                broker.clone(),
+                Some(txns.clone()),
+                source,
+                share_config(),
+                Arc::new(SourceMetrics::default()),
+            ),
         )
         .operator("stall", Some(record_schema()), move |ctx: &shareflow::runtime::SubtaskContext| {
             Stall(ctx.first_epoch, Duration::from_millis(600), stalled.clone())
@@ -166,10 +173,10 @@ async fn a_second_instance_with_the_same_prefix_fences_the_first() {
     use shareflow::runtime::{TransactionParticipant, TransactionTemplate};
     let broker = broker_with_input(10, 1, &share_config()).await;
     let template = TransactionTemplate::new(GROUP, "job").unwrap();
-    let first = shareflow::connector::participant::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let first = shareflow::connector::embedded::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
     first.open(&template).await.unwrap();
     first.begin(&template.transaction(1)).await.unwrap();
-    let second = shareflow::connector::participant::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let second = shareflow::connector::embedded::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
     second.open(&template).await.unwrap();
     let err = first.prepare(&template.transaction(1)).await.unwrap_err();
     assert_eq!(err.kind(), shareflow::runtime::ErrorKind::Fenced, "{err}");

@@ -14,10 +14,11 @@ use std::time::Duration;
 use arrow::array::{Array, StringViewArray};
 use eos::*;
 use object_store::memory::InMemory;
-use shareflow::connector::file_sink::{FileCommitter, FileSink};
-use shareflow::connector::participant::BrokerTransactions;
+use shareflow::connector::embedded::BrokerTransactions;
+use shareflow::connector::embedded::ShareGroupSource;
 use shareflow::connector::share::RecordState;
-use shareflow::connector::source::{record_schema, ShareGroupSource, ShareSourceConfig, SourceMetrics};
+use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow::connector::{FileCommitter, FileSink};
 use shareflow::runtime::failpoint::points;
 use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
 
@@ -29,14 +30,20 @@ async fn files_and_acks_commit_together_across_crashes() {
         let broker = broker_with_input(RECORDS, 2, &share_config()).await;
         let files = FileCommitter::new(Arc::new(InMemory::new()), "out");
         let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-        let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
+        let mut source = SourceSettings::new(GROUP, &[INPUT]);
         source.stop_when_drained = true;
         source.max_poll_records = 200;
         let job = JobBuilder::new();
         job.source(
             "share-source",
             record_schema(),
-            ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, Arc::new(SourceMetrics::default())),
+            ShareGroupSource::factory(
+                broker.clone(),
+                Some(txns.clone()),
+                source,
+                share_config(),
+                Arc::new(SourceMetrics::default()),
+            ),
         )
         .parallelism(2)
         .sql("transform", "SELECT upper(CAST(value AS VARCHAR)) AS value FROM input")

@@ -17,8 +17,8 @@ use std::time::Duration;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::file_sink::FileCommitter;
-use shareflow::connector::participant::BrokerTransactions;
+use shareflow::connector::embedded::BrokerTransactions;
+use shareflow::connector::FileCommitter;
 use shareflow::runtime::testing::CollectSink;
 use shareflow::runtime::{ErrorKind, Participant, PrepareOutcome, TransactionTemplate};
 

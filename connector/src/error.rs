@@ -229,3 +229,8 @@ impl Error {
         Error::Corrupt { path: path.to_string(), reason: reason.to_string() }
     }
 }
+
+/// Converts a connector error into a runtime error of `task` with the same kind.
+pub(crate) fn runtime_error(task: &str, e: Error) -> shareflow_runtime::RuntimeError {
+    shareflow_runtime::RuntimeError::task(task, e.kind(), e)
+}

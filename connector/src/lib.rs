@@ -3,18 +3,29 @@
 //! Kafka share groups (KIP-932) with transactional acknowledgements (KIP-1289), for a
 //! streaming runtime that wants exactly-once from a queue.
 //!
+//! The tree shows the architecture:
 //! - [`share`]: the contract. [`share::ShareConsumer`] polls and acknowledges,
 //!   [`share::ShareTransactionCoordinator`] begins, prepares, commits and aborts
 //!   transactions with ids `{groupId}-{prefix}-{checkpointId}`, and
 //!   [`share::ShareTransactionalProducer`] binds output to the same transaction.
 //! - [`broker`]: [`broker::EmbeddedBroker`], an in-process broker that implements all of
 //!   it durably. It is the zero-set-up default.
-//! - [`source::ShareGroupSource`]: the runtime source; transactional (exactly-once) or
-//!   explicit (at-least-once). [`participant::BrokerTransactions`] makes the broker's
-//!   transaction T(n) part of every checkpoint, and [`sink::TopicSink`] writes output
-//!   into the same T(n).
+//! - [`embedded`]: the runtime's source, sink and transactional participant on the
+//!   embedded broker. [`embedded::ShareGroupSource`] is transactional (exactly-once) or
+//!   explicit (at-least-once); [`embedded::BrokerTransactions`] makes the broker's
+//!   transaction T(n) part of every checkpoint, and [`embedded::TopicSink`] writes
+//!   output into the same T(n).
+//! - [`kafka`] (feature `kafka`, on by default): the same on a real Apache Kafka 4.x
+//!   cluster, exactly-once through an acknowledgement ledger.
+//! - What both backends share is at the top: [`SourceSettings`], [`SourceMetrics`],
+//!   [`record_schema`], the fault points in [`points`], and the backend-neutral sinks
+//!   [`FileSink`] and [`PrintSink`].
 //! - [`Error`]: one error type; [`Error::kind`] says whether to fix the input, stop
 //!   (fenced), retry, or report corrupt data.
+//!
+//! The commit and recovery rules are decided in one place, outside this crate:
+//! `shareflow_checkpoint::protocol` (`plan_recovery`, `plan_completion`); this crate's
+//! participants carry them out.
 //!
 //! A record moves AVAILABLE -> ACQUIRED on poll, ACQUIRED -> LOCKED when acknowledged
 //! into a transaction, and LOCKED -> ACKNOWLEDGED in the same atomic step that makes the
@@ -22,13 +33,16 @@
 
 pub mod broker;
 mod common;
+pub mod embedded;
 mod error;
-pub mod file_sink;
 pub mod kafka;
-pub mod participant;
 pub mod share;
-pub mod sink;
-pub mod source;
+mod sinks;
 pub mod verify;
 
+pub use common::{
+    points, record_schema, records_to_batch, Decoder, SourceMetrics, SourceSettings, DEFAULT_MAX_POLL_RECORDS,
+    DEFAULT_POLL_TIMEOUT,
+};
 pub use error::{Error, ErrorKind, Result};
+pub use sinks::{FileCommitter, FileSink, PrintSink};

@@ -8,11 +8,12 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use shareflow::checkpoint::{CheckpointPaths, CheckpointStore};
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, TokioClock};
-use shareflow::connector::participant::BrokerTransactions;
+use shareflow::connector::embedded::BrokerTransactions;
+use shareflow::connector::embedded::ShareGroupSource;
+use shareflow::connector::embedded::TopicSink;
 use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
-use shareflow::connector::sink::TopicSink;
-use shareflow::connector::source::{record_schema, Decoder, ShareGroupSource, ShareSourceConfig, SourceMetrics};
 use shareflow::connector::verify::{check_exactly_once, ExactlyOnceReport};
+use shareflow::connector::{record_schema, Decoder, SourceMetrics, SourceSettings};
 use shareflow::demo::identity;
 use shareflow::runtime::{Job, JobBuilder, JobConfig, JobReport, RestartStrategy, RuntimeError};
 
@@ -90,16 +91,18 @@ impl Run {
     pub fn job(&self) -> (Job, Arc<BrokerTransactions>, Arc<SourceMetrics>) {
         let txns = BrokerTransactions::new(self.broker.clone(), self.txn_timeout);
         let metrics = Arc::new(SourceMetrics::default());
-        let mut source = ShareSourceConfig::new(GROUP, &[INPUT], share_config());
+        let mut source = SourceSettings::new(GROUP, &[INPUT]);
         source.stop_when_drained = true;
         source.max_poll_records = 200;
+        // Idle polls hold barriers back; these runs use checkpoint timeouts of 50 ms.
+        source.poll_timeout = Duration::from_millis(5);
         source.decoder = self.decoder.clone();
         source.dead_letter_topic = self.dead_letter.then(|| "eos-dlq".to_string());
         let job = JobBuilder::new();
         job.source(
             "share-source",
             record_schema(),
-            ShareGroupSource::factory(self.broker.clone(), Some(txns.clone()), source, metrics.clone()),
+            ShareGroupSource::factory(self.broker.clone(), Some(txns.clone()), source, share_config(), metrics.clone()),
         )
         .parallelism(self.parallelism)
         .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")

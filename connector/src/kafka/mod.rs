@@ -30,7 +30,7 @@ pub use client::{KafkaCluster, ShareGroupBacklog};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
 pub use sink::KafkaSink;
-pub use source::{points, KafkaShareSource, KafkaSourceConfig, KafkaSourceMetrics};
+pub use source::KafkaShareSource;
 pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};
 
 use crate::error::{Error, ErrorKind};

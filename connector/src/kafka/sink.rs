@@ -9,7 +9,7 @@ use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext};
 
 use super::KafkaTransactions;
-use crate::sink::key_values;
+use crate::common::{key_values, points};
 
 /// Writes each row's `value` (and `key`, if the batch has one) to a topic.
 ///
@@ -50,7 +50,7 @@ impl Operator for KafkaSink {
             })
             .collect();
         self.txns.send_records(out.epoch(), records).await?;
-        self.failpoints.hit(crate::sink::points::AFTER_WRITE)
+        self.failpoints.hit(points::SINK_AFTER_WRITE)
     }
 
     async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {

@@ -7,7 +7,7 @@
 //! subtask first replays its share of the offsets whose epochs never committed.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,74 +17,15 @@ use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, St
 
 use super::ledger::{to_ranges, AckLedger};
 use super::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
-use crate::participant::runtime_error;
+use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
+use crate::error::runtime_error;
 use crate::share::{AcknowledgeType, Record, ShareConsumer};
-use crate::source::records_to_batch;
-
-/// Failpoints of the Kafka share source.
-pub mod points {
-    /// Records are acquired; no intent names them yet.
-    pub const AFTER_POLL: &str = "kafka.source.after_poll";
-    /// The intent is durable; the records are not accepted or emitted yet.
-    pub const AFTER_INTENT: &str = "kafka.source.after_intent";
-}
-
-/// Settings of a [`KafkaShareSource`].
-#[derive(Debug, Clone)]
-pub struct KafkaSourceConfig {
-    /// The share group.
-    pub group: String,
-    /// Topics to consume.
-    pub topics: Vec<String>,
-    /// Records per poll (`max.poll.records`).
-    pub max_poll_records: usize,
-    /// How long one poll may wait for records.
-    pub poll_timeout: Duration,
-    /// Finish once the group has no backlog on its topics (bounded runs, tests).
-    pub stop_when_drained: bool,
-    /// At most this many records per second per subtask (fresh and replayed); `None`:
-    /// as fast as it goes.
-    pub max_records_per_second: Option<u64>,
-    /// Set `share.auto.offset.reset=earliest` on the group when opening, so records
-    /// produced before the first member joined are delivered too.
-    pub from_earliest: bool,
-}
-
-impl KafkaSourceConfig {
-    /// Consumes `topics` as `group`, 500 records per poll.
-    pub fn new(group: &str, topics: &[&str]) -> Self {
-        Self {
-            group: group.to_string(),
-            topics: topics.iter().map(|t| t.to_string()).collect(),
-            max_poll_records: 500,
-            poll_timeout: Duration::from_millis(100),
-            stop_when_drained: false,
-            max_records_per_second: None,
-            from_earliest: true,
-        }
-    }
-}
-
-/// Counters shared by a source's subtasks.
-#[derive(Debug, Default)]
-pub struct KafkaSourceMetrics {
-    /// Records emitted (fresh and replayed).
-    pub records_emitted: AtomicU64,
-    /// Records replayed from the log because their epoch never committed.
-    pub records_replayed: AtomicU64,
-    /// Redelivered records the ledger already covered: accepted, not processed again.
-    pub records_skipped: AtomicU64,
-    /// Records released because their locks could not be renewed before their intent.
-    pub records_released_late: AtomicU64,
-    /// Intent entries written.
-    pub intents_written: AtomicU64,
-}
 
 /// One subtask of a share-group source on real Kafka.
 pub struct KafkaShareSource {
     cluster: KafkaCluster,
     txns: Arc<KafkaTransactions>,
-    config: KafkaSourceConfig,
+    config: SourceSettings,
     consumer: Option<KafkaShareConsumer>,
     ledger: Option<Arc<AckLedger>>,
     replay: VecDeque<Record>,
@@ -93,33 +34,33 @@ pub struct KafkaShareSource {
     /// When the consumer's buffer was last known empty (a poll returned fewer records
     /// than asked): every record handed out since was acquired after this instant.
     buffer_empty_at: tokio::time::Instant,
-    /// Rate limiting: when this subtask started emitting, and how much since.
-    rate_start: Option<(tokio::time::Instant, u64)>,
+    rate: RateLimit,
     last_drain_check: Option<tokio::time::Instant>,
-    metrics: Arc<KafkaSourceMetrics>,
+    metrics: Arc<SourceMetrics>,
     failpoints: Failpoints,
     task: String,
 }
 
 impl KafkaShareSource {
-    /// A factory for the job builder. `txns` must also be a participant of the job.
+    /// A factory for the job builder: subtasks consume as `settings` says. `txns` must
+    /// also be a participant of the job.
     pub fn factory(
         cluster: KafkaCluster,
         txns: Arc<KafkaTransactions>,
-        config: KafkaSourceConfig,
-        metrics: Arc<KafkaSourceMetrics>,
+        settings: SourceSettings,
+        metrics: Arc<SourceMetrics>,
     ) -> impl Fn(&SubtaskContext) -> KafkaShareSource + Send + Sync {
         move |ctx| KafkaShareSource {
             cluster: cluster.clone(),
             txns: txns.clone(),
-            config: config.clone(),
+            rate: RateLimit::new(settings.max_records_per_second),
+            config: settings.clone(),
             consumer: None,
             ledger: None,
             replay: VecDeque::new(),
             subtask: ctx.subtask,
             idle_since: None,
             buffer_empty_at: tokio::time::Instant::now(),
-            rate_start: None,
             last_drain_check: None,
             metrics: metrics.clone(),
             failpoints: ctx.failpoints.clone(),
@@ -176,18 +117,8 @@ impl KafkaShareSource {
         Ok(kept)
     }
 
-    /// Sleeps while this subtask is ahead of its rate limit.
-    async fn throttle(&mut self) {
-        let Some(rate) = self.config.max_records_per_second.filter(|r| *r > 0) else { return };
-        let (start, emitted) = *self.rate_start.get_or_insert((tokio::time::Instant::now(), 0));
-        let due = start + Duration::from_secs_f64(emitted as f64 / rate as f64);
-        tokio::time::sleep_until(due).await;
-    }
-
     fn emit(&mut self, records: Vec<Record>) -> Result<SourceEvent> {
-        if let Some((_, emitted)) = self.rate_start.as_mut() {
-            *emitted += records.len() as u64;
-        }
+        self.rate.emitted(records.len() as u64);
         self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
         let batch = records_to_batch(&records).map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
         Ok(SourceEvent::Batch(batch))
@@ -197,6 +128,20 @@ impl KafkaShareSource {
 #[async_trait]
 impl Source for KafkaShareSource {
     async fn open(&mut self, ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
+        self.config.validate("kafka").map_err(|e| runtime_error(&self.task, e))?;
+        if self.config.decoder.is_some() || self.config.dead_letter_topic.is_some() {
+            let key = if self.config.decoder.is_some() { "decoder" } else { "dead_letter_topic" };
+            return Err(runtime_error(
+                &self.task,
+                crate::Error::InvalidConfig {
+                    key: key.into(),
+                    value: "set".into(),
+                    rule: "the kafka source does not decode records yet; use a decoder with the embedded broker, or \
+                           filter poison records in an operator"
+                        .into(),
+                },
+            ));
+        }
         if self.config.from_earliest {
             self.cluster
                 .set_group_configs(&self.config.group, &[("share.auto.offset.reset", "earliest")])
@@ -228,7 +173,7 @@ impl Source for KafkaShareSource {
     }
 
     async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent> {
-        self.throttle().await;
+        self.rate.throttle().await;
         if !self.replay.is_empty() {
             let n = self.replay.len().min(self.config.max_poll_records);
             let records: Vec<Record> = self.replay.drain(..n).collect();
@@ -257,7 +202,7 @@ impl Source for KafkaShareSource {
             return Ok(SourceEvent::Idle);
         }
         self.idle_since = None;
-        self.failpoints.hit(points::AFTER_POLL)?;
+        self.failpoints.hit(points::SOURCE_AFTER_POLL)?;
         let ledger = self.ledger.clone().ok_or_else(|| RuntimeError::Internal("kafka source without ledger".into()))?;
         // Every delivery, not only redeliveries: the ledger is the authority.
         let covered = ledger.covered(records.iter().map(|r| (&r.topic, r.partition, r.offset)));
@@ -309,7 +254,7 @@ impl Source for KafkaShareSource {
             }
         }
         self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
-        self.failpoints.hit(points::AFTER_INTENT)?;
+        self.failpoints.hit(points::SOURCE_AFTER_LOCK)?;
         for r in &fresh {
             self.consumer()?.acknowledge(r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
         }

@@ -18,8 +18,8 @@ use super::client::{CachedProducer, KafkaTxnDescription, KafkaTxnState};
 use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
 use super::ledger_log::LedgerLog;
 use super::{kafka_error, KafkaCluster};
+use crate::error::runtime_error;
 use crate::error::Error;
-use crate::participant::runtime_error;
 use crate::share::Record;
 
 const NAME: &str = "kafka";

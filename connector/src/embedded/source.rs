@@ -1,4 +1,5 @@
-//! [`ShareGroupSource`]: a runtime source whose subtasks are members of one share group.
+//! [`ShareGroupSource`]: a runtime source whose subtasks are members of one share group
+//! of the embedded broker.
 //!
 //! - **Transactional** (exactly-once): every polled record is acknowledged into the
 //!   open epoch's transaction T(n) right away (ACQUIRED -> LOCKED), as ACCEPT, or as
@@ -8,147 +9,56 @@
 //!   sent as ACCEPT when the checkpoint completes; meanwhile the locks are renewed.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use arrow::array::{
-    ArrayRef, BinaryBuilder, Int16Array, Int32Array, Int64Array, StringArray, TimestampMillisecondArray,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
+use super::BrokerTransactions;
 use crate::broker::{EmbeddedBroker, EmbeddedShareConsumer};
-use crate::participant::{runtime_error, BrokerTransactions};
+use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
+use crate::error::runtime_error;
 use crate::share::{
     AcknowledgeType, AcknowledgementBatch, AcknowledgementMode, ProducerRecord, Record, ShareAcknowledgements,
     ShareConfig, ShareConsumer, ShareTransactionalProducer,
 };
 
-/// Failpoints of the share source.
-pub mod points {
-    /// Records were polled (ACQUIRED), not yet acknowledged into the transaction.
-    pub const AFTER_POLL: &str = "source.after_poll";
-    /// Records are LOCKED in T(n), not yet emitted.
-    pub const AFTER_LOCK: &str = "source.after_lock";
-}
-
-/// The schema of the batches a share source emits (DESIGN.md §2).
-pub fn record_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("topic", DataType::Utf8, false),
-        Field::new("partition", DataType::Int32, false),
-        Field::new("offset", DataType::Int64, false),
-        Field::new("key", DataType::Binary, true),
-        Field::new("value", DataType::Binary, true),
-        Field::new("timestamp", DataType::Timestamp(TimeUnit::Millisecond, None), false),
-        Field::new("delivery_count", DataType::Int16, false),
-    ]))
-}
-
-/// Builds a batch of the [`record_schema`] from records.
-pub fn records_to_batch(records: &[Record]) -> std::result::Result<RecordBatch, arrow::error::ArrowError> {
-    let mut keys = BinaryBuilder::new();
-    let mut values = BinaryBuilder::new();
-    for r in records {
-        keys.append_option(r.key.as_deref());
-        values.append_option(r.value.as_deref());
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(records.iter().map(|r| r.topic.as_ref()))),
-        Arc::new(Int32Array::from_iter_values(records.iter().map(|r| r.partition))),
-        Arc::new(Int64Array::from_iter_values(records.iter().map(|r| r.offset))),
-        Arc::new(keys.finish()),
-        Arc::new(values.finish()),
-        Arc::new(TimestampMillisecondArray::from_iter_values(records.iter().map(|r| r.timestamp_ms))),
-        Arc::new(Int16Array::from_iter_values(records.iter().map(|r| r.delivery_count))),
-    ];
-    RecordBatch::try_new(record_schema(), columns)
-}
-
-/// Decides whether a record can be processed; `Err` names why not (a poison record).
-pub type Decoder = Arc<dyn Fn(&Record) -> std::result::Result<(), String> + Send + Sync>;
-
-/// Counters shared by a source's subtasks.
-#[derive(Debug, Default)]
-pub struct SourceMetrics {
-    /// Records emitted.
-    pub records_emitted: AtomicU64,
-    /// Records the decoder refused.
-    pub records_poison: AtomicU64,
-    /// Poison records sent to the dead-letter topic.
-    pub records_dead_lettered: AtomicU64,
-    /// Redeliveries seen (delivery count > 1).
-    pub records_redelivered: AtomicU64,
-}
-
-/// Settings of a share source.
-#[derive(Clone)]
-pub struct ShareSourceConfig {
-    /// The share group.
-    pub group: String,
-    /// Topics to consume.
-    pub topics: Vec<String>,
-    /// Acknowledgement mode and the rest.
-    pub share: ShareConfig,
-    /// Records per poll.
-    pub max_poll_records: usize,
-    /// How long one poll may wait.
-    pub poll_timeout: Duration,
-    /// Refuses poison records.
-    pub decoder: Option<Decoder>,
-    /// Poison records go here (inside the transaction) instead of being REJECTed.
-    pub dead_letter_topic: Option<String>,
-    /// End when the topics are drained (every record LOCKED or done): for bounded runs.
-    pub stop_when_drained: bool,
-}
-
-impl ShareSourceConfig {
-    /// Transactional consumption of `topics` by `group`, 500 records per poll.
-    pub fn new(group: &str, topics: &[&str], share: ShareConfig) -> Self {
-        Self {
-            group: group.to_string(),
-            topics: topics.iter().map(|t| t.to_string()).collect(),
-            share,
-            max_poll_records: 500,
-            poll_timeout: Duration::from_millis(5),
-            decoder: None,
-            dead_letter_topic: None,
-            stop_when_drained: false,
-        }
-    }
-}
-
 /// One subtask of a share-group source.
 pub struct ShareGroupSource {
     broker: EmbeddedBroker,
     txns: Option<Arc<BrokerTransactions>>,
-    config: ShareSourceConfig,
+    config: SourceSettings,
+    share: ShareConfig,
     consumer: Option<EmbeddedShareConsumer>,
     ctx: Option<SubtaskContext>,
     /// Explicit mode: records waiting for their checkpoint, per epoch.
     waiting: BTreeMap<u64, Vec<Record>>,
     last_renew: tokio::time::Instant,
+    rate: RateLimit,
     metrics: Arc<SourceMetrics>,
     failpoints: Failpoints,
     task: String,
 }
 
 impl ShareGroupSource {
-    /// A factory for the job builder. `txns` is required in transactional mode.
+    /// A factory for the job builder: subtasks consume as `settings` says, with the
+    /// group's `share` config (its acknowledgement mode decides exactly-once or
+    /// at-least-once). `txns` is required in transactional mode.
     pub fn factory(
         broker: EmbeddedBroker,
         txns: Option<Arc<BrokerTransactions>>,
-        config: ShareSourceConfig,
+        settings: SourceSettings,
+        share: ShareConfig,
         metrics: Arc<SourceMetrics>,
     ) -> impl Fn(&SubtaskContext) -> ShareGroupSource + Send + Sync {
         move |ctx| ShareGroupSource {
             broker: broker.clone(),
             txns: txns.clone(),
-            config: config.clone(),
+            config: settings.clone(),
+            share: share.clone(),
+            rate: RateLimit::new(settings.max_records_per_second),
             consumer: None,
             ctx: None,
             waiting: BTreeMap::new(),
@@ -168,7 +78,7 @@ impl ShareGroupSource {
     }
 
     fn transactional(&self) -> bool {
-        self.config.share.acknowledgement_mode() == AcknowledgementMode::Transactional
+        self.share.acknowledgement_mode() == AcknowledgementMode::Transactional
     }
 
     async fn stage(&mut self, epoch: u64, records: &[Record]) -> Result<Vec<Record>> {
@@ -228,7 +138,7 @@ impl ShareGroupSource {
     }
 
     async fn renew_waiting(&mut self) -> Result<()> {
-        let lock = self.config.share.record_lock_duration();
+        let lock = self.share.record_lock_duration();
         if self.waiting.is_empty() || self.last_renew.elapsed() < lock / 3 {
             return Ok(());
         }
@@ -247,8 +157,16 @@ impl Source for ShareGroupSource {
     async fn open(&mut self, ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
         // Nothing to restore: the broker holds the truth, and recovery already committed
         // or aborted every transaction of earlier attempts.
+        self.config.validate("embedded broker").map_err(|e| self.err(e))?;
+        if !self.config.from_earliest {
+            return Err(self.err(crate::Error::InvalidConfig {
+                key: "from_earliest".into(),
+                value: "false".into(),
+                rule: "the embedded broker starts a new share group at the log start; leave from_earliest true".into(),
+            }));
+        }
         let mut consumer =
-            self.broker.consumer(&self.config.group, self.config.share.clone()).await.map_err(|e| self.err(e))?;
+            self.broker.consumer(&self.config.group, self.share.clone()).await.map_err(|e| self.err(e))?;
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).await.map_err(|e| self.err(e))?;
         self.consumer = Some(consumer);
@@ -260,6 +178,7 @@ impl Source for ShareGroupSource {
         if !self.transactional() {
             self.renew_waiting().await?;
         }
+        self.rate.throttle().await;
         let (max, timeout) = (self.config.max_poll_records, self.config.poll_timeout);
         let records = self.consumer()?.poll(max, timeout).await.map_err(|e| runtime_error("share-source", e))?;
         if records.is_empty() {
@@ -274,18 +193,19 @@ impl Source for ShareGroupSource {
             }
             return Ok(SourceEvent::Idle);
         }
-        self.failpoints.hit(points::AFTER_POLL)?;
+        self.failpoints.hit(points::SOURCE_AFTER_POLL)?;
         let redelivered = records.iter().filter(|r| r.delivery_count > 1).count() as u64;
         self.metrics.records_redelivered.fetch_add(redelivered, Ordering::Relaxed);
         let emit = if self.transactional() {
             let good = self.stage(epoch, &records).await?;
-            self.failpoints.hit(points::AFTER_LOCK)?;
+            self.failpoints.hit(points::SOURCE_AFTER_LOCK)?;
             good
         } else {
             self.waiting.entry(epoch).or_default().extend(records.iter().cloned());
             records
         };
         self.metrics.records_emitted.fetch_add(emit.len() as u64, Ordering::Relaxed);
+        self.rate.emitted(emit.len() as u64);
         if emit.is_empty() {
             return Ok(SourceEvent::Idle);
         }

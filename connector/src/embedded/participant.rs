@@ -13,13 +13,9 @@ use shareflow_runtime::{
 };
 
 use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
-use crate::error::Error;
+use crate::common::sync::lock;
+use crate::error::{runtime_error, Error};
 use crate::share::{ShareTransactionCoordinator, TransactionHandle, TransactionState};
-
-/// Converts a connector error into a runtime error with the same kind.
-pub(crate) fn runtime_error(task: &str, e: Error) -> RuntimeError {
-    RuntimeError::task(task, e.kind(), e)
-}
 
 /// The embedded broker's KIP-1289 coordinator, bound to the job's group and prefix.
 #[derive(Debug)]
@@ -38,9 +34,7 @@ impl BrokerTransactions {
 
     /// The coordinator of the current attempt.
     pub fn coordinator(&self) -> Result<EmbeddedTransactionCoordinator> {
-        self.coordinator
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.coordinator)
             .clone()
             .ok_or_else(|| RuntimeError::Internal("broker transactions used before open".into()))
     }
@@ -99,7 +93,7 @@ impl TransactionParticipant for BrokerTransactions {
             epoch = c.epoch(),
             "took the transactional prefix"
         );
-        *self.coordinator.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        *lock(&self.coordinator) = Some(c);
         Ok(())
     }
 

@@ -209,7 +209,7 @@ impl FileSink {
 impl Operator for FileSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Collector) -> Result<()> {
         self.buffered.push(batch);
-        self.failpoints.hit(crate::sink::points::AFTER_WRITE)
+        self.failpoints.hit(crate::common::points::SINK_AFTER_WRITE)
     }
 
     /// pre_commit: stage the epoch's rows under T(n).

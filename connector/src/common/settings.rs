@@ -1,0 +1,217 @@
+//! The settings and the metrics of a share-group source, one struct each for both
+//! backends, with the same defaults.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::share::Record;
+
+/// Decides whether a record can be processed; `Err` names why not (a poison record).
+pub type Decoder = Arc<dyn Fn(&Record) -> std::result::Result<(), String> + Send + Sync>;
+
+/// Records per poll unless set: `max.poll.records`.
+pub const DEFAULT_MAX_POLL_RECORDS: usize = 500;
+
+/// How long one poll waits for records unless set (on Kafka, the fetch's
+/// `fetch.max.wait.ms`).
+pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Settings of a share-group source, the same on both backends.
+///
+/// Make one with [`SourceSettings::new`] and set what differs from the defaults:
+///
+/// ```
+/// # use shareflow_connector::SourceSettings;
+/// let mut settings = SourceSettings::new("orders-group", &["orders"]);
+/// settings.max_poll_records = 2_000;
+/// settings.stop_when_drained = true;
+/// assert_eq!(settings.poll_timeout, shareflow_connector::DEFAULT_POLL_TIMEOUT);
+/// ```
+///
+/// A backend refuses, with a typed error at open, a setting it cannot honour (see each
+/// field).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SourceSettings {
+    /// The share group (`group.id`).
+    pub group: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Records per poll (`max.poll.records`); at least 1. Default
+    /// [`DEFAULT_MAX_POLL_RECORDS`].
+    pub max_poll_records: usize,
+    /// How long one poll may wait for records. Default [`DEFAULT_POLL_TIMEOUT`]. An idle
+    /// subtask passes a checkpoint barrier only when its poll returns, so keep this well
+    /// below the checkpoint timeout.
+    pub poll_timeout: Duration,
+    /// Finish once every record of the topics is done or bound to a transaction: for
+    /// bounded runs and tests. Default `false`.
+    pub stop_when_drained: bool,
+    /// At most this many records per second per subtask; `None` (the default): as fast
+    /// as it goes.
+    pub max_records_per_second: Option<u64>,
+    /// Deliver records produced before the group's first member joined
+    /// (`share.auto.offset.reset=earliest`). Default `true`. The embedded broker always
+    /// starts a new group at the log start and refuses `false`.
+    pub from_earliest: bool,
+    /// Refuses poison records; `None` (the default) accepts all. Embedded broker only:
+    /// the Kafka source refuses a decoder.
+    pub decoder: Option<Decoder>,
+    /// Poison records go here (inside T(n)) instead of being REJECTed. Embedded broker
+    /// only, like [`decoder`](Self::decoder).
+    pub dead_letter_topic: Option<String>,
+}
+
+impl std::fmt::Debug for SourceSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceSettings")
+            .field("group", &self.group)
+            .field("topics", &self.topics)
+            .field("max_poll_records", &self.max_poll_records)
+            .field("poll_timeout", &self.poll_timeout)
+            .field("stop_when_drained", &self.stop_when_drained)
+            .field("max_records_per_second", &self.max_records_per_second)
+            .field("from_earliest", &self.from_earliest)
+            .field("decoder", &self.decoder.as_ref().map(|_| "Fn(&Record)"))
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .finish()
+    }
+}
+
+impl SourceSettings {
+    /// Consumes `topics` as `group`, with the defaults.
+    pub fn new(group: &str, topics: &[&str]) -> Self {
+        Self {
+            group: group.to_string(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            max_poll_records: DEFAULT_MAX_POLL_RECORDS,
+            poll_timeout: DEFAULT_POLL_TIMEOUT,
+            stop_when_drained: false,
+            max_records_per_second: None,
+            from_earliest: true,
+            decoder: None,
+            dead_letter_topic: None,
+        }
+    }
+
+    /// Checks the settings every backend needs; `backend` names the source in the error.
+    pub(crate) fn validate(&self, backend: &str) -> crate::Result<()> {
+        let invalid = |key: &str, value: String, rule: &str| {
+            Err(crate::Error::InvalidConfig { key: key.into(), value, rule: format!("{backend} source: {rule}") })
+        };
+        if self.topics.is_empty() {
+            return invalid("topics", "[]".into(), "name at least one topic to consume");
+        }
+        if self.max_poll_records == 0 {
+            return invalid("max.poll.records", "0".into(), "must be at least 1");
+        }
+        if self.max_records_per_second == Some(0) {
+            return invalid("max_records_per_second", "0".into(), "must be at least 1, or None for no limit");
+        }
+        Ok(())
+    }
+}
+
+/// Counters shared by a source's subtasks, the same struct on both backends. A counter
+/// a backend has no use for stays 0 (each field says which backend counts it).
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct SourceMetrics {
+    /// Records emitted downstream (fresh and replayed).
+    pub records_emitted: AtomicU64,
+    /// Redeliveries seen (delivery count > 1).
+    pub records_redelivered: AtomicU64,
+    /// Records the decoder refused (embedded broker).
+    pub records_poison: AtomicU64,
+    /// Poison records sent to the dead-letter topic (embedded broker).
+    pub records_dead_lettered: AtomicU64,
+    /// Records replayed from the log because their epoch never committed (Kafka).
+    pub records_replayed: AtomicU64,
+    /// Redelivered records the ledger already covered: accepted, not processed again
+    /// (Kafka).
+    pub records_skipped: AtomicU64,
+    /// Records released because their locks could not be renewed before their intent
+    /// (Kafka).
+    pub records_released_late: AtomicU64,
+    /// Ledger intent entries written (Kafka).
+    pub intents_written: AtomicU64,
+}
+
+/// Paces a subtask to at most `max_records_per_second`.
+#[derive(Debug, Default)]
+pub(crate) struct RateLimit {
+    per_second: Option<u64>,
+    /// When emitting started, and how much since.
+    start: Option<(tokio::time::Instant, u64)>,
+}
+
+impl RateLimit {
+    /// No limit for `None`.
+    pub(crate) fn new(per_second: Option<u64>) -> Self {
+        Self { per_second: per_second.filter(|r| *r > 0), start: None }
+    }
+
+    /// When the next record may go, given what was emitted so far; `None`: now.
+    pub(crate) fn due(&mut self) -> Option<tokio::time::Instant> {
+        let rate = self.per_second?;
+        let (start, emitted) = *self.start.get_or_insert((tokio::time::Instant::now(), 0));
+        Some(start + Duration::from_secs_f64(emitted as f64 / rate as f64))
+    }
+
+    /// Sleeps while the subtask is ahead of its limit.
+    pub(crate) async fn throttle(&mut self) {
+        if let Some(due) = self.due() {
+            tokio::time::sleep_until(due).await;
+        }
+    }
+
+    /// Counts `n` records emitted.
+    pub(crate) fn emitted(&mut self, n: u64) {
+        if let Some((_, emitted)) = self.start.as_mut() {
+            *emitted += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_backends_get_the_same_defaults() {
+        let s = SourceSettings::new("g", &["a", "b"]);
+        assert_eq!((s.group.as_str(), s.topics.len()), ("g", 2));
+        assert_eq!(s.max_poll_records, 500);
+        assert_eq!(s.poll_timeout, Duration::from_millis(100));
+        assert!(!s.stop_when_drained && s.from_earliest);
+        assert!(s.max_records_per_second.is_none() && s.decoder.is_none() && s.dead_letter_topic.is_none());
+        assert!(s.validate("test").is_ok());
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let mut s = SourceSettings::new("g", &[]);
+        let err = s.validate("kafka").unwrap_err().to_string();
+        assert!(err.contains("topics") && err.contains("kafka source"), "{err}");
+        s.topics = vec!["t".into()];
+        s.max_poll_records = 0;
+        assert!(s.validate("embedded").unwrap_err().to_string().contains("max.poll.records=0"));
+        s.max_poll_records = 1;
+        s.max_records_per_second = Some(0);
+        assert!(s.validate("embedded").unwrap_err().to_string().contains("max_records_per_second=0"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_spaces_records_by_their_count() {
+        let mut r = RateLimit::new(Some(100));
+        let t0 = tokio::time::Instant::now();
+        r.throttle().await; // nothing emitted yet: no wait
+        assert_eq!(tokio::time::Instant::now(), t0);
+        r.emitted(50);
+        r.throttle().await; // 50 records at 100/s: due half a second after the start
+        assert_eq!(tokio::time::Instant::now() - t0, Duration::from_millis(500));
+        assert!(RateLimit::new(None).due().is_none());
+        assert!(RateLimit::new(Some(0)).due().is_none());
+    }
+}

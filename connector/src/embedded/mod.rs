@@ -1,0 +1,16 @@
+//! The embedded broker's backend: a source whose subtasks are share-group members
+//! ([`ShareGroupSource`]), a sink into its topics ([`TopicSink`]), and the participant
+//! that makes the broker's KIP-1289 transaction T(n) part of every checkpoint
+//! ([`BrokerTransactions`]).
+//!
+//! With a transactional share group, the acknowledgements of epoch n and the sink's
+//! output of epoch n join the same T(n) on the same broker, so one commit makes both
+//! visible. The broker itself is [`crate::broker::EmbeddedBroker`].
+
+mod participant;
+mod sink;
+mod source;
+
+pub use participant::BrokerTransactions;
+pub use sink::TopicSink;
+pub use source::ShareGroupSource;

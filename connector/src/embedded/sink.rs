@@ -1,0 +1,77 @@
+//! [`TopicSink`]: the transactional topic sink on the embedded broker.
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use shareflow_runtime::failpoint::Failpoints;
+use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext, TransactionTemplate};
+
+use super::BrokerTransactions;
+use crate::broker::EmbeddedBroker;
+use crate::common::{key_values, points};
+use crate::error::runtime_error;
+use crate::share::{ProducerRecord, ShareTransactionalProducer};
+
+/// Writes each row's `value` (and `key`, if present) to a topic of the embedded broker.
+/// With a [`BrokerTransactions`] participant the output of epoch n goes into T(n) and is
+/// visible to read_committed readers only once checkpoint n commits; without, it is
+/// produced at once (at-least-once pipelines).
+pub struct TopicSink {
+    broker: EmbeddedBroker,
+    txns: Option<Arc<BrokerTransactions>>,
+    topic: Arc<str>,
+    template: TransactionTemplate,
+    failpoints: Failpoints,
+    task: String,
+}
+
+impl TopicSink {
+    /// A factory for the job builder.
+    pub fn factory(
+        broker: EmbeddedBroker,
+        txns: Option<Arc<BrokerTransactions>>,
+        topic: &str,
+    ) -> impl Fn(&SubtaskContext) -> TopicSink + Send + Sync {
+        let topic: Arc<str> = topic.into();
+        move |ctx| TopicSink {
+            broker: broker.clone(),
+            txns: txns.clone(),
+            topic: topic.clone(),
+            template: ctx.transactions.clone(),
+            failpoints: ctx.failpoints.clone(),
+            task: ctx.task_name(),
+        }
+    }
+}
+
+#[async_trait]
+impl Operator for TopicSink {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
+        let records: Vec<ProducerRecord> = key_values(&batch, &self.task, "topic sink")?
+            .into_iter()
+            .map(|(key, value)| ProducerRecord {
+                topic: self.topic.clone(),
+                partition: None,
+                key,
+                value,
+                timestamp_ms: 0,
+            })
+            .collect();
+        match &self.txns {
+            Some(txns) => {
+                let handle = txns.handle(self.template.transaction(out.epoch()))?;
+                txns.coordinator()?.send(&handle, records).await.map_err(|e| runtime_error(&self.task, e))?;
+            }
+            None => {
+                self.broker.produce(records).await.map_err(|e| runtime_error(&self.task, e))?;
+            }
+        }
+        self.failpoints.hit(points::SINK_AFTER_WRITE)
+    }
+
+    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+        // Every send already returned durable: nothing to flush for T(n).
+        Ok(Vec::new())
+    }
+}
