@@ -710,7 +710,7 @@ impl JournalCore {
             b.failed.get_or_insert(Error::Closed { what: "embedded broker journal".into() });
         }
         if let Some(appender) = &self.appender {
-            let mut a = appender.lock().unwrap_or_else(|p| p.into_inner());
+            let mut a = crate::common::sync::lock(appender);
             a.closed = true;
             a.active = None;
         }

@@ -4,6 +4,7 @@
 //! other, only this.
 
 pub mod points;
+pub(crate) mod ranges;
 mod rows;
 mod settings;
 pub(crate) mod sync;

@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::ranges::OffsetRanges;
+
 /// The first bytes of every ledger record value.
 const MAGIC: &[u8; 4] = b"SFL1";
 
@@ -92,71 +94,34 @@ fn frame<T: Serialize>(what: &str, value: &T) -> crate::Result<Vec<u8>> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RangeSet {
     /// first -> last.
-    ranges: BTreeMap<i64, i64>,
+    ranges: OffsetRanges<()>,
 }
 
 impl RangeSet {
-    /// Adds `first..=last`, merging with neighbours.
-    pub fn insert(&mut self, mut first: i64, mut last: i64) {
-        if first > last {
-            return;
-        }
-        // Merge with a range that starts before and reaches first - 1 or beyond.
-        if let Some((&f, &l)) = self.ranges.range(..=first).next_back() {
-            if l >= first.saturating_sub(1) {
-                first = f;
-                last = last.max(l);
-                self.ranges.remove(&f);
-            }
-        }
-        // Absorb ranges that start inside or right after.
-        while let Some((&f, &l)) = self.ranges.range(first..).next() {
-            if f > last.saturating_add(1) {
-                break;
-            }
-            last = last.max(l);
-            self.ranges.remove(&f);
-        }
-        self.ranges.insert(first, last);
+    /// Adds `first..=last`, merging with neighbours (a union: offsets already present
+    /// are fine). An empty range (`first > last`) adds nothing.
+    pub fn insert(&mut self, first: i64, last: i64) {
+        self.ranges.assign(first, last, ());
     }
 
     /// True if `offset` is in the set.
     pub fn contains(&self, offset: i64) -> bool {
-        self.ranges.range(..=offset).next_back().is_some_and(|(_, &l)| l >= offset)
+        self.ranges.get(offset).is_some()
     }
 
-    /// The ranges of `self` not in `other`.
+    /// The ranges of `self` not in `other`, in order.
     pub fn minus(&self, other: &RangeSet) -> Vec<(i64, i64)> {
-        let mut out = Vec::new();
-        for (&f, &l) in &self.ranges {
-            let mut start = f;
-            for (&of, &ol) in other.ranges.range(..=l) {
-                if ol < start {
-                    continue;
-                }
-                if of > start {
-                    out.push((start, (of - 1).min(l)));
-                }
-                start = start.max(ol.saturating_add(1));
-                if start > l {
-                    break;
-                }
-            }
-            if start <= l {
-                out.push((start, l));
-            }
-        }
-        out
+        self.ranges.minus(&other.ranges).iter().map(|(first, last, ())| (first, last)).collect()
     }
 
     /// The ranges, in order.
     pub fn ranges(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.ranges.iter().map(|(&f, &l)| (f, l))
+        self.ranges.iter().map(|(first, last, ())| (first, last))
     }
 
-    /// How many offsets.
+    /// How many offsets (saturating at `u64::MAX`).
     pub fn len(&self) -> u64 {
-        self.ranges.iter().map(|(&f, &l)| (l - f + 1) as u64).sum()
+        self.ranges.offset_count()
     }
 
     /// True if empty.
@@ -246,7 +211,7 @@ impl AckLedger {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<LedgerPlan>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::common::sync::lock(&self.inner)
     }
 
     /// Installs the plan read from the ledger topic.
@@ -328,6 +293,25 @@ mod tests {
         o.insert(8, 21);
         assert_eq!(s.minus(&o), vec![(0, 1), (4, 7), (22, 25)]);
         assert_eq!(s.len(), 16);
+    }
+
+    #[test]
+    fn range_set_insert_is_a_union_and_survives_the_ends_of_i64() {
+        let mut s = RangeSet::default();
+        s.insert(0, 9);
+        s.insert(3, 5); // inside: nothing changes
+        s.insert(8, 12); // overlapping the end: extends
+        s.insert(7, 3); // empty: ignored
+        assert_eq!(s.ranges().collect::<Vec<_>>(), vec![(0, 12)]);
+        s.insert(i64::MAX - 1, i64::MAX);
+        s.insert(i64::MIN, i64::MIN);
+        assert!(s.contains(i64::MAX) && s.contains(i64::MIN) && !s.contains(i64::MIN + 1));
+        assert_eq!(s.len(), 13 + 2 + 1);
+        let mut all = RangeSet::default();
+        all.insert(i64::MIN, i64::MAX);
+        assert_eq!(all.minus(&s), vec![(i64::MIN + 1, -1), (13, i64::MAX - 2)]);
+        assert!(s.minus(&all).is_empty());
+        assert_eq!(all.len(), u64::MAX);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{AcknowledgeType, AcknowledgementBatch, TopicPartition};
+use crate::common::ranges::{OffsetRanges, Overlap};
 use crate::error::{Error, Result};
 
 /// The acknowledgements of one partition as disjoint, merged offset ranges.
@@ -13,8 +14,8 @@ use crate::error::{Error, Result};
 /// entry. Adding an offset twice is an error: a record is settled once.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckRanges {
-    /// first offset -> (last offset, type)
-    ranges: BTreeMap<i64, (i64, AcknowledgeType)>,
+    /// first offset -> (last offset, type); serialized as that map.
+    ranges: OffsetRanges<AcknowledgeType>,
     records: u64,
 }
 
@@ -31,30 +32,11 @@ impl AckRanges {
         if first < 0 || last < first {
             return Err(Error::InvalidRequest(format!("acknowledgement range {first}..={last} is empty or negative")));
         }
-        if let Some((&start, &(end, _))) = self.ranges.range(..=last).next_back() {
-            if end >= first {
-                return Err(Error::InvalidRequest(format!(
-                    "offsets {}..={} are acknowledged twice",
-                    first.max(start),
-                    last.min(end)
-                )));
-            }
-        }
-        let (mut first, mut last) = (first, last);
-        if let Some((&start, &(end, ty))) = self.ranges.range(..first).next_back() {
-            if end + 1 == first && ty == ack_type {
-                self.ranges.remove(&start);
-                first = start;
-            }
-        }
-        if let Some(&(end, ty)) = self.ranges.get(&(last + 1)) {
-            if ty == ack_type {
-                self.ranges.remove(&(last + 1));
-                last = end;
-            }
-        }
-        self.ranges.insert(first, (last, ack_type));
-        self.records += batch.len();
+        self.ranges.insert(first, last, ack_type).map_err(|Overlap { first, last }| {
+            Error::InvalidRequest(format!("offsets {first}..={last} are acknowledged twice"))
+        })?;
+        // 0 <= first <= last, so the count is at most i64::MAX + 1: no overflow.
+        self.records = self.records.saturating_add(last.abs_diff(first) + 1);
         Ok(())
     }
 
@@ -65,12 +47,12 @@ impl AckRanges {
 
     /// The merged batches, in offset order.
     pub fn batches(&self) -> impl Iterator<Item = AcknowledgementBatch> + '_ {
-        self.ranges.iter().map(|(&first, &(last, ty))| AcknowledgementBatch::new(first, last, ty))
+        self.ranges.iter().map(|(first, last, &ty)| AcknowledgementBatch::new(first, last, ty))
     }
 
     /// Number of merged ranges.
     pub fn range_count(&self) -> usize {
-        self.ranges.len()
+        self.ranges.range_count()
     }
 
     /// Number of offsets covered.
@@ -85,8 +67,7 @@ impl AckRanges {
 
     /// The type `offset` is acknowledged with, if any.
     pub fn get(&self, offset: i64) -> Option<AcknowledgeType> {
-        let (_, &(last, ty)) = self.ranges.range(..=offset).next_back()?;
-        (last >= offset).then_some(ty)
+        self.ranges.get(offset).map(|(_, _, &ty)| ty)
     }
 }
 
@@ -181,5 +162,35 @@ mod tests {
         assert!(r.add(AcknowledgementBatch::new(0, 10, Reject)).is_err());
         assert!(r.add(AcknowledgementBatch::new(3, 2, Reject)).is_err());
         assert_eq!(r, before);
+    }
+
+    #[test]
+    fn the_whole_non_negative_domain_counts_without_overflow() {
+        let mut r = AckRanges::new();
+        r.add(AcknowledgementBatch::new(0, i64::MAX, Accept)).unwrap();
+        assert_eq!(r.range_count(), 1);
+        // i64::MAX + 1 offsets: 0..=i64::MAX.
+        assert_eq!(r.record_count(), 1u64 << 63);
+        let err = r.add_offset(i64::MAX, Reject).unwrap_err();
+        assert!(err.to_string().contains(&format!("offsets {0}..={0} are acknowledged twice", i64::MAX)), "{err}");
+    }
+
+    #[test]
+    fn the_serialized_form_is_still_the_plain_map() {
+        // The format before the shared range type: a map first -> (last, type).
+        #[derive(Serialize)]
+        struct Old {
+            ranges: BTreeMap<i64, (i64, AcknowledgeType)>,
+            records: u64,
+        }
+        let mut r = AckRanges::new();
+        r.add(AcknowledgementBatch::new(0, 9, Accept)).unwrap();
+        r.add(AcknowledgementBatch::new(10, 12, Reject)).unwrap();
+        r.add(AcknowledgementBatch::new(20, 20, Release)).unwrap();
+        let old =
+            Old { ranges: BTreeMap::from([(0, (9, Accept)), (10, (12, Reject)), (20, (20, Release))]), records: 14 };
+        let old_bytes = postcard::to_allocvec(&old).unwrap();
+        assert_eq!(postcard::to_allocvec(&r).unwrap(), old_bytes);
+        assert_eq!(postcard::from_bytes::<AckRanges>(&old_bytes).unwrap(), r);
     }
 }
