@@ -38,6 +38,7 @@ mod error;
 pub mod kafka;
 pub mod share;
 mod sinks;
+#[cfg(feature = "testing")]
 pub mod verify;
 
 pub use common::{

@@ -10,6 +10,7 @@ use crate::share::{IsolationLevel, RecordState, TopicPartition};
 /// What the checker found, from outside the pipeline: the input topic's records and
 /// their share-partition states, and the output topic read with read_committed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExactlyOnceReport {
     /// Input records.
     pub produced: u64,

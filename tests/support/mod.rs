@@ -172,12 +172,10 @@ pub fn after_restart(before: &Observed, delivery_limit: u16) -> Observed {
     for (_, _, s) in &mut expected.records {
         if s.state == RecordState::Acquired {
             if s.delivery_count >= delivery_limit {
-                *s = shareflow::connector::broker::RecordStatus {
-                    state: RecordState::Archived,
-                    delivery_count: 0,
-                    archive_reason: Some(ArchiveReason::DeliveryLimit),
-                    transaction: None,
-                };
+                s.state = RecordState::Archived;
+                s.delivery_count = 0;
+                s.archive_reason = Some(ArchiveReason::DeliveryLimit);
+                s.transaction = None;
             } else {
                 s.state = RecordState::Available;
             }

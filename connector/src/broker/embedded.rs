@@ -122,6 +122,7 @@ impl BrokerOptions {
 
 /// A record read by a plain (non-share) fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FetchedRecord {
     /// Offset.
     pub offset: i64,
@@ -141,6 +142,7 @@ impl FetchedRecord {
 
 /// Size figures of one share partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SharePartitionInfo {
     /// One past the highest offset ever delivered.
     pub fetched_end: i64,
@@ -152,6 +154,7 @@ pub struct SharePartitionInfo {
 
 /// Records of a topic by state, for one share group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Backlog {
     /// AVAILABLE, including records never delivered.
     pub available: u64,
@@ -174,6 +177,7 @@ impl Backlog {
 
 /// A transaction as the broker sees it, for inspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TransactionInfo {
     /// Id.
     pub id: TransactionId,

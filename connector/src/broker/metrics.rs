@@ -19,6 +19,7 @@ pub const TRANSACTION_TIMEOUT_TOTAL: &str = "share-transaction-timeout-total";
 
 /// A latency histogram with power-of-two millisecond buckets.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Histogram {
     /// Samples recorded.
     pub count: u64,
@@ -65,6 +66,7 @@ impl Histogram {
 
 /// A point-in-time copy of every broker metric.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct MetricsSnapshot {
     /// `share-transaction-active`
     pub transaction_active: u64,

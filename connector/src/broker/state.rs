@@ -202,6 +202,7 @@ impl Group {
 
 /// The state of a record, as seen by inspection and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordStatus {
     /// The record state.
     pub state: RecordState,
