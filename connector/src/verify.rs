@@ -12,7 +12,7 @@ use crate::share::{IsolationLevel, RecordState, TopicPartition};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ExactlyOnceReport {
-    /// Input records.
+    /// Records in the input topic, over all partitions.
     pub produced: u64,
     /// Output records visible to read_committed readers.
     pub committed_output: u64,

@@ -124,13 +124,13 @@ impl BrokerOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FetchedRecord {
-    /// Offset.
+    /// Offset in its partition.
     pub offset: i64,
-    /// Key.
+    /// Key; `None` if produced without one.
     pub key: Option<Bytes>,
-    /// Value.
+    /// Value; `None` for a tombstone.
     pub value: Option<Bytes>,
-    /// Create time, ms.
+    /// Create time, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
 }
 
@@ -158,13 +158,13 @@ pub struct SharePartitionInfo {
 pub struct Backlog {
     /// AVAILABLE, including records never delivered.
     pub available: u64,
-    /// ACQUIRED.
+    /// ACQUIRED by a member, not yet acknowledged.
     pub acquired: u64,
     /// LOCKED in a transaction.
     pub locked: u64,
-    /// ACKNOWLEDGED.
+    /// ACKNOWLEDGED: done, their output (if any) committed.
     pub acknowledged: u64,
-    /// ARCHIVED.
+    /// ARCHIVED: done without output (rejected, or past the delivery limit).
     pub archived: u64,
 }
 
@@ -179,9 +179,9 @@ impl Backlog {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransactionInfo {
-    /// Id.
+    /// Its id, `{groupId}-{prefix}-{checkpointId}`.
     pub id: TransactionId,
-    /// State.
+    /// KIP-1289 state: ONGOING, PREPARE, COMMITTED or ABORTED.
     pub state: TransactionState,
     /// Epoch that began it.
     pub epoch: ProducerEpoch,

@@ -135,7 +135,7 @@ pub struct Metric {
     pub name: &'static str,
     /// One line saying what it measures.
     pub help: &'static str,
-    /// Its value.
+    /// Its value: a counter, a gauge or a latency histogram.
     pub value: MetricValue,
 }
 

@@ -103,8 +103,10 @@ pub(crate) fn decide(op: TxnOp, id: &TransactionId, state: TransactionState) -> 
     }
 }
 
-/// Every transaction the broker knows, by id, with indexes so that no call walks the
-/// decided ones: `pending` holds ONGOING and PREPARE, `expiry` orders decided ones by
+/// Every transaction the broker knows, by id: the embedded broker's counterpart of the
+/// state KIP-1289 keeps in `ShareTransactionState` records of `__share_group_state`,
+/// which `ShareCoordinatorShard.replayEndTransactionMarker()` replays; here the journal
+/// replays it. Indexes keep every call off the decided ones: `pending` holds ONGOING and PREPARE, `expiry` orders decided ones by
 /// the time retention removes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TxnTable {

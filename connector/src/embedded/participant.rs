@@ -44,7 +44,8 @@ impl BrokerTransactions {
         Ok(TransactionHandle { id: txn, epoch: self.coordinator()?.epoch() })
     }
 
-    /// The broker.
+    /// The broker whose KIP-1289 coordinator this participant drives; sources and sinks
+    /// of the same job must use this one, or their work is not in T(n).
     pub fn broker(&self) -> &EmbeddedBroker {
         &self.broker
     }

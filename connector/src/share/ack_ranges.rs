@@ -78,7 +78,7 @@ pub struct ShareAcknowledgements {
 }
 
 impl ShareAcknowledgements {
-    /// None.
+    /// An empty set: nothing to acknowledge yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TopicPartition {
-    /// Topic name.
+    /// Topic name, as created on the broker.
     pub topic: Arc<str>,
-    /// Partition index.
+    /// Partition index, from 0.
     pub partition: i32,
 }
 
@@ -37,9 +37,9 @@ pub struct Record {
     pub partition: i32,
     /// Offset in the partition.
     pub offset: i64,
-    /// Record key.
+    /// Record key; `None` for a record produced without one.
     pub key: Option<Bytes>,
-    /// Record value.
+    /// Record value; `None` for a tombstone.
     pub value: Option<Bytes>,
     /// Create time, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
@@ -61,9 +61,9 @@ pub struct ProducerRecord {
     pub topic: Arc<str>,
     /// Destination partition; `None` picks one by key hash (or round robin without a key).
     pub partition: Option<i32>,
-    /// Key.
+    /// Key; with `partition: None` it picks the partition by hash.
     pub key: Option<Bytes>,
-    /// Value.
+    /// Value; `None` produces a tombstone.
     pub value: Option<Bytes>,
     /// Create time, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
@@ -75,7 +75,7 @@ impl ProducerRecord {
         Self { topic: topic.into(), partition: Some(partition), key: None, value: Some(value.into()), timestamp_ms: 0 }
     }
 
-    /// Sets the key.
+    /// Sets the key (it does not change an explicitly chosen partition).
     pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
         self.key = Some(key.into());
         self
