@@ -35,6 +35,7 @@ pub mod broker;
 mod common;
 pub mod embedded;
 mod error;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod share;
 mod sinks;
