@@ -279,6 +279,96 @@ pub fn plan_completion(completed: u64, uncommitted: &std::collections::BTreeSet<
     uncommitted.range(..=completed).copied().collect()
 }
 
+/// One instance of a share group as the instance registry shows it to an observer
+/// (decision 0007). Instances are jobs with their own prefix, sharing the group and the
+/// checkpoint root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceView {
+    /// The instance's transaction prefix (also its job id under the checkpoint root).
+    pub prefix: String,
+    /// How long its heartbeat has not changed, measured on the observer's own clock
+    /// (no clocks are compared across machines).
+    pub silent_for: std::time::Duration,
+    /// It stopped gracefully after a final committed checkpoint: nobody adopts it.
+    pub retired: bool,
+    /// The instance that claimed its adoption, if one did. A claim is exclusive and
+    /// permanent: the adopted instance never starts again under this prefix.
+    pub adopted_by: Option<String>,
+    /// The claimed adoption finished: every transaction of the instance is decided.
+    pub adoption_done: bool,
+}
+
+/// One step an instance takes for another (decision 0007).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdoptionStep {
+    /// Finish an adoption this instance owns: one it claimed earlier (and crashed or
+    /// was stopped in the middle of), or one claimed by an instance it adopted.
+    Resume {
+        /// The adopted instance.
+        prefix: String,
+    },
+    /// Claim the adoption of a silent instance, then carry it out.
+    Claim {
+        /// The silent instance.
+        prefix: String,
+    },
+}
+
+impl AdoptionStep {
+    /// The instance the step is about.
+    pub fn prefix(&self) -> &str {
+        match self {
+            AdoptionStep::Resume { prefix } | AdoptionStep::Claim { prefix } => prefix,
+        }
+    }
+}
+
+/// Which instances `me` must adopt, given what the registry shows and the adoption
+/// timeout:
+/// - never itself, a retired instance, or a finished adoption;
+/// - an adoption claimed by `me`, or by an instance `me` adopted, is resumed (the
+///   claimant cannot finish it; carrying an adoption out is idempotent);
+/// - an adoption claimed by anyone else is theirs (if they die, whoever adopts them
+///   inherits it);
+/// - an unclaimed instance silent for longer than `timeout` is claimed.
+///
+/// Resumes come first, then claims, each in prefix order.
+pub fn plan_adoption(me: &str, instances: &[InstanceView], timeout: std::time::Duration) -> Vec<AdoptionStep> {
+    let adopted_by_me: BTreeSet<&str> =
+        instances.iter().filter(|v| v.adopted_by.as_deref() == Some(me)).map(|v| v.prefix.as_str()).collect();
+    let mut resume = BTreeSet::new();
+    let mut claim = BTreeSet::new();
+    for v in instances.iter().filter(|v| v.prefix != me && !v.retired) {
+        match v.adopted_by.as_deref() {
+            Some(_) if v.adoption_done => {}
+            Some(by) if by == me || adopted_by_me.contains(by) => {
+                resume.insert(v.prefix.clone());
+            }
+            Some(_) => {}
+            None if v.silent_for > timeout => {
+                claim.insert(v.prefix.clone());
+            }
+            None => {}
+        }
+    }
+    resume
+        .into_iter()
+        .map(|prefix| AdoptionStep::Resume { prefix })
+        .chain(claim.into_iter().map(|prefix| AdoptionStep::Claim { prefix }))
+        .collect()
+}
+
+/// Whether an instance may start under `prefix`, given what the registry shows of it:
+/// `Err(by)` if `by` claimed its adoption (its transactions were or are being decided by
+/// another instance, so starting again would decide them twice). A retired or live
+/// record does not stop a start: the new incarnation fences the old one.
+pub fn check_instance_start(own: Option<&InstanceView>) -> Result<(), String> {
+    match own.and_then(|v| v.adopted_by.clone()) {
+        Some(by) => Err(by),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,5 +505,75 @@ mod tests {
         for (completed, expected) in rows {
             assert_eq!(plan_completion(completed, &open), expected, "completing {completed}");
         }
+    }
+
+    fn view(prefix: &str, silent_s: u64, retired: bool, adopted_by: Option<&str>, done: bool) -> InstanceView {
+        InstanceView {
+            prefix: prefix.into(),
+            silent_for: std::time::Duration::from_secs(silent_s),
+            retired,
+            adopted_by: adopted_by.map(Into::into),
+            adoption_done: done,
+        }
+    }
+
+    fn steps(me: &str, instances: &[InstanceView]) -> Vec<String> {
+        plan_adoption(me, instances, std::time::Duration::from_secs(10))
+            .into_iter()
+            .map(|s| match s {
+                AdoptionStep::Resume { prefix } => format!("resume {prefix}"),
+                AdoptionStep::Claim { prefix } => format!("claim {prefix}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adoption_table() {
+        // (case, me, instances, expected steps); the timeout is 10 s.
+        let cases: Vec<(&str, &str, Vec<InstanceView>, Vec<&str>)> = vec![
+            ("a live instance is left alone", "a", vec![view("b", 3, false, None, false)], vec![]),
+            ("silent exactly the timeout is not yet dead", "a", vec![view("b", 10, false, None, false)], vec![]),
+            ("silent past the timeout is claimed", "a", vec![view("b", 11, false, None, false)], vec!["claim b"]),
+            ("never itself, however silent", "a", vec![view("a", 99, false, None, false)], vec![]),
+            ("a retired instance is never adopted", "a", vec![view("b", 99, true, None, false)], vec![]),
+            ("another's claim is theirs", "a", vec![view("b", 99, false, Some("c"), false)], vec![]),
+            ("my unfinished claim is resumed", "a", vec![view("b", 99, false, Some("a"), false)], vec!["resume b"]),
+            ("my finished claim is done", "a", vec![view("b", 99, false, Some("a"), true)], vec![]),
+            (
+                "a claim of an instance I adopted is inherited",
+                "a",
+                vec![view("c", 99, false, Some("a"), true), view("b", 99, false, Some("c"), false)],
+                vec!["resume b"],
+            ),
+            (
+                "a finished claim of an instance I adopted needs nothing",
+                "a",
+                vec![view("c", 99, false, Some("a"), true), view("b", 99, false, Some("c"), true)],
+                vec![],
+            ),
+            (
+                "resumes first, then claims, each in prefix order",
+                "a",
+                vec![
+                    view("z", 50, false, None, false),
+                    view("d", 50, false, Some("a"), false),
+                    view("m", 50, false, None, false),
+                    view("b", 50, false, Some("a"), false),
+                ],
+                vec!["resume b", "resume d", "claim m", "claim z"],
+            ),
+        ];
+        for (case, me, instances, expected) in cases {
+            assert_eq!(steps(me, &instances), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn an_adopted_instance_may_not_start_again() {
+        assert_eq!(check_instance_start(None), Ok(()));
+        assert_eq!(check_instance_start(Some(&view("a", 0, false, None, false))), Ok(()));
+        assert_eq!(check_instance_start(Some(&view("a", 0, true, None, false))), Ok(()), "retired restarts");
+        assert_eq!(check_instance_start(Some(&view("a", 0, false, Some("b"), false))), Err("b".to_string()));
+        assert_eq!(check_instance_start(Some(&view("a", 0, false, Some("b"), true))), Err("b".to_string()));
     }
 }
