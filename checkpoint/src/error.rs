@@ -83,6 +83,27 @@ pub enum CheckpointError {
         /// The checkpoint id.
         checkpoint_id: u64,
     },
+    /// The instance was adopted by another one after it fell silent; its transactions
+    /// are decided by the adopter, so it may never start again under this prefix.
+    #[error(
+        "instance {prefix} was adopted by instance {by} after it fell silent; its transactions are decided \
+         there. Start this instance with a new prefix"
+    )]
+    InstanceAdopted {
+        /// The adopted instance's prefix.
+        prefix: String,
+        /// The adopter's prefix.
+        by: String,
+    },
+    /// Another incarnation of the instance, or its adopter, took over: this one must
+    /// stop.
+    #[error("instance {prefix} is fenced: {reason}")]
+    InstanceFenced {
+        /// The instance's prefix.
+        prefix: String,
+        /// Who took over, and what to do.
+        reason: String,
+    },
     /// The store failed.
     #[error("object store {op} of {path} failed: {source}")]
     Store {
@@ -108,7 +129,9 @@ impl CheckpointError {
             | CheckpointError::InvalidTransactionId { .. }
             | CheckpointError::NotFound { .. } => ErrorKind::Invalid,
             CheckpointError::Corrupt { .. } => ErrorKind::Data,
-            CheckpointError::ManifestConflict { .. } => ErrorKind::Fenced,
+            CheckpointError::ManifestConflict { .. }
+            | CheckpointError::InstanceAdopted { .. }
+            | CheckpointError::InstanceFenced { .. } => ErrorKind::Fenced,
             CheckpointError::Store { source, .. } => match source.as_ref() {
                 object_store::Error::NotFound { .. } => ErrorKind::Invalid,
                 _ => ErrorKind::Unavailable,

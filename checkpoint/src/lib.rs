@@ -40,6 +40,7 @@
 
 pub mod envelope;
 mod error;
+pub mod instances;
 mod local;
 pub mod manifest;
 mod paths;

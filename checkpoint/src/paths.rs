@@ -30,6 +30,7 @@ pub const MANIFEST_NAME: &str = "_metadata";
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointPaths {
+    root: Path,
     job: Path,
     job_id: String,
 }
@@ -82,7 +83,25 @@ impl CheckpointPaths {
     /// Paths for `job_id` under `root` (a prefix inside the store; may be empty).
     pub fn new(root: impl Into<Path>, job_id: &str) -> Result<Self> {
         check_name("job id", job_id)?;
-        Ok(Self { job: root.into().join(job_id), job_id: job_id.to_string() })
+        if job_id.starts_with('_') {
+            return Err(CheckpointError::InvalidName {
+                what: "job id",
+                name: job_id.to_string(),
+                reason: "must not start with _ (names like _instances are shareflow's own)".into(),
+            });
+        }
+        let root = root.into();
+        Ok(Self { job: root.clone().join(job_id), root, job_id: job_id.to_string() })
+    }
+
+    /// The root every job's prefix is under (shared by the instances of a group).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The paths of another job under the same root: another instance of the group.
+    pub fn sibling(&self, job_id: &str) -> Result<Self> {
+        Self::new(self.root.clone(), job_id)
     }
 
     /// The job id.
@@ -158,6 +177,16 @@ impl CheckpointPaths {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn siblings_share_the_root_and_underscore_names_are_reserved() {
+        let p = CheckpointPaths::new("root/x", "a").unwrap();
+        let b = p.sibling("b").unwrap();
+        assert_eq!((b.root().as_ref(), b.job_prefix().as_ref()), ("root/x", "root/x/b"));
+        let err = CheckpointPaths::new("root", "_instances").unwrap_err();
+        assert!(err.to_string().contains("must not start with _"), "{err}");
+        assert!(p.sibling("_x").is_err());
+    }
 
     #[test]
     fn keys_round_trip_through_parse() {

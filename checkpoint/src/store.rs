@@ -127,6 +127,16 @@ impl CheckpointStore {
         &self.paths
     }
 
+    /// The store of another job (instance) under the same root, for adoption.
+    pub fn sibling(&self, job_id: &str) -> Result<Self> {
+        Ok(Self::new(self.store.clone(), self.paths.sibling(job_id)?))
+    }
+
+    /// The registry of the instances that share this store's root.
+    pub fn registry(&self) -> crate::instances::InstanceRegistry {
+        crate::instances::InstanceRegistry::new(self.store.clone(), self.paths.root())
+    }
+
     /// The underlying object store.
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
