@@ -11,7 +11,7 @@ use krafka::admin::{
     AdminClient, ConfigOp, ConfigResource, DescribeConfigsOptions, DescribeShareGroupOffsetsOptions,
     IncrementalAlterConfigsOptions, ListOffsetsOptions, NewTopic, OffsetSpec, TopicPartition,
 };
-use krafka::producer::Producer;
+use krafka::producer::{DeliveryHandle, Producer};
 use krafka::Kafka;
 
 use super::kafka_error;
@@ -599,6 +599,34 @@ impl KafkaCluster {
             .await
             .map_err(|e| kafka_error("build the idempotent producer", e))
     }
+}
+
+/// Queues `records` with `enqueue`, one producer's `enqueue`; `context` ends the error
+/// message (" in T(n)").
+pub(crate) async fn enqueue_all<F, Fut>(
+    records: Vec<krafka::Record>,
+    context: &str,
+    enqueue: F,
+) -> Result<Vec<DeliveryHandle>>
+where
+    F: Fn(krafka::Record) -> Fut,
+    Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
+{
+    let mut handles = Vec::with_capacity(records.len());
+    for r in records {
+        let topic = r.topic.clone();
+        handles.push(enqueue(r).await.map_err(|e| kafka_error(format!("write to {topic}{context}"), e))?);
+    }
+    Ok(handles)
+}
+
+/// Waits until the broker acknowledged every record of `handles`; `what` names them in
+/// the error.
+pub(crate) async fn await_all(handles: Vec<DeliveryHandle>, what: &str) -> Result<()> {
+    for h in handles {
+        let _ = h.await.map_err(|e| kafka_error(format!("deliver {what}"), e))?;
+    }
+    Ok(())
 }
 
 /// One idempotent producer, built on first use and shared after that.

@@ -23,6 +23,7 @@ mod consumer;
 mod error;
 mod ledger;
 mod ledger_log;
+mod recovery;
 mod sink;
 mod source;
 mod transactions;
