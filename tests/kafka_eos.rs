@@ -161,6 +161,35 @@ async fn a_new_instance_fences_what_a_stale_one_wrote_and_never_prepared() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_reports_an_unprepared_transaction_begun_after_open_and_abort_fences_it() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let fresh = participant(&c);
+    fresh.open(&template).await.expect("open");
+    // Another instance of the prefix writes into T(7) after the fresh one opened: open
+    // could not fence it, and listing must not.
+    let other = participant(&c);
+    other.open(&template).await.expect("open");
+    let t7 = template.transaction(7);
+    other.begin(&t7).await.expect("begin");
+    other.send(7, records(&out, 2)).await.expect("send");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while c.end_offsets(&out, false).await.expect("ends") == vec![0] {
+        assert!(tokio::time::Instant::now() < deadline, "T(7)'s records never reached the broker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed = |p: Vec<shareflow::runtime::PendingTransaction>| {
+        p.iter().map(|t| (t.id.checkpoint_id(), t.prepared)).collect::<Vec<_>>()
+    };
+    assert_eq!(listed(fresh.pending(&template).await.expect("pending")), vec![(7, false)]);
+    assert_eq!(listed(fresh.pending(&template).await.expect("pending")), vec![(7, false)], "listing fenced it");
+    // The runtime aborts an unprepared transaction; without its producer, that fences it.
+    fresh.abort(&t7).await.expect("abort");
+    assert!(fresh.pending(&template).await.expect("pending").is_empty());
+    assert_eq!(committed(&c, &out).await, 0, "nothing of T(7) shows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn epochs_named_by_the_ledger_are_never_reused() {
     let Some(c) = cluster().await else { return };
     let (template, _) = setup(&c).await;
