@@ -126,6 +126,70 @@ async fn a_new_attempt_aborts_the_live_transactions_of_the_last_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_fences_what_a_stale_one_wrote_and_never_prepared() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let stale = participant(&c);
+    stale.open(&template).await.expect("open");
+    let t4 = template.transaction(4);
+    stale.begin(&t4).await.expect("begin");
+    stale.send(4, records(&out, 3)).await.expect("send");
+    // Until a batch reaches the broker, T(4) is the stale producer's secret.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while c.end_offsets(&out, false).await.expect("ends") == vec![0] {
+        assert!(tokio::time::Instant::now() < deadline, "T(4)'s records never reached the broker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Opening takes over the prefix: T(4) never prepared, so no checkpoint can cover it,
+    // and the new instance aborts it by fencing its id. Listing it afterwards fences
+    // nothing and finds nothing.
+    let fresh = participant(&c);
+    fresh.open(&template).await.expect("open");
+    assert!(fresh.pending(&template).await.expect("pending").is_empty());
+    // Its writes now carry a stale producer epoch. Kafka answers InvalidProducerEpoch,
+    // which the client reports as "abort the transaction" (a bumped epoch may also be
+    // a transaction timeout's abort; it cannot tell), so the refusal is Unavailable or
+    // Fenced, never a success.
+    for (op, result) in [("prepare", stale.prepare(&t4).await.map(|_| ())), ("commit", stale.commit(&t4).await)] {
+        let err = result.expect_err("the stale producer is fenced");
+        assert!(matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Fenced), "{op}: {err}");
+        assert!(err.to_string().contains(&format!("failed to {op} {t4}")), "{err}");
+    }
+    assert_eq!(committed(&c, &out).await, 0, "nothing of the fenced T(4) shows");
+    // A prepare asked of the new instance asks the broker: T(4) is aborted.
+    assert_eq!(fresh.prepare(&t4).await.expect("prepare"), PrepareOutcome::AlreadyAborted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_reports_an_unprepared_transaction_begun_after_open_and_abort_fences_it() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let fresh = participant(&c);
+    fresh.open(&template).await.expect("open");
+    // Another instance of the prefix writes into T(7) after the fresh one opened: open
+    // could not fence it, and listing must not.
+    let other = participant(&c);
+    other.open(&template).await.expect("open");
+    let t7 = template.transaction(7);
+    other.begin(&t7).await.expect("begin");
+    other.send(7, records(&out, 2)).await.expect("send");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while c.end_offsets(&out, false).await.expect("ends") == vec![0] {
+        assert!(tokio::time::Instant::now() < deadline, "T(7)'s records never reached the broker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed = |p: Vec<shareflow::runtime::PendingTransaction>| {
+        p.iter().map(|t| (t.id.checkpoint_id(), t.prepared)).collect::<Vec<_>>()
+    };
+    assert_eq!(listed(fresh.pending(&template).await.expect("pending")), vec![(7, false)]);
+    assert_eq!(listed(fresh.pending(&template).await.expect("pending")), vec![(7, false)], "listing fenced it");
+    // The runtime aborts an unprepared transaction; without its producer, that fences it.
+    fresh.abort(&t7).await.expect("abort");
+    assert!(fresh.pending(&template).await.expect("pending").is_empty());
+    assert_eq!(committed(&c, &out).await, 0, "nothing of T(7) shows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn epochs_named_by_the_ledger_are_never_reused() {
     let Some(c) = cluster().await else { return };
     let (template, _) = setup(&c).await;

@@ -189,8 +189,15 @@ pub enum Error {
         op: String,
         /// What the client or broker said, and what to do.
         reason: String,
-        /// Invalid (fix the input), Unavailable (retry), Fenced (stop this instance).
+        /// The cause, as what to do: Invalid (fix the input or config), Unavailable
+        /// (retry; a job restart does), Fenced (stop this instance), Data (corrupt
+        /// bytes), Internal (a shareflow bug).
         kind: ErrorKind,
+        /// The client's error, when the failure came from the client (not from a check
+        /// of the connector's own). Shared so that the error stays `Clone`; it is opaque
+        /// on purpose: match on [`Error::kind`], not on the client's variants.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
     /// A shareflow bug.
     #[error("internal error (a shareflow bug, please report it): {0}")]
@@ -223,6 +230,12 @@ impl Error {
 
     pub(crate) fn storage(path: impl ToString, reason: impl ToString, source: Option<object_store::Error>) -> Self {
         Error::Storage { path: path.to_string(), reason: reason.to_string(), source: source.map(Arc::new) }
+    }
+
+    #[cfg(feature = "kafka")]
+    /// A Kafka failure the connector itself detected (no client error behind it).
+    pub(crate) fn kafka(op: impl Into<String>, reason: impl Into<String>, kind: ErrorKind) -> Self {
+        Error::Kafka { op: op.into(), reason: reason.into(), kind, source: None }
     }
 
     pub(crate) fn corrupt(path: impl ToString, reason: impl ToString) -> Self {

@@ -11,7 +11,7 @@ use krafka::admin::{
     AdminClient, ConfigOp, ConfigResource, DescribeConfigsOptions, DescribeShareGroupOffsetsOptions,
     IncrementalAlterConfigsOptions, ListOffsetsOptions, NewTopic, OffsetSpec, TopicPartition,
 };
-use krafka::producer::Producer;
+use krafka::producer::{DeliveryHandle, Producer};
 use krafka::Kafka;
 
 use super::kafka_error;
@@ -312,13 +312,7 @@ impl KafkaCluster {
         let mut last_progress = tokio::time::Instant::now();
         let mut last_total = -1i64;
         loop {
-            let mut done = true;
-            let mut total = 0i64;
-            for (p, end) in ends.iter().enumerate() {
-                let pos = consumer.position(topic, p as i32).await.unwrap_or(0);
-                done &= pos >= *end;
-                total += pos;
-            }
+            let (done, total, unresolved) = read_progress(&ends, |p| consumer.position(topic, p)).await;
             if done {
                 break;
             }
@@ -326,13 +320,7 @@ impl KafkaCluster {
                 last_total = total;
                 last_progress = tokio::time::Instant::now();
             } else if last_progress.elapsed() > stall {
-                return Err(Error::Kafka {
-                    op: format!("read {topic}"),
-                    reason: format!(
-                        "no progress towards the end offsets {ends:?} for {stall:?}; is the broker healthy?"
-                    ),
-                    kind: ErrorKind::Unavailable,
-                });
+                return Err(stalled(topic, &ends, &unresolved, stall));
             }
             for r in
                 consumer.poll(Duration::from_millis(200)).await.map_err(|e| kafka_error(format!("read {topic}"), e))?
@@ -343,6 +331,56 @@ impl KafkaCluster {
         consumer.close().await.map_err(|e| kafka_error("close consumer", e))?;
         Ok(out)
     }
+}
+
+/// How far a read of partitions `0..ends.len()` got: whether every partition reached its
+/// end offset, the sum of the positions known (progress), and the partitions with
+/// something to read whose position the client could not resolve yet. An unresolved
+/// position (the seek to the beginning resolves lazily, and its lookup may fail for a
+/// while) is neither done nor progress: the next poll retries it, and if it never
+/// resolves, the stall error names the partition instead of counting it as offset 0.
+async fn read_progress<F, Fut>(ends: &[i64], mut position: F) -> (bool, i64, Vec<i32>)
+where
+    F: FnMut(i32) -> Fut,
+    Fut: std::future::Future<Output = Option<i64>>,
+{
+    let mut done = true;
+    let mut total = 0i64;
+    let mut unresolved = Vec::new();
+    for (p, end) in (0i32..).zip(ends.iter()) {
+        match position(p).await {
+            Some(pos) => {
+                done &= pos >= *end;
+                total += pos;
+            }
+            // An empty partition has nothing to read, position or not.
+            None if *end <= 0 => {}
+            None => {
+                done = false;
+                unresolved.push(p);
+            }
+        }
+    }
+    (done, total, unresolved)
+}
+
+/// The error of a read of `topic` that made no progress for `stall`, naming the
+/// partitions that never got a read position.
+fn stalled(topic: &str, ends: &[i64], unresolved: &[i32], stall: Duration) -> Error {
+    let positions = if unresolved.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = unresolved.iter().map(|p| format!("{topic}-{p}")).collect();
+        format!(
+            "; partitions {} never got a read position (not assigned, or their leader is unavailable)",
+            names.join(", ")
+        )
+    };
+    Error::kafka(
+        format!("read {topic}"),
+        format!("no progress towards the end offsets {ends:?} for {stall:?}{positions}; is the broker healthy?"),
+        ErrorKind::Unavailable,
+    )
 }
 
 /// The state of a Kafka transaction, as DescribeTransactions and ListTransactions name
@@ -489,7 +527,12 @@ impl KafkaCluster {
             brokers = metadata.brokers();
         }
         let Some(broker) = brokers.first() else {
-            return Err(Error::Kafka { op, reason: "no broker is known".into(), kind: ErrorKind::Unavailable });
+            return Err(Error::Kafka {
+                op,
+                reason: "no broker is known".into(),
+                kind: ErrorKind::Unavailable,
+                source: None,
+            });
         };
         let pool = kafka_pool(kafka);
         let conn =
@@ -498,6 +541,7 @@ impl KafkaCluster {
             op: op.clone(),
             reason: format!("the broker speaks no {api} version this client knows"),
             kind: ErrorKind::Invalid,
+            source: None,
         };
         let v = conn
             .negotiate_api_version(
@@ -513,11 +557,10 @@ impl KafkaCluster {
             .map_err(|e| kafka_error(op.clone(), e))?;
         let found = FindCoordinatorResponse::decode_versioned(v, &mut bytes).map_err(|e| kafka_error(op.clone(), e))?;
         if !found.error_code.is_ok() {
-            return Err(Error::Kafka {
-                op,
-                reason: format!("no transaction coordinator: {:?}", found.error_code),
-                kind: ErrorKind::Unavailable,
-            });
+            // The broker's code decides the kind: not available or loading is
+            // transient, an authorization failure is not.
+            let e = krafka::KrafkaError::broker(found.error_code, "FindCoordinator found no transaction coordinator");
+            return Err(kafka_error(op, e));
         }
         let coordinator = pool
             .get_connection(&format!("{}:{}", found.host, found.port))
@@ -537,11 +580,10 @@ impl KafkaCluster {
             .map_err(|e| kafka_error(op.clone(), e))?;
         let response = EndTxnResponse::decode_versioned(v, &mut bytes).map_err(|e| kafka_error(op.clone(), e))?;
         if !response.is_ok() {
-            return Err(Error::Kafka {
-                op,
-                reason: format!("the coordinator refused: {:?}", response.error_code),
-                kind: ErrorKind::Unavailable,
-            });
+            // By cause: a newer producer epoch (fenced), a concurrent transaction
+            // (transient), a transaction the coordinator already ended (re-read it).
+            let e = krafka::KrafkaError::broker(response.error_code, "the transaction coordinator refused EndTxn");
+            return Err(kafka_error(op, e));
         }
         Ok(())
     }
@@ -557,6 +599,34 @@ impl KafkaCluster {
             .await
             .map_err(|e| kafka_error("build the idempotent producer", e))
     }
+}
+
+/// Queues `records` with `enqueue`, one producer's `enqueue`; `context` ends the error
+/// message (" in T(n)").
+pub(crate) async fn enqueue_all<F, Fut>(
+    records: Vec<krafka::Record>,
+    context: &str,
+    enqueue: F,
+) -> Result<Vec<DeliveryHandle>>
+where
+    F: Fn(krafka::Record) -> Fut,
+    Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
+{
+    let mut handles = Vec::with_capacity(records.len());
+    for r in records {
+        let topic = r.topic.clone();
+        handles.push(enqueue(r).await.map_err(|e| kafka_error(format!("write to {topic}{context}"), e))?);
+    }
+    Ok(handles)
+}
+
+/// Waits until the broker acknowledged every record of `handles`; `what` names them in
+/// the error.
+pub(crate) async fn await_all(handles: Vec<DeliveryHandle>, what: &str) -> Result<()> {
+    for h in handles {
+        let _ = h.await.map_err(|e| kafka_error(format!("deliver {what}"), e))?;
+    }
+    Ok(())
 }
 
 /// One idempotent producer, built on first use and shared after that.
@@ -596,6 +666,39 @@ impl CachedProducer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn progress(ends: &[i64], positions: &[Option<i64>]) -> (bool, i64, Vec<i32>) {
+        let positions = positions.to_vec();
+        futures::executor::block_on(read_progress(ends, |p| {
+            let pos = positions[p as usize];
+            async move { pos }
+        }))
+    }
+
+    #[test]
+    fn an_unresolved_position_is_neither_done_nor_progress() {
+        // Both partitions at their ends: done.
+        assert_eq!(progress(&[3, 5], &[Some(3), Some(5)]), (true, 8, vec![]));
+        // Partition 1 has records but no position yet: not done, no progress counted,
+        // and named (it used to count as offset 0).
+        assert_eq!(progress(&[3, 5], &[Some(3), None]), (false, 3, vec![1]));
+        // An empty partition needs no position.
+        assert_eq!(progress(&[3, 0], &[Some(3), None]), (true, 3, vec![]));
+        assert_eq!(progress(&[3, 5], &[Some(1), Some(5)]), (false, 6, vec![]));
+    }
+
+    #[test]
+    fn a_stalled_read_names_the_partitions_without_a_position() {
+        let err = stalled("orders", &[3, 5], &[1], Duration::from_secs(60));
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        let text = err.to_string();
+        assert!(
+            text.starts_with("kafka read orders failed: no progress towards the end offsets [3, 5] for 60s"),
+            "{text}"
+        );
+        assert!(text.contains("partitions orders-1 never got a read position"), "{text}");
+        assert!(!stalled("orders", &[3], &[], Duration::from_secs(60)).to_string().contains("never got"));
+    }
 
     #[test]
     fn transaction_states_parse_once_and_keep_unknown_names() {

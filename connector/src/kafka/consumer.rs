@@ -210,6 +210,7 @@ impl ShareConsumer for KafkaShareConsumer {
                      use KafkaShareSource with KafkaTransactions, which reaches exactly-once through the ledger"
                 .into(),
             kind: ErrorKind::Invalid,
+            source: None,
         })
     }
 
@@ -220,6 +221,7 @@ impl ShareConsumer for KafkaShareConsumer {
                 op: format!("acknowledge {topic}-{partition} in group {}", self.config.group),
                 reason: format!("the broker refused it: {reason} (did the acquisition lock expire?)"),
                 kind: ErrorKind::Invalid,
+                source: None,
             });
         }
         Ok(())

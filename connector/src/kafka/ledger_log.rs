@@ -76,6 +76,7 @@ impl LedgerLog {
                      stop it, or wait for its transaction timeout"
                 ),
                 kind: ErrorKind::Unavailable,
+                source: None,
             });
         }
         let mut entries = Vec::new();
@@ -136,6 +137,7 @@ impl LedgerLog {
                         op: op("read"),
                         reason: format!("offsets up to {last} did not arrive within 60 s (position {at})"),
                         kind: ErrorKind::Unavailable,
+                        source: None,
                     });
                 }
                 let records =

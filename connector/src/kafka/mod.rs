@@ -20,8 +20,10 @@
 
 mod client;
 mod consumer;
+mod error;
 mod ledger;
 mod ledger_log;
+mod recovery;
 mod sink;
 mod source;
 mod transactions;
@@ -33,22 +35,4 @@ pub use sink::KafkaSink;
 pub use source::KafkaShareSource;
 pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};
 
-use crate::error::{Error, ErrorKind};
-
-/// Converts a client error into the connector's error, naming the operation.
-pub(crate) fn kafka_error(op: impl Into<String>, e: krafka::KrafkaError) -> Error {
-    let op = op.into();
-    let kind = if e.is_fatal() && matches!(e, krafka::KrafkaError::Fenced { .. }) {
-        ErrorKind::Fenced
-    } else if e.is_retriable() || matches!(e, krafka::KrafkaError::Network(_)) {
-        ErrorKind::Unavailable
-    } else {
-        ErrorKind::Invalid
-    };
-    let hint = match kind {
-        ErrorKind::Unavailable => "; is the broker running and reachable? the call can be retried",
-        ErrorKind::Fenced => "; another instance took over this transactional id: stop this one",
-        _ => "",
-    };
-    Error::Kafka { op, reason: format!("{e}{hint}"), kind }
-}
+pub(crate) use error::kafka_error;

@@ -1,7 +1,9 @@
 //! [`KafkaTransactions`]: the transactional participant on Kafka. T(n) is a real Kafka
-//! transaction; the participant also recovers transactions a crash left open. The
+//! transaction; the participant also recovers transactions a crash left open: what to
+//! do with each is decided by [`super::recovery::plan`], and carried out here. The
 //! ledger's I/O is [`super::ledger_log`]; DescribeTransactions, ListTransactions and
-//! EndTxn are calls of [`KafkaCluster`].
+//! EndTxn are calls of [`KafkaCluster`], and queueing records on a producer is
+//! [`super::client`]'s.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,9 +16,10 @@ use shareflow_runtime::{
     PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
 };
 
-use super::client::{CachedProducer, KafkaTxnDescription, KafkaTxnState};
+use super::client::{await_all, enqueue_all, CachedProducer, KafkaTxnDescription, KafkaTxnState};
 use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
 use super::ledger_log::LedgerLog;
+use super::recovery::{plan, RecoveryAction, Request};
 use super::{kafka_error, KafkaCluster};
 use crate::error::runtime_error;
 use crate::error::Error;
@@ -88,6 +91,13 @@ impl std::fmt::Debug for KafkaTransactions {
 /// Reports a connector error as this participant's runtime error.
 fn rt(e: Error) -> RuntimeError {
     runtime_error(NAME, e)
+}
+
+/// Reports a failed `op` (begin, prepare, commit, abort) of `txn` as the other
+/// participants do: naming the participant, the operation and the transaction, with
+/// the error's kind and the error as the source.
+fn failed(op: &'static str, txn: &TransactionId, e: Error) -> RuntimeError {
+    RuntimeError::participant(NAME, op, txn, e.kind(), e)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -178,22 +188,17 @@ impl KafkaTransactions {
                 RuntimeError::Internal(format!("T({epoch}) is not open on kafka; the sink ran ahead of its epoch"))
             })?;
             let p = &*producer;
-            let handles = enqueue_all(records, &format!(" in T({epoch})"), |r| p.enqueue(r)).await?;
+            let handles = enqueue_all(records, &format!(" in T({epoch})"), |r| p.enqueue(r)).await.map_err(rt)?;
             if let Some(l) = lock(&self.live).get_mut(&epoch) {
                 l.handles.extend(handles);
             }
         } else {
             let producer = self.plain_producer().await?;
             let p = &*producer;
-            let handles = enqueue_all(records, "", |r| p.enqueue(r)).await?;
+            let handles = enqueue_all(records, "", |r| p.enqueue(r)).await.map_err(rt)?;
             lock(&self.plain_handles).extend(handles);
         }
         Ok(())
-    }
-
-    /// A ledger entry as a record of the ledger topic's only partition.
-    fn ledger_record(&self, entry: &LedgerEntry) -> Result<krafka::Record> {
-        LedgerLog::record(&self.ledger_topic()?, entry).map_err(rt)
     }
 
     /// Writes `entry` outside any transaction and waits until it is durable.
@@ -241,31 +246,86 @@ impl KafkaTransactions {
         self.log.read_ranges(ranges).await.map_err(rt)
     }
 
-    /// Aborts whatever transaction `id` has open: a new producer with the id fences
-    /// the old one and aborts its transaction.
-    async fn fence(&self, id: &str) -> Result<()> {
+    /// Fences `txn`: a new producer with its transactional id aborts whatever
+    /// transaction the id has open, and the producer that began it can write nothing
+    /// more.
+    async fn fence(&self, txn: &TransactionId) -> crate::Result<()> {
         let p = self
             .cluster
             .client()
             .producer()
             .transaction_timeout(self.config.transaction_timeout)
-            .build_transactional(id.to_string())
+            .build_transactional(txn.to_string())
             .await
-            .map_err(|e| runtime_error(NAME, kafka_error(format!("abort {id}"), e)))?;
+            .map_err(|e| kafka_error(format!("fence {txn} (a new producer with its id aborts it)"), e))?;
         let _ = p.close().await;
         Ok(())
     }
 
-    async fn await_handles(handles: Vec<DeliveryHandle>, what: &str) -> Result<()> {
-        for h in handles {
-            let _ = h.await.map_err(|e| runtime_error(NAME, kafka_error(format!("deliver {what}"), e)))?;
+    /// The recovery step of a new attempt: aborts every transaction of ours the broker
+    /// holds open that never prepared. No checkpoint can cover such a transaction (the
+    /// manifest is written only after every prepare returned), and left open it would
+    /// hold its topics' read_committed readers back until the transaction timeout. The
+    /// prepared ones are left for the runtime to decide
+    /// ([`TransactionParticipant::pending`]).
+    async fn fence_unprepared(&self, template: &TransactionTemplate) -> Result<()> {
+        let ledger = self.ledger_topic()?;
+        for (txn, described) in self.open_transactions(template).await? {
+            if plan(Request::Found, described.as_ref(), &ledger) == RecoveryAction::Fence {
+                tracing::info!(%txn, "recovery: aborting a transaction that never prepared");
+                self.fence(&txn).await.map_err(|e| failed("abort", &txn, e))?;
+            }
         }
         Ok(())
     }
 
+    /// Our transactions the broker lists as Ongoing and this instance does not hold
+    /// live, each with what DescribeTransactions says about it now. Observes only.
+    async fn open_transactions(
+        &self,
+        template: &TransactionTemplate,
+    ) -> Result<Vec<(TransactionId, Option<KafkaTxnDescription>)>> {
+        let mut out = Vec::new();
+        for (txn, _) in self.listed(template, &[KafkaTxnState::Ongoing]).await? {
+            if lock(&self.live).contains_key(&txn.checkpoint_id()) {
+                continue;
+            }
+            let described = self.describe(&txn).await.map_err(rt)?;
+            out.push((txn, described));
+        }
+        Ok(out)
+    }
+
+    /// Prepare of a transaction this instance does not hold live: what the broker says
+    /// decides ([`plan`]). A transaction an earlier instance prepared is prepared; one
+    /// the broker aborted, or never knew, answers that it is aborted.
+    async fn prepare_not_live(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
+        let described = self.describe(txn).await.map_err(|e| failed("prepare", txn, e))?;
+        match plan(Request::Prepare, described.as_ref(), &self.ledger_topic()?) {
+            RecoveryAction::AwaitDecision | RecoveryAction::AlreadyCommitted => Ok(PrepareOutcome::Prepared),
+            RecoveryAction::AlreadyAborted => Ok(PrepareOutcome::AlreadyAborted),
+            RecoveryAction::CannotPrepare { state } => Err(failed(
+                "prepare",
+                txn,
+                Error::kafka(
+                    format!("prepare {txn}"),
+                    format!(
+                        "the broker holds it {state} without the commit entry, and this instance did not begin it: \
+                         the producer that wrote it is gone with whatever it still held, so it cannot prepare. \
+                         Abort it; its epoch is replayed through the ledger"
+                    ),
+                    // As before the plan existed: recovery cannot go on, and nothing
+                    // the caller changes makes it prepare.
+                    crate::error::ErrorKind::Internal,
+                ),
+            )),
+            other => Err(plan_bug("prepare", txn, &other)),
+        }
+    }
+
     /// DescribeTransactions for T(n): `None` when the broker does not know its id.
-    async fn describe(&self, txn: &TransactionId) -> Result<Option<KafkaTxnDescription>> {
-        self.cluster.describe_transaction(&txn.to_string()).await.map_err(rt)
+    async fn describe(&self, txn: &TransactionId) -> crate::Result<Option<KafkaTxnDescription>> {
+        self.cluster.describe_transaction(&txn.to_string()).await
     }
 
     /// Our transactional ids, with their states, as the broker lists them: only those
@@ -316,7 +376,8 @@ impl TransactionParticipant for KafkaTransactions {
             }
             let aborted = tokio::time::timeout(Duration::from_secs(10), l.producer.abort()).await;
             if !matches!(aborted, Ok(Ok(()))) {
-                self.fence(&template.transaction(n).to_string()).await?;
+                let txn = template.transaction(n);
+                self.fence(&txn).await.map_err(|e| failed("abort", &txn, e))?;
             }
             tokio::spawn(async move {
                 let _ = l.producer.close().await;
@@ -329,7 +390,13 @@ impl TransactionParticipant for KafkaTransactions {
             // One partition, kept forever: entries are needed until replayed.
             .ensure_topic(&topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")])
             .await
-            .map_err(|e| runtime_error(NAME, e))
+            .map_err(|e| runtime_error(NAME, e))?;
+        if self.config.exactly_once {
+            // Taking over the prefix: what the last instance left open and never
+            // prepared can never commit.
+            self.fence_unprepared(template).await?;
+        }
+        Ok(())
     }
 
     async fn begin(&self, txn: &TransactionId) -> Result<()> {
@@ -349,8 +416,8 @@ impl TransactionParticipant for KafkaTransactions {
             .batch_size(BATCH_BYTES)
             .build_transactional(txn.to_string())
             .await
-            .map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
-        producer.begin().map_err(|e| runtime_error(NAME, kafka_error(format!("begin {txn}"), e)))?;
+            .map_err(|e| failed("begin", txn, kafka_error(format!("begin {txn}"), e)))?;
+        producer.begin().map_err(|e| failed("begin", txn, kafka_error(format!("begin {txn}"), e)))?;
         lock(&self.live).insert(n, Live { producer: Arc::new(producer), handles: Vec::new(), prepared: false });
         Ok(())
     }
@@ -359,22 +426,21 @@ impl TransactionParticipant for KafkaTransactions {
         let n = txn.checkpoint_id();
         if !self.config.exactly_once {
             let handles = std::mem::take(&mut *lock(&self.plain_handles));
-            return Self::await_handles(handles, "output").await.map(|_| PrepareOutcome::Prepared);
+            await_all(handles, "output").await.map_err(|e| failed("prepare", txn, e))?;
+            return Ok(PrepareOutcome::Prepared);
         }
-        let (producer, handles) = {
-            let mut live = lock(&self.live);
-            let Some(l) = live.get_mut(&n) else {
-                return Err(RuntimeError::Internal(format!("prepare of {txn}, which this instance did not begin")));
-            };
-            (l.producer.clone(), std::mem::take(&mut l.handles))
+        let live = lock(&self.live).get_mut(&n).map(|l| (l.producer.clone(), std::mem::take(&mut l.handles)));
+        let Some((producer, mut handles)) = live else {
+            return self.prepare_not_live(txn).await;
         };
         // The commit entry rides in T(n): visible exactly when the output is.
-        let entry = self.ledger_record(&LedgerEntry::Commit { epoch: n })?;
+        let entry = LedgerLog::record(&self.ledger_topic()?, &LedgerEntry::Commit { epoch: n })
+            .map_err(|e| failed("prepare", txn, e))?;
         let p = &*producer;
-        let mut handles = handles;
-        handles.extend(enqueue_all(vec![entry], &format!(" in {txn}"), |r| p.enqueue(r)).await?);
-        Self::await_handles(handles, &format!("the output of {txn}")).await?;
-        producer.flush().await.map_err(|e| runtime_error(NAME, kafka_error(format!("flush {txn}"), e)))?;
+        let enqueued = enqueue_all(vec![entry], &format!(" in {txn}"), |r| p.enqueue(r)).await;
+        handles.extend(enqueued.map_err(|e| failed("prepare", txn, e))?);
+        await_all(handles, &format!("the output of {txn}")).await.map_err(|e| failed("prepare", txn, e))?;
+        producer.flush().await.map_err(|e| failed("prepare", txn, kafka_error(format!("flush {txn}"), e)))?;
         if let Some(l) = lock(&self.live).get_mut(&n) {
             l.prepared = true;
         }
@@ -386,11 +452,13 @@ impl TransactionParticipant for KafkaTransactions {
         if !self.config.exactly_once {
             // At-least-once: the commit entry is written after the checkpoint; a crash
             // before it replays epoch n (duplicates, never loss).
-            return self.write_ledger(&LedgerEntry::Commit { epoch: n }).await;
+            let entry = LedgerEntry::Commit { epoch: n };
+            let written = self.log.write(&self.ledger_topic()?, &entry).await;
+            return written.map_err(|e| failed("commit", txn, e));
         }
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
-            l.producer.commit().await.map_err(|e| runtime_error(NAME, kafka_error(format!("commit {txn}"), e)))?;
+            l.producer.commit().await.map_err(|e| failed("commit", txn, kafka_error(format!("commit {txn}"), e)))?;
             // Nothing is left to send; closing only releases its tasks.
             tokio::spawn(async move {
                 let _ = l.producer.close().await;
@@ -398,23 +466,25 @@ impl TransactionParticipant for KafkaTransactions {
             return Ok(());
         }
         // Recovery: a crash left T(n) open after its checkpoint completed.
-        match self.describe(txn).await? {
-            Some(d) if d.state == KafkaTxnState::Ongoing => {
-                self.cluster.end_txn(&txn.to_string(), d.producer_id, d.producer_epoch, true).await.map_err(rt)?;
-                tracing::info!(%txn, producer_id = d.producer_id, epoch = d.producer_epoch, "recovery: committed by producer id and epoch");
-                Ok(())
+        let described = self.describe(txn).await.map_err(|e| failed("commit", txn, e))?;
+        match plan(Request::Commit, described.as_ref(), &self.ledger_topic()?) {
+            RecoveryAction::CommitByProducerId { producer_id, epoch } => {
+                self.cluster
+                    .end_txn(&txn.to_string(), producer_id, epoch, true)
+                    .await
+                    .map_err(|e| failed("commit", txn, e))?;
+                tracing::info!(%txn, producer_id, epoch, "recovery: committed by producer id and epoch");
             }
-            Some(d) if d.state.is_committing() => Ok(()),
-            other => {
-                tracing::warn!(
-                    %txn,
-                    state = ?other.as_ref().map(|d| d.state.as_str()),
-                    "recovery: the broker already aborted this transaction (transaction timeout?); its output is lost \
-                     and its records are replayed from the log through the ledger"
-                );
-                Ok(())
-            }
+            RecoveryAction::AlreadyCommitted => {}
+            RecoveryAction::Lost { state } => tracing::warn!(
+                %txn,
+                state = ?state.as_ref().map(KafkaTxnState::as_str),
+                "recovery: the broker already aborted this transaction (transaction timeout?); its output is lost \
+                 and its records are replayed from the log through the ledger"
+            ),
+            other => return Err(plan_bug("commit", txn, &other)),
         }
+        Ok(())
     }
 
     async fn abort(&self, txn: &TransactionId) -> Result<()> {
@@ -425,35 +495,32 @@ impl TransactionParticipant for KafkaTransactions {
         if let Some(l) = live {
             let r = l.producer.abort().await;
             let _ = l.producer.close().await;
-            return r.map_err(|e| runtime_error(NAME, kafka_error(format!("abort {txn}"), e)));
+            return r.map_err(|e| failed("abort", txn, kafka_error(format!("abort {txn}"), e)));
         }
-        if let Some(d) = self.describe(txn).await? {
-            if d.state == KafkaTxnState::Ongoing {
-                self.fence(&txn.to_string()).await?;
-            }
+        // Recovery, or a repeated abort: an open transaction whose producer is gone is
+        // aborted by fencing its id.
+        let described = self.describe(txn).await.map_err(|e| failed("abort", txn, e))?;
+        match plan(Request::Abort, described.as_ref(), &self.ledger_topic()?) {
+            RecoveryAction::Fence => self.fence(txn).await.map_err(|e| failed("abort", txn, e)),
+            RecoveryAction::AlreadyAborted | RecoveryAction::AlreadyCommitted => Ok(()),
+            other => Err(plan_bug("abort", txn, &other)),
         }
-        Ok(())
     }
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
         if !self.config.exactly_once {
             return Ok(Vec::new());
         }
-        let open = self.listed(template, &[KafkaTxnState::Ongoing]).await?;
+        // Lists only: `open` already fenced what never prepared. One that shows up
+        // unprepared now (begun since by another instance of the same prefix) is
+        // reported as such, and the runtime aborts it, which fences it.
         let ledger = self.ledger_topic()?;
         let mut pending = Vec::new();
-        for (id, _) in open {
-            if lock(&self.live).contains_key(&id.checkpoint_id()) {
-                continue;
-            }
-            // Prepare writes the commit entry into the ledger: a transaction without the
-            // ledger among its partitions never prepared, so no checkpoint covers it.
-            let prepared = self.describe(&id).await?.is_some_and(|d| d.topics.contains(&ledger));
-            if prepared {
-                pending.push(PendingTransaction { id, prepared: true });
-            } else {
-                tracing::info!(txn = %id, "recovery: aborting a transaction that never prepared");
-                self.fence(&id.to_string()).await?;
+        for (id, described) in self.open_transactions(template).await? {
+            match plan(Request::Found, described.as_ref(), &ledger) {
+                RecoveryAction::AwaitDecision => pending.push(PendingTransaction { id, prepared: true }),
+                RecoveryAction::Fence => pending.push(PendingTransaction { id, prepared: false }),
+                _ => {}
             }
         }
         Ok(pending)
@@ -472,21 +539,9 @@ impl TransactionParticipant for KafkaTransactions {
     }
 }
 
-/// Queues `records` with `enqueue`, one producer's `enqueue`; `context` ends the error
-/// message (" in T(n)").
-async fn enqueue_all<F, Fut>(records: Vec<krafka::Record>, context: &str, enqueue: F) -> Result<Vec<DeliveryHandle>>
-where
-    F: Fn(krafka::Record) -> Fut,
-    Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
-{
-    let mut handles = Vec::with_capacity(records.len());
-    for r in records {
-        let topic = r.topic.clone();
-        handles.push(
-            enqueue(r).await.map_err(|e| runtime_error(NAME, kafka_error(format!("write to {topic}{context}"), e)))?,
-        );
-    }
-    Ok(handles)
+/// A plan answered `action` to a request that cannot yield it: a shareflow bug.
+fn plan_bug(op: &'static str, txn: &TransactionId, action: &RecoveryAction) -> RuntimeError {
+    RuntimeError::Internal(format!("kafka recovery planned {action:?} for the {op} of {txn}"))
 }
 
 /// Checks `transaction.timeout.ms` (`timeout`): it must exceed checkpoint interval plus
