@@ -55,7 +55,7 @@ impl<V> OffsetRanges<V> {
 
     /// Number of offsets covered, saturating at `u64::MAX` (only the whole `i64` domain
     /// has more).
-    #[cfg_attr(not(feature = "kafka"), allow(dead_code))] // the ledger (Kafka) counts offsets
+    #[cfg(test)]
     pub(crate) fn offset_count(&self) -> u64 {
         self.map.iter().fold(0u64, |n, (&first, &(last, _))| n.saturating_add(last.abs_diff(first).saturating_add(1)))
     }

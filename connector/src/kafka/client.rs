@@ -34,6 +34,7 @@ impl std::fmt::Debug for KafkaCluster {
 
 /// How far a share group is from done on one topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ShareGroupBacklog {
     /// Records at or after the share-partition start offsets, summed over partitions.
     pub records: u64,
@@ -77,13 +78,8 @@ impl KafkaCluster {
     }
 
     /// The client handle.
-    pub fn client(&self) -> &Kafka {
+    pub(crate) fn client(&self) -> &Kafka {
         &self.kafka
-    }
-
-    /// The admin client.
-    pub fn admin(&self) -> &AdminClient {
-        &self.admin
     }
 
     /// Creates `topic` with `partitions` partitions unless it exists. `configs` are topic

@@ -15,6 +15,7 @@ use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, Sha
 
 /// Settings of a [`KafkaShareConsumer`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct KafkaShareConsumerConfig {
     /// The share group.
     pub group: String,

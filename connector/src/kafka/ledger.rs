@@ -39,7 +39,7 @@ pub struct LedgerRange {
 
 /// A ledger record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LedgerEntry {
+pub(crate) enum LedgerEntry {
     /// Subtask `subtask` processes these offsets in epoch `epoch`.
     Intent {
         /// The epoch (checkpoint id) whose transaction carries the output.
@@ -60,12 +60,12 @@ impl LedgerEntry {
     /// The record value: magic, then postcard. Fails (kind Internal) only if postcard
     /// cannot encode the entry, which a plain enum of integers, strings and vectors
     /// never makes it do: an empty record would read back as corruption.
-    pub fn encode(&self) -> crate::Result<Vec<u8>> {
+    pub(crate) fn encode(&self) -> crate::Result<Vec<u8>> {
         frame(&self.describe(), self)
     }
 
     /// "intent of epoch n" or "commit of epoch n", for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             LedgerEntry::Intent { epoch, .. } => format!("an intent of epoch {epoch}"),
             LedgerEntry::Commit { epoch } => format!("the commit of epoch {epoch}"),
@@ -73,7 +73,7 @@ impl LedgerEntry {
     }
 
     /// Parses a record value; `Err` says what is wrong with it.
-    pub fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
+    pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
         let body = bytes.strip_prefix(MAGIC.as_slice()).ok_or_else(|| {
             format!("it does not start with the ledger magic {MAGIC:?} (is another application writing to this topic?)")
         })?;
@@ -92,7 +92,7 @@ fn frame<T: Serialize>(what: &str, value: &T) -> crate::Result<Vec<u8>> {
 
 /// Inclusive offset ranges of one partition, merged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RangeSet {
+pub(crate) struct RangeSet {
     /// first -> last.
     ranges: OffsetRanges<()>,
 }
@@ -100,39 +100,35 @@ pub struct RangeSet {
 impl RangeSet {
     /// Adds `first..=last`, merging with neighbours (a union: offsets already present
     /// are fine). An empty range (`first > last`) adds nothing.
-    pub fn insert(&mut self, first: i64, last: i64) {
+    pub(crate) fn insert(&mut self, first: i64, last: i64) {
         self.ranges.assign(first, last, ());
     }
 
     /// True if `offset` is in the set.
-    pub fn contains(&self, offset: i64) -> bool {
+    pub(crate) fn contains(&self, offset: i64) -> bool {
         self.ranges.get(offset).is_some()
     }
 
     /// The ranges of `self` not in `other`, in order.
-    pub fn minus(&self, other: &RangeSet) -> Vec<(i64, i64)> {
+    pub(crate) fn minus(&self, other: &RangeSet) -> Vec<(i64, i64)> {
         self.ranges.minus(&other.ranges).iter().map(|(first, last, ())| (first, last)).collect()
     }
 
     /// The ranges, in order.
-    pub fn ranges(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
         self.ranges.iter().map(|(first, last, ())| (first, last))
     }
 
     /// How many offsets (saturating at `u64::MAX`).
-    pub fn len(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> u64 {
         self.ranges.offset_count()
-    }
-
-    /// True if empty.
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
     }
 }
 
 /// The result of reading the whole ledger.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LedgerPlan {
+pub(crate) struct LedgerPlan {
     /// Every offset some intent names, per topic partition.
     pub covered: HashMap<(Arc<str>, i32), RangeSet>,
     /// Offsets to replay from the log: named by intents, none of them committed.
@@ -145,7 +141,7 @@ pub struct LedgerPlan {
 
 impl LedgerPlan {
     /// Computes the plan from every entry of the ledger, in any order.
-    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a LedgerEntry>) -> Self {
+    pub(crate) fn from_entries<'a>(entries: impl IntoIterator<Item = &'a LedgerEntry>) -> Self {
         let entries: Vec<&LedgerEntry> = entries.into_iter().collect();
         let mut plan = LedgerPlan::default();
         for e in &entries {
@@ -183,7 +179,7 @@ impl LedgerPlan {
 
     /// The replay ranges subtask `subtask` of `parallelism` owns: whole partitions, by
     /// a stable hash, so two subtasks never replay the same offsets.
-    pub fn replay_share(&self, subtask: u32, parallelism: u32) -> Vec<LedgerRange> {
+    pub(crate) fn replay_share(&self, subtask: u32, parallelism: u32) -> Vec<LedgerRange> {
         self.replay.iter().filter(|r| owner(&r.topic, r.partition, parallelism) == subtask).cloned().collect()
     }
 }
@@ -200,13 +196,13 @@ fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
 
 /// The job-wide view of the ledger that every source subtask of one process shares.
 #[derive(Debug, Default)]
-pub struct AckLedger {
+pub(crate) struct AckLedger {
     inner: Mutex<Option<LedgerPlan>>,
 }
 
 impl AckLedger {
     /// An empty, unloaded ledger.
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
 
@@ -215,22 +211,22 @@ impl AckLedger {
     }
 
     /// Installs the plan read from the ledger topic.
-    pub fn install(&self, plan: LedgerPlan) {
+    pub(crate) fn install(&self, plan: LedgerPlan) {
         *self.lock() = Some(plan);
     }
 
     /// Forgets everything: the next attempt reads the topic again.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         *self.lock() = None;
     }
 
     /// The loaded plan, if any.
-    pub fn plan(&self) -> Option<LedgerPlan> {
+    pub(crate) fn plan(&self) -> Option<LedgerPlan> {
         self.lock().clone()
     }
 
     /// Records that an intent naming these ranges is durable.
-    pub fn cover(&self, ranges: &[LedgerRange]) {
+    pub(crate) fn cover(&self, ranges: &[LedgerRange]) {
         let mut g = self.lock();
         let plan = g.get_or_insert_with(LedgerPlan::default);
         for r in ranges {
@@ -241,7 +237,7 @@ impl AckLedger {
     /// For each `(topic, partition, offset)`, whether an intent names it: its output is
     /// committed or will be replayed, so a delivery of it is accepted, not processed.
     /// One lock for the whole poll.
-    pub fn covered<'a>(&self, records: impl IntoIterator<Item = (&'a Arc<str>, i32, i64)>) -> Vec<bool> {
+    pub(crate) fn covered<'a>(&self, records: impl IntoIterator<Item = (&'a Arc<str>, i32, i64)>) -> Vec<bool> {
         let g = self.lock();
         let covered = g.as_ref().map(|p| &p.covered);
         records

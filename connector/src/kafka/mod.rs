@@ -30,7 +30,7 @@ mod transactions;
 
 pub use client::{KafkaCluster, ShareGroupBacklog};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
-pub use ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
+pub use ledger::LedgerRange;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;
 pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};

@@ -222,7 +222,7 @@ impl KafkaTransactions {
 
     /// The ledger, read from its topic once per attempt: what to replay, and which
     /// offsets a redelivery may skip.
-    pub async fn ledger(&self) -> Result<(Arc<AckLedger>, LedgerPlan)> {
+    pub(crate) async fn ledger(&self) -> Result<(Arc<AckLedger>, LedgerPlan)> {
         let _g = self.load.lock().await;
         if let Some(plan) = self.ledger.plan() {
             return Ok((self.ledger.clone(), plan));
@@ -230,6 +230,12 @@ impl KafkaTransactions {
         let plan = self.read_ledger(true).await?;
         self.ledger.install(plan.clone());
         Ok((self.ledger.clone(), plan))
+    }
+
+    /// The epochs whose `Commit` entry the ledger holds: checkpoints whose T(n) committed
+    /// (read_committed, once per attempt, like the source's replay plan).
+    pub async fn committed_epochs(&self) -> Result<std::collections::BTreeSet<u64>> {
+        Ok(self.ledger().await?.1.committed_epochs)
     }
 
     /// Reads the ledger. `stable`: wait until no transaction holds it open and read
@@ -242,7 +248,7 @@ impl KafkaTransactions {
     /// Reads the records of `ranges` from their topics' logs, for replay. Offsets the log
     /// no longer holds (retention deleted them) are reported and skipped: their output
     /// is lost, the one case the ledger cannot repair.
-    pub async fn read_ranges(&self, ranges: &[LedgerRange]) -> Result<Vec<Record>> {
+    pub(crate) async fn read_ranges(&self, ranges: &[LedgerRange]) -> Result<Vec<Record>> {
         self.log.read_ranges(ranges).await.map_err(rt)
     }
 
