@@ -49,6 +49,30 @@ pub struct JobConfig {
     pub channel_capacity: usize,
     /// Parallelism of operators that do not set one.
     pub default_parallelism: u32,
+    /// Run as one instance of several in the share group (decision 0007); `None`: a
+    /// lone job that nobody adopts.
+    pub instance: Option<InstanceConfig>,
+}
+
+/// Settings of a job that runs as one of several instances of a share group, each with
+/// its own prefix, the same group and the same checkpoint root (decision 0007).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InstanceConfig {
+    /// An instance whose heartbeat has not changed for this long is adopted by a live
+    /// one: fenced, and its transactions decided from its own manifests. Must exceed
+    /// checkpoint interval + checkpoint timeout.
+    pub adoption_timeout: Duration,
+    /// How often the instance beats and looks for silent instances. Default: a quarter
+    /// of the adoption timeout.
+    pub heartbeat_interval: Duration,
+}
+
+impl InstanceConfig {
+    /// Adoption after `adoption_timeout` of silence, beats every quarter of it.
+    pub fn new(adoption_timeout: Duration) -> Self {
+        Self { adoption_timeout, heartbeat_interval: adoption_timeout / 4 }
+    }
 }
 
 impl JobConfig {
@@ -68,7 +92,16 @@ impl JobConfig {
             transaction_prefix: prefix.to_string(),
             channel_capacity: 4,
             default_parallelism: 1,
+            instance: None,
         }
+    }
+
+    /// Runs the job as one instance of several in its share group: its job id (the
+    /// storage's) must equal its prefix, and silent instances are adopted after
+    /// `instance.adoption_timeout`.
+    pub fn instance(mut self, instance: InstanceConfig) -> Self {
+        self.instance = Some(instance);
+        self
     }
 
     /// Sets the checkpoint interval.
@@ -116,6 +149,46 @@ impl JobConfig {
         }
         shareflow_checkpoint::validate_group_id(&self.transaction_group)?;
         shareflow_checkpoint::validate_prefix(&self.transaction_prefix)?;
+        if let Some(i) = &self.instance {
+            let Some(interval) = self.checkpoint_interval else {
+                return bad(
+                    "checkpoint.interval",
+                    "unset".into(),
+                    "an instance of a share group needs periodic checkpoints: set checkpoint_interval",
+                );
+            };
+            let needed = interval.saturating_add(self.checkpoint_timeout);
+            if i.adoption_timeout <= needed {
+                return bad(
+                    "adoption.timeout.ms",
+                    i.adoption_timeout.as_millis().to_string(),
+                    &format!(
+                        "must exceed checkpoint interval + checkpoint timeout ({} ms), or live instances would be \
+                         adopted while they checkpoint",
+                        needed.as_millis()
+                    ),
+                );
+            }
+            if i.heartbeat_interval.is_zero() || i.heartbeat_interval >= i.adoption_timeout {
+                return bad(
+                    "heartbeat.interval.ms",
+                    i.heartbeat_interval.as_millis().to_string(),
+                    "must be > 0 and below the adoption timeout (default: a quarter of it)",
+                );
+            }
+            let job_id = self.storage.paths().job_id();
+            if job_id != self.transaction_prefix {
+                return bad(
+                    "job.id",
+                    job_id.to_string(),
+                    &format!(
+                        "an instance keeps its checkpoints under its prefix ({}), so adopters find them: open the \
+                         checkpoint store with job id {}",
+                        self.transaction_prefix, self.transaction_prefix
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ use crate::channel::Barrier;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
+use crate::instance::Instance;
 use crate::metrics::JobMetrics;
 use crate::operator::{Participant, PrepareOutcome, StateItems, TransactionTemplate};
 use crate::task::{Control, Report};
@@ -34,6 +35,8 @@ pub(crate) struct Coordinator<'a> {
     pub(crate) next_id: u64,
     /// Epochs whose transaction is begun and not yet committed.
     pub(crate) uncommitted: BTreeSet<u64>,
+    /// This job's registration as an instance of the group: it beats and adopts.
+    pub(crate) instance: Option<&'a mut Instance>,
 }
 
 struct InFlight {
@@ -91,6 +94,9 @@ impl Coordinator<'_> {
         let mut retained: VecDeque<u64> = VecDeque::new();
         let interval = self.config.checkpoint_interval;
         let mut next_trigger = interval.map(|i| Instant::now() + i);
+        // An instance beats (and looks for silent instances) at once, then every interval.
+        let mut next_tick = self.instance.as_ref().map(|_| Instant::now());
+        let mut last_completed = None;
         loop {
             if final_done && tasks_finished >= self.subtasks {
                 return Ok(());
@@ -118,6 +124,7 @@ impl Coordinator<'_> {
                         if f.acks.len() == self.subtasks {
                             let Some(done) = in_flight.take() else { continue };
                             self.complete(done.barrier.checkpoint_id, done.acks, done.started).await?;
+                            last_completed = Some(done.barrier.checkpoint_id);
                             consecutive_failures = 0;
                             retained.push_back(done.barrier.checkpoint_id);
                             self.collect_garbage(&mut retained).await;
@@ -129,6 +136,12 @@ impl Coordinator<'_> {
                         }
                     }
                 },
+                _ = sleep_until(next_tick), if next_tick.is_some() => {
+                    if let Some(instance) = self.instance.as_deref_mut() {
+                        instance.tick(last_completed, self.participants, &self.metrics, &self.failpoints).await?;
+                        next_tick = Some(Instant::now() + instance.interval());
+                    }
+                }
                 _ = sleep_until(wake), if wake.is_some() => {
                     match in_flight.take() {
                         Some(f) if Instant::now() >= f.started + self.config.checkpoint_timeout => {

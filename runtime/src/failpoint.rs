@@ -22,7 +22,10 @@ pub mod points {
     pub const COMMIT_AFTER_BROKER_BEFORE_NOTIFY: &str = "commit.after_broker_before_notify";
     /// Recovery resolved some pending transactions, not all.
     pub const RECOVERY_MID: &str = "recovery.mid";
-    /// Every runtime failpoint.
+    /// An adopter claimed a silent instance, fenced it and recorded its plan; none of
+    /// its transactions is decided yet (decision 0007). Only instances reach it.
+    pub const ADOPTION_MID: &str = "adoption.mid";
+    /// Every failpoint a lone job (not an instance of a group) reaches.
     pub const ALL: &[&str] = &[
         AFTER_STATE_BEFORE_MANIFEST,
         AFTER_MANIFEST,

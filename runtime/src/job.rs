@@ -3,16 +3,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use shareflow_checkpoint::protocol::{plan_recovery, PendingTxn, RetentionPolicy, TxnAction};
+use shareflow_checkpoint::protocol::RetentionPolicy;
 use tokio::sync::mpsc;
 
 use crate::channel::{Collector, OutEdge, Tagged};
 use crate::config::{JobConfig, RestartStrategy};
 use crate::coordinator::Coordinator;
-use crate::error::{Result, RuntimeError};
-use crate::failpoint::{points, Failpoints};
+use crate::error::{ErrorKind, Result, RuntimeError};
+use crate::instance::{self, Instance};
+use crate::failpoint::Failpoints;
 use crate::metrics::{JobMetrics, JobMetricsSnapshot};
-use crate::operator::{PrepareOutcome, StateItems, SubtaskContext, TransactionTemplate};
+use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
 use crate::partition::Partitioning;
 use crate::spec::{GraphSpec, NodeKind};
 use crate::task::{self, Inputs, Report, TaskIo};
@@ -108,7 +109,20 @@ impl Job {
         // A configuration a participant refuses fails now, not after a restart loop.
         for p in &self.spec.participants {
             p.validate(self.config.checkpoint_interval, self.config.checkpoint_timeout).await?;
+            if self.config.instance.is_some() && p.adopter().is_none() {
+                return Err(RuntimeError::InvalidConfig {
+                    key: "participant".into(),
+                    value: p.name().into(),
+                    rule: "cannot decide another instance's transactions (no adopter); run this job alone, without \
+                           JobConfig::instance"
+                        .into(),
+                });
+            }
         }
+        let mut instance = match &self.config.instance {
+            Some(c) => Some(Instance::register(&self.config.storage, c, &self.template).await?),
+            None => None,
+        };
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -117,11 +131,20 @@ impl Job {
                 let _enter = span.enter();
                 tracing::info!("starting");
                 drop(_enter);
-                self.attempt().await
+                self.attempt(instance.as_mut()).await
             };
             match result {
                 Ok(restored_from) => {
-                    return Ok(JobReport { attempts, restored_from, metrics: self.metrics.snapshot() })
+                    if let Some(i) = &instance {
+                        i.retire().await?;
+                    }
+                    return Ok(JobReport { attempts, restored_from, metrics: self.metrics.snapshot() });
+                }
+                Err(e) if e.kind() == ErrorKind::Fenced => {
+                    // Another instance took this prefix over (a newer incarnation, or an
+                    // adopter): a restart would take it back and fence that one.
+                    tracing::error!(error = %e, attempts, "fenced; stopping without a restart");
+                    return Err(e);
                 }
                 Err(e) => {
                     let (allowed, delay) = match self.config.restart {
@@ -155,49 +178,18 @@ impl Job {
         let recovery = storage.recover(&policy).await?;
         let restored = recovery.plan.restored_id();
         let mut highest = recovery.plan.next_checkpoint_id.saturating_sub(1);
-        let mut pending = Vec::new();
-        for (index, p) in self.spec.participants.iter().enumerate() {
+        for p in &self.spec.participants {
             if let Some(h) = p.highest_checkpoint_id(&self.template).await? {
                 highest = highest.max(h);
             }
             for t in p.pending(&self.template).await? {
                 highest = highest.max(t.id.checkpoint_id());
-                pending.push(PendingTxn {
-                    participant: index,
-                    checkpoint_id: t.id.checkpoint_id(),
-                    prepared: t.prepared,
-                });
             }
         }
         // The commit rules are decided in one place (checkpoint::protocol); this only
         // carries the plan out.
-        for (i, action) in plan_recovery(restored, &pending).into_iter().enumerate() {
-            let (index, commit, prepare) = match action {
-                TxnAction::Commit { participant, .. } => (participant, true, false),
-                TxnAction::PrepareAndCommit { participant, .. } => (participant, true, true),
-                TxnAction::Abort { participant, .. } => (participant, false, false),
-            };
-            let p = &self.spec.participants[index];
-            let txn = self.template.transaction(action.checkpoint_id());
-            if prepare && p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
-                return Err(RuntimeError::Internal(format!(
-                    "{txn} of {} is covered by checkpoint {restored:?} but was aborted",
-                    p.name()
-                )));
-            }
-            if commit {
-                tracing::info!(txn = %txn, participant = p.name(), "recovery: committing a transaction its checkpoint decided");
-                p.commit(&txn).await?;
-                self.metrics.checkpoints(|c| c.transactions_recovered += 1);
-            } else {
-                tracing::info!(txn = %txn, participant = p.name(), "recovery: aborting an undecided transaction");
-                p.abort(&txn).await?;
-                self.metrics.checkpoints(|c| c.transactions_aborted += 1);
-            }
-            if i == 0 {
-                self.failpoints.hit(points::RECOVERY_MID)?;
-            }
-        }
+        instance::decide(&self.spec.participants, &self.template, restored, &self.metrics, Some(&self.failpoints))
+            .await?;
         // Nothing PREPARE is left, so old checkpoints may go.
         if let Err(e) = storage.collect_garbage(&recovery.plan).await {
             tracing::warn!(error = %e, "cannot delete old checkpoints during recovery");
@@ -271,7 +263,7 @@ impl Job {
         Wiring { receivers, out_edges, input_edge }
     }
 
-    async fn attempt(&self) -> Result<Option<u64>> {
+    async fn attempt(&self, instance: Option<&mut Instance>) -> Result<Option<u64>> {
         let recovered = self.recover().await?;
         // T(first epoch) must exist before any task writes into it.
         let first = self.template.transaction(recovered.first_epoch);
@@ -354,6 +346,7 @@ impl Job {
             node_names: nodes.iter().map(|n| n.name.clone()).collect(),
             next_id: recovered.first_epoch,
             uncommitted: BTreeSet::new(),
+            instance,
         };
         coordinator.uncommitted.insert(recovered.first_epoch);
         let result = coordinator.run().await;

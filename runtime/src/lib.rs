@@ -43,6 +43,7 @@ mod coordinator;
 mod error;
 pub mod failpoint;
 mod graph;
+mod instance;
 mod job;
 mod metrics;
 mod operator;
@@ -55,7 +56,7 @@ pub mod testing;
 
 pub use async_trait::async_trait;
 pub use channel::Collector;
-pub use config::{JobConfig, RestartStrategy};
+pub use config::{InstanceConfig, JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};

@@ -72,6 +72,8 @@ pub struct CheckpointMetrics {
     pub transactions_aborted: u64,
     /// Transactions committed by recovery (found PREPARE with a manifest).
     pub transactions_recovered: u64,
+    /// Silent instances of the group this job adopted (decision 0007).
+    pub instances_adopted: u64,
 }
 
 /// A copy of every job metric.

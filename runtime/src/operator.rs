@@ -211,6 +211,14 @@ pub trait TransactionParticipant: Send + Sync + 'static {
     /// This job instance's undecided transactions (same group and prefix).
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>>;
 
+    /// A new participant on the same backend, not yet opened, for deciding the
+    /// transactions of another instance of the group (adoption, decision 0007). Opening
+    /// it with the other instance's template must fence that instance. `None`: this
+    /// participant cannot adopt, and the job cannot run as an instance.
+    fn adopter(&self) -> Option<Participant> {
+        None
+    }
+
     /// The highest checkpoint id of any transaction of this group and prefix, decided or
     /// not, so that a restarted job never reuses an id (a decided id cannot begin again).
     async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<u64>> {

@@ -226,6 +226,12 @@ impl TransactionParticipant for CollectSink {
         "collect-sink"
     }
 
+    /// The same collected state: the sink's transactions are keyed by id, so another
+    /// instance's are decided through the same store.
+    fn adopter(&self) -> Option<Participant> {
+        Some(self.participant())
+    }
+
     async fn begin(&self, txn: &TransactionId) -> Result<()> {
         let mut s = self.lock();
         if s.decided.contains_key(txn) {

@@ -61,6 +61,13 @@ impl TransactionParticipant for BrokerTransactions {
         "embedded-broker"
     }
 
+    /// A participant on the same broker with the same timeout. Opening it with another
+    /// instance's template bumps that prefix's producer epoch: the other instance is
+    /// fenced and can decide nothing more.
+    fn adopter(&self) -> Option<shareflow_runtime::Participant> {
+        Some(BrokerTransactions::new(self.broker.clone(), self.timeout))
+    }
+
     /// Takes the prefix: a new epoch fences any older instance and aborts its ONGOING
     /// transactions.
     /// The transaction timeout must exceed checkpoint interval + checkpoint timeout, or

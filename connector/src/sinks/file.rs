@@ -94,6 +94,14 @@ impl TransactionParticipant for FileCommitter {
         "file-sink"
     }
 
+    /// A committer on the same store and root: staged files are keyed by transaction id,
+    /// so another instance's are published or discarded from here. Files need no
+    /// fencing: a stale instance's late commit publishes only what its decided
+    /// transaction staged.
+    fn adopter(&self) -> Option<shareflow_runtime::Participant> {
+        Some(FileCommitter::new(self.store.clone(), self.root.as_ref()))
+    }
+
     async fn begin(&self, _txn: &TransactionId) -> Result<()> {
         Ok(())
     }

@@ -1,0 +1,195 @@
+//! A job as one instance of several in a share group (decision 0007): it registers,
+//! beats, adopts silent instances, and retires when it stops gracefully.
+//!
+//! What to adopt is decided by `shareflow_checkpoint::protocol::plan_adoption`, and an
+//! adopted instance's transactions by `plan_recovery`, the same rule as a restart's
+//! recovery; this module observes and carries out.
+
+use std::collections::BTreeSet;
+
+use shareflow_checkpoint::instances::{InstanceRegistry, SilenceTracker};
+use shareflow_checkpoint::protocol::{plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction};
+use shareflow_checkpoint::CheckpointStore;
+
+use crate::config::InstanceConfig;
+use crate::error::{Result, RuntimeError};
+use crate::failpoint::{points, Failpoints};
+use crate::metrics::JobMetrics;
+use crate::operator::{Participant, PrepareOutcome, TransactionTemplate};
+
+/// This process's registration as one instance of the group.
+pub(crate) struct Instance {
+    registry: InstanceRegistry,
+    storage: CheckpointStore,
+    config: InstanceConfig,
+    template: TransactionTemplate,
+    incarnation: u64,
+    beats: u64,
+    tracker: SilenceTracker,
+}
+
+impl Instance {
+    /// Registers a new incarnation of the job's prefix: refused if another instance
+    /// adopted it; fences an older incarnation of the same prefix.
+    pub(crate) async fn register(
+        storage: &CheckpointStore,
+        config: &InstanceConfig,
+        template: &TransactionTemplate,
+    ) -> Result<Self> {
+        let registry = storage.registry();
+        let incarnation = registry.register(template.prefix()).await?;
+        tracing::info!(prefix = template.prefix(), incarnation, "registered as an instance of the group");
+        Ok(Self {
+            registry,
+            storage: storage.clone(),
+            config: config.clone(),
+            template: template.clone(),
+            incarnation,
+            beats: 0,
+            tracker: SilenceTracker::new(),
+        })
+    }
+
+    /// How often to beat and look around.
+    pub(crate) fn interval(&self) -> std::time::Duration {
+        self.config.heartbeat_interval
+    }
+
+    /// One heartbeat; fails (kind Fenced) if a newer incarnation or an adopter took over.
+    pub(crate) async fn beat(&mut self, checkpoint_id: Option<u64>) -> Result<()> {
+        self.beats += 1;
+        self.registry.heartbeat(self.template.prefix(), self.incarnation, self.beats, checkpoint_id).await?;
+        Ok(())
+    }
+
+    /// Beats, then adopts every instance the plan says to.
+    pub(crate) async fn tick(
+        &mut self,
+        checkpoint_id: Option<u64>,
+        participants: &[Participant],
+        metrics: &JobMetrics,
+        failpoints: &Failpoints,
+    ) -> Result<()> {
+        self.beat(checkpoint_id).await?;
+        let records = self.registry.observe().await?;
+        let views = self.tracker.views(&records, std::time::Instant::now());
+        let me = self.template.prefix().to_string();
+        for step in plan_adoption(&me, &views, self.config.adoption_timeout) {
+            let prefix = step.prefix().to_string();
+            if let AdoptionStep::Claim { .. } = step {
+                let holder = self.registry.claim(&prefix, &me).await?;
+                if holder != me {
+                    tracing::info!(%prefix, %holder, "another instance claimed this adoption first");
+                    continue;
+                }
+                tracing::warn!(%prefix, "adopting a silent instance");
+            } else {
+                tracing::warn!(%prefix, "resuming an unfinished adoption");
+            }
+            self.adopt(&prefix, participants, metrics, failpoints).await?;
+        }
+        Ok(())
+    }
+
+    /// Fences `prefix` on every participant, decides its transactions from its own
+    /// manifests, and records the adoption done.
+    async fn adopt(
+        &self,
+        prefix: &str,
+        participants: &[Participant],
+        metrics: &JobMetrics,
+        failpoints: &Failpoints,
+    ) -> Result<()> {
+        let template = TransactionTemplate::new(self.template.group_id(), prefix)?;
+        let mut adopters = Vec::with_capacity(participants.len());
+        for p in participants {
+            let q = p.adopter().ok_or_else(|| RuntimeError::InvalidConfig {
+                key: "participant".into(),
+                value: p.name().into(),
+                rule: "cannot adopt another instance's transactions; this job cannot run as an instance".into(),
+            })?;
+            // Opening with the adopted prefix fences it: it can decide nothing more.
+            q.open(&template).await?;
+            adopters.push(q);
+        }
+        // Decided once: a resumed adoption never decides from a manifest the adopted
+        // instance wrote after the first plan.
+        let theirs = self.storage.sibling(prefix)?;
+        let observed = theirs.observe().await.map_err(|e| adoption_error(prefix, e))?;
+        let latest = resolve(&observed, &RetentionPolicy::default()).restored_id();
+        let restored = self.registry.record_plan(prefix, latest).await?;
+        failpoints.hit(points::ADOPTION_MID)?;
+        let decided = decide(&adopters, &template, restored, metrics, None).await?;
+        self.registry.finish_adoption(prefix).await?;
+        metrics.checkpoints(|c| c.instances_adopted += 1);
+        tracing::warn!(%prefix, restored = ?restored, transactions = decided, "adopted: every transaction of the instance is decided");
+        Ok(())
+    }
+
+    /// Records that this incarnation stopped gracefully: nobody adopts it.
+    pub(crate) async fn retire(&self) -> Result<()> {
+        self.registry.retire(self.template.prefix(), self.incarnation).await?;
+        Ok(())
+    }
+}
+
+fn adoption_error(prefix: &str, e: shareflow_checkpoint::CheckpointError) -> RuntimeError {
+    RuntimeError::InvalidConfig {
+        key: "checkpoints".into(),
+        value: prefix.into(),
+        rule: format!(
+            "cannot read the checkpoints of instance {prefix} to adopt it ({e}); every instance of a group must \
+             read the same checkpoint root"
+        ),
+    }
+}
+
+/// Carries out `plan_recovery` for `template`'s pending transactions on `participants`:
+/// what a restart does for its own prefix and an adopter for another's. Returns how many
+/// transactions it decided. `mid` is hit after the first decision, if given.
+pub(crate) async fn decide(
+    participants: &[Participant],
+    template: &TransactionTemplate,
+    restored: Option<u64>,
+    metrics: &JobMetrics,
+    mid: Option<&Failpoints>,
+) -> Result<usize> {
+    let mut pending = Vec::new();
+    for (index, p) in participants.iter().enumerate() {
+        for t in p.pending(template).await? {
+            pending.push(PendingTxn { participant: index, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared });
+        }
+    }
+    let plan = plan_recovery(restored, &pending);
+    let decided: BTreeSet<u64> = plan.iter().map(TxnAction::checkpoint_id).collect();
+    for (i, action) in plan.into_iter().enumerate() {
+        let (index, commit, prepare) = match action {
+            TxnAction::Commit { participant, .. } => (participant, true, false),
+            TxnAction::PrepareAndCommit { participant, .. } => (participant, true, true),
+            TxnAction::Abort { participant, .. } => (participant, false, false),
+        };
+        let p = &participants[index];
+        let txn = template.transaction(action.checkpoint_id());
+        if prepare && p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
+            return Err(RuntimeError::Internal(format!(
+                "{txn} of {} is covered by checkpoint {restored:?} but was aborted",
+                p.name()
+            )));
+        }
+        if commit {
+            tracing::info!(txn = %txn, participant = p.name(), "committing a transaction its checkpoint decided");
+            p.commit(&txn).await?;
+            metrics.checkpoints(|c| c.transactions_recovered += 1);
+        } else {
+            tracing::info!(txn = %txn, participant = p.name(), "aborting an undecided transaction");
+            p.abort(&txn).await?;
+            metrics.checkpoints(|c| c.transactions_aborted += 1);
+        }
+        if i == 0 {
+            if let Some(f) = mid {
+                f.hit(points::RECOVERY_MID)?;
+            }
+        }
+    }
+    Ok(decided.len())
+}
