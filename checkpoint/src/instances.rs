@@ -134,13 +134,9 @@ impl InstanceRegistry {
     /// Everything about `prefix`.
     pub async fn record(&self, prefix: &str) -> Result<InstanceRecord> {
         let dir = self.dir.clone().join(prefix);
-        let names: Vec<String> = self
-            .store
-            .list(Some(&dir))
-            .map_ok(|m| m.location.filename().unwrap_or_default().to_string())
-            .try_collect()
-            .await
-            .map_err(|e| CheckpointError::store("list", &dir, e))?;
+        let listed: Vec<object_store::ObjectMeta> =
+            self.store.list(Some(&dir)).try_collect().await.map_err(|e| CheckpointError::store("list", &dir, e))?;
+        let names: Vec<String> = listed.iter().map(|m| m.location.filename().unwrap_or_default().to_string()).collect();
         let mut r = InstanceRecord { prefix: prefix.to_string(), ..Default::default() };
         r.incarnation = names.iter().filter_map(|n| numbered(n, "incarnation")).max().unwrap_or(0);
         r.retired = names.iter().filter_map(|n| numbered(n, "retired")).any(|n| n == r.incarnation && n > 0);

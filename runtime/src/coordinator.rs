@@ -37,6 +37,8 @@ pub(crate) struct Coordinator<'a> {
     pub(crate) uncommitted: BTreeSet<u64>,
     /// This job's registration as an instance of the group: it beats and adopts.
     pub(crate) instance: Option<&'a mut Instance>,
+    /// `true` once a graceful stop is asked for.
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
 }
 
 struct InFlight {
@@ -54,7 +56,7 @@ impl Coordinator<'_> {
     /// Begins T(n) on every participant.
     pub(crate) async fn begin(&mut self, n: u64) -> Result<()> {
         let txn = self.template.transaction(n);
-        for p in self.participants {
+        for p in self.participants.to_vec() {
             p.begin(&txn).await.map_err(|e| self.txn_error("begin", n, e))?;
         }
         self.uncommitted.insert(n);
@@ -101,10 +103,15 @@ impl Coordinator<'_> {
             if final_done && tasks_finished >= self.subtasks {
                 return Ok(());
             }
-            if in_flight.is_none() && !final_triggered && sources_finished >= sources {
+            let stopping = *self.stop.borrow();
+            if in_flight.is_none() && !final_triggered && (sources_finished >= sources || stopping) {
+                if stopping && sources_finished < sources {
+                    tracing::info!("stop asked for: taking a final checkpoint");
+                }
                 in_flight = Some(self.trigger(true).await?);
                 final_triggered = true;
             }
+            let mut tick_due = false;
             let wake = match &in_flight {
                 Some(f) => Some(f.started + self.config.checkpoint_timeout),
                 None if !final_triggered => next_trigger,
@@ -136,12 +143,9 @@ impl Coordinator<'_> {
                         }
                     }
                 },
-                _ = sleep_until(next_tick), if next_tick.is_some() => {
-                    if let Some(instance) = self.instance.as_deref_mut() {
-                        instance.tick(last_completed, self.participants, &self.metrics, &self.failpoints).await?;
-                        next_tick = Some(Instant::now() + instance.interval());
-                    }
-                }
+                // The job owns the sender and outlives this loop, so this never errs.
+                _ = self.stop.changed(), if !stopping && !final_triggered => {}
+                _ = sleep_until(next_tick), if next_tick.is_some() => tick_due = true,
                 _ = sleep_until(wake), if wake.is_some() => {
                     match in_flight.take() {
                         Some(f) if Instant::now() >= f.started + self.config.checkpoint_timeout => {
@@ -170,7 +174,21 @@ impl Coordinator<'_> {
                     }
                 }
             }
+            if tick_due {
+                self.tick(last_completed).await?;
+                next_tick = self.instance.as_ref().map(|i| Instant::now() + i.interval());
+            }
         }
+    }
+
+    /// An instance's heartbeat and look around (decision 0007).
+    async fn tick(&mut self, last_completed: Option<u64>) -> Result<()> {
+        let participants = self.participants;
+        let (metrics, failpoints) = (self.metrics.clone(), self.failpoints.clone());
+        if let Some(instance) = self.instance.as_deref_mut() {
+            instance.tick(last_completed, participants, &metrics, &failpoints).await?;
+        }
+        Ok(())
     }
 
     /// Every subtask acknowledged barrier n: prepare, write the decision, commit, notify.
@@ -181,7 +199,7 @@ impl Coordinator<'_> {
         let mut refused = Vec::new();
         for &k in &to_commit {
             let txn = self.template.transaction(k);
-            for p in self.participants {
+            for p in self.participants.to_vec() {
                 if p.prepare(&txn).await.map_err(|e| self.txn_error("prepare", k, e))? == PrepareOutcome::AlreadyAborted
                 {
                     refused.push(k);
@@ -191,7 +209,7 @@ impl Coordinator<'_> {
         if let Some(&k) = refused.first() {
             for &k in &refused {
                 let txn = self.template.transaction(k);
-                for p in self.participants {
+                for p in self.participants.to_vec() {
                     p.abort(&txn).await.map_err(|e| self.txn_error("abort", k, e))?;
                 }
                 self.uncommitted.remove(&k);
@@ -216,7 +234,7 @@ impl Coordinator<'_> {
         self.failpoints.hit(points::AFTER_STATE_BEFORE_MANIFEST)?;
         let mut transactions = Vec::new();
         for &k in &to_commit {
-            for p in self.participants {
+            for p in self.participants.to_vec() {
                 transactions.push(TransactionRecord {
                     participant: p.name().to_string(),
                     transaction_id: self.template.transaction(k).to_string(),
@@ -238,7 +256,7 @@ impl Coordinator<'_> {
         let mut first = true;
         for &k in &to_commit {
             let txn = self.template.transaction(k);
-            for p in self.participants {
+            for p in self.participants.to_vec() {
                 p.commit(&txn).await.map_err(|e| self.txn_error("commit", k, e))?;
                 if first {
                     first = false;

@@ -8,7 +8,9 @@
 use std::collections::BTreeSet;
 
 use shareflow_checkpoint::instances::{InstanceRegistry, SilenceTracker};
-use shareflow_checkpoint::protocol::{plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction};
+use shareflow_checkpoint::protocol::{
+    plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction,
+};
 use shareflow_checkpoint::CheckpointStore;
 
 use crate::config::InstanceConfig;
@@ -32,22 +34,15 @@ impl Instance {
     /// Registers a new incarnation of the job's prefix: refused if another instance
     /// adopted it; fences an older incarnation of the same prefix.
     pub(crate) async fn register(
-        storage: &CheckpointStore,
-        config: &InstanceConfig,
-        template: &TransactionTemplate,
+        storage: CheckpointStore,
+        config: InstanceConfig,
+        template: TransactionTemplate,
     ) -> Result<Self> {
         let registry = storage.registry();
-        let incarnation = registry.register(template.prefix()).await?;
-        tracing::info!(prefix = template.prefix(), incarnation, "registered as an instance of the group");
-        Ok(Self {
-            registry,
-            storage: storage.clone(),
-            config: config.clone(),
-            template: template.clone(),
-            incarnation,
-            beats: 0,
-            tracker: SilenceTracker::new(),
-        })
+        let prefix = template.prefix().to_string();
+        let incarnation = registry.register(&prefix).await?;
+        tracing::info!(%prefix, incarnation, "registered as an instance of the group");
+        Ok(Self { registry, storage, config, template, incarnation, beats: 0, tracker: SilenceTracker::new() })
     }
 
     /// How often to beat and look around.
@@ -102,12 +97,15 @@ impl Instance {
     ) -> Result<()> {
         let template = TransactionTemplate::new(self.template.group_id(), prefix)?;
         let mut adopters = Vec::with_capacity(participants.len());
-        for p in participants {
-            let q = p.adopter().ok_or_else(|| RuntimeError::InvalidConfig {
-                key: "participant".into(),
-                value: p.name().into(),
-                rule: "cannot adopt another instance's transactions; this job cannot run as an instance".into(),
-            })?;
+        for index in 0..participants.len() {
+            let p = participants[index].clone();
+            let Some(q) = p.adopter() else {
+                return Err(RuntimeError::InvalidConfig {
+                    key: "participant".into(),
+                    value: p.name().to_string(),
+                    rule: "cannot adopt another instance's transactions; this job cannot run as an instance".into(),
+                });
+            };
             // Opening with the adopted prefix fences it: it can decide nothing more.
             q.open(&template).await?;
             adopters.push(q);
@@ -155,7 +153,8 @@ pub(crate) async fn decide(
     mid: Option<&Failpoints>,
 ) -> Result<usize> {
     let mut pending = Vec::new();
-    for (index, p) in participants.iter().enumerate() {
+    for index in 0..participants.len() {
+        let p = participants[index].clone();
         for t in p.pending(template).await? {
             pending.push(PendingTxn { participant: index, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared });
         }
@@ -168,7 +167,7 @@ pub(crate) async fn decide(
             TxnAction::PrepareAndCommit { participant, .. } => (participant, true, true),
             TxnAction::Abort { participant, .. } => (participant, false, false),
         };
-        let p = &participants[index];
+        let p = participants[index].clone();
         let txn = template.transaction(action.checkpoint_id());
         if prepare && p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
             return Err(RuntimeError::Internal(format!(

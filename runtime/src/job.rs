@@ -10,8 +10,8 @@ use crate::channel::{Collector, OutEdge, Tagged};
 use crate::config::{JobConfig, RestartStrategy};
 use crate::coordinator::Coordinator;
 use crate::error::{ErrorKind, Result, RuntimeError};
-use crate::instance::{self, Instance};
 use crate::failpoint::Failpoints;
+use crate::instance::{self, Instance};
 use crate::metrics::{JobMetrics, JobMetricsSnapshot};
 use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
 use crate::partition::Partitioning;
@@ -29,6 +29,21 @@ pub struct Job {
     parallelism: Vec<u32>,
     /// Resolved partitioning per edge.
     partitioning: Vec<Partitioning>,
+    /// Set by [`StopHandle::stop`]: take a final checkpoint and end.
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// Stops a running job gracefully: it takes a final checkpoint, commits it, closes its
+/// sources (a share-group member leaves its group) and, as an instance of a group,
+/// records that it retired, so nobody adopts it. [`Job::run`] then returns `Ok`.
+#[derive(Debug, Clone)]
+pub struct StopHandle(tokio::sync::watch::Sender<bool>);
+
+impl StopHandle {
+    /// Asks the job to stop; returns at once. Stopping twice is harmless.
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// How a run ended.
@@ -85,7 +100,13 @@ impl Job {
             metrics: JobMetrics::default(),
             parallelism,
             partitioning,
+            stop: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// A handle that stops this job gracefully, e.g. from a SIGTERM handler.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.stop.clone())
     }
 
     /// The failpoints of this job, for tests to arm.
@@ -107,7 +128,7 @@ impl Job {
     /// complete checkpoint as the restart strategy allows.
     pub async fn run(&self) -> Result<JobReport> {
         // A configuration a participant refuses fails now, not after a restart loop.
-        for p in &self.spec.participants {
+        for p in self.spec.participants.clone() {
             p.validate(self.config.checkpoint_interval, self.config.checkpoint_timeout).await?;
             if self.config.instance.is_some() && p.adopter().is_none() {
                 return Err(RuntimeError::InvalidConfig {
@@ -119,10 +140,11 @@ impl Job {
                 });
             }
         }
-        let mut instance = match &self.config.instance {
-            Some(c) => Some(Instance::register(&self.config.storage, c, &self.template).await?),
-            None => None,
-        };
+        let mut instance = None;
+        if let Some(c) = self.config.instance.clone() {
+            let storage = self.config.storage.clone();
+            instance = Some(Instance::register(storage, c, self.template.clone()).await?);
+        }
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -170,7 +192,7 @@ impl Job {
     /// DESIGN.md §3 step 7: restore the newest complete checkpoint, then commit the
     /// PREPARE transactions it covers and abort everything else. Idempotent.
     async fn recover(&self) -> Result<Recovered> {
-        for p in &self.spec.participants {
+        for p in self.spec.participants.clone() {
             p.open(&self.template).await?;
         }
         let storage = &self.config.storage;
@@ -178,7 +200,7 @@ impl Job {
         let recovery = storage.recover(&policy).await?;
         let restored = recovery.plan.restored_id();
         let mut highest = recovery.plan.next_checkpoint_id.saturating_sub(1);
-        for p in &self.spec.participants {
+        for p in self.spec.participants.clone() {
             if let Some(h) = p.highest_checkpoint_id(&self.template).await? {
                 highest = highest.max(h);
             }
@@ -267,7 +289,7 @@ impl Job {
         let recovered = self.recover().await?;
         // T(first epoch) must exist before any task writes into it.
         let first = self.template.transaction(recovered.first_epoch);
-        for p in &self.spec.participants {
+        for p in self.spec.participants.clone() {
             p.begin(&first).await?;
         }
         let nodes = &self.spec.nodes;
@@ -347,6 +369,7 @@ impl Job {
             next_id: recovered.first_epoch,
             uncommitted: BTreeSet::new(),
             instance,
+            stop: self.stop.subscribe(),
         };
         coordinator.uncommitted.insert(recovered.first_epoch);
         let result = coordinator.run().await;

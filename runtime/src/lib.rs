@@ -60,7 +60,7 @@ pub use config::{InstanceConfig, JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};
-pub use job::{Job, JobReport};
+pub use job::{Job, JobReport, StopHandle};
 pub use metrics::{CheckpointMetrics, JobMetrics, JobMetricsSnapshot, OperatorMetricsSnapshot};
 pub use operator::{
     Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems, SubtaskContext,

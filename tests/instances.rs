@@ -1,0 +1,249 @@
+//! Several instances of one share group on the embedded broker (issue 11, decision
+//! 0007): each a job with its own prefix, the same group and the same checkpoint root.
+//! A silent instance is adopted: fenced, its PREPARE transactions committed from its own
+//! manifests, the rest aborted, so its records return to the group. Checked from
+//! outside with I1-I5.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/eos.rs"]
+mod eos;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eos::{assert_exactly_once, broker_with_input, share_config, GROUP, INPUT, OUTPUT};
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use shareflow::checkpoint::{CheckpointPaths, CheckpointStore};
+use shareflow::connector::broker::EmbeddedBroker;
+use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow::runtime::failpoint::points;
+use shareflow::runtime::{ErrorKind, InstanceConfig, Job, JobBuilder, JobConfig, RestartStrategy};
+
+const RECORDS: u64 = 3_000;
+const INTERVAL: Duration = Duration::from_millis(20);
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_millis(200);
+const ADOPTION: Duration = Duration::from_millis(600);
+
+/// One instance: the share source -> SQL -> topic sink pipeline of the eos tests, as
+/// prefix `prefix`, with its checkpoints under `{root}/{prefix}` in `store`.
+fn instance(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str, until_drained: bool) -> Job {
+    instance_with(broker, store, prefix, until_drained, 3)
+}
+
+fn instance_with(
+    broker: &EmbeddedBroker,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    until_drained: bool,
+    restarts: u32,
+) -> Job {
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let mut source = SourceSettings::new(GROUP, &[INPUT]);
+    source.stop_when_drained = until_drained;
+    source.max_poll_records = 100;
+    source.poll_timeout = Duration::from_millis(5);
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(
+            broker.clone(),
+            Some(txns.clone()),
+            source,
+            share_config(),
+            Arc::new(SourceMetrics::default()),
+        ),
+    )
+    .parallelism(2)
+    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .participant(txns);
+    let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
+    let config = JobConfig::new(storage, GROUP, prefix)
+        .checkpoint_interval(INTERVAL)
+        .checkpoint_timeout(CHECKPOINT_TIMEOUT)
+        .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(10) })
+        .instance(InstanceConfig::new(ADOPTION));
+    job.build(config).unwrap()
+}
+
+async fn check(broker: &EmbeddedBroker) -> shareflow::connector::verify::ExactlyOnceReport {
+    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, shareflow::demo::identity)
+        .await
+        .unwrap()
+}
+
+/// Waits (at most `limit`) until every input record's output is committed once and the
+/// record acknowledged.
+async fn wait_done(broker: &EmbeddedBroker, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let r = check(broker).await;
+        // While an instance runs its next transactions are open (I8 flags them); the
+        // callers check every invariant once it stopped.
+        if r.exactly_once == RECORDS && r.duplicates == 0 && r.lost == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("not done after {limit:?}: {:?}", check(broker).await);
+    false
+}
+
+/// Instance `a` crashes right after a manifest: its transaction is PREPARE and pins its
+/// records LOCKED. It never comes back. Instance `b` adopts it once `a` is silent past
+/// the adoption timeout: the PREPARE transaction commits (its manifest decided it), the
+/// ONGOING one aborts, and `b` processes what returns to the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_instance_is_adopted_and_its_decided_work_committed() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+
+    let a = instance_with(&broker, &store, "a", true, 0);
+    a.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
+    let err = a.run().await.unwrap_err();
+    assert!(err.to_string().contains(points::AFTER_MANIFEST), "a crashed at the fault point: {err}");
+    let pinned = broker.transactions().await.unwrap();
+    assert!(
+        pinned
+            .iter()
+            .any(|t| t.id.prefix() == "a" && t.state == shareflow::connector::share::TransactionState::Prepare),
+        "a left a PREPARE transaction: {pinned:?}"
+    );
+
+    let b = instance(&broker, &store, "b", false);
+    let stop = b.stop_handle();
+    // Job::run's future is not Send: run it beside the check, in this task.
+    let (report, done) = tokio::join!(b.run(), async {
+        let done = wait_done(&broker, Duration::from_secs(30)).await;
+        stop.stop();
+        done
+    });
+    assert!(done, "b adopted a and drained the group: {:?}", check(&broker).await);
+    let report = report.unwrap();
+    assert_eq!(report.metrics.checkpoints.instances_adopted, 1, "{report:?}");
+    assert!(report.metrics.checkpoints.transactions_recovered >= 1, "a's PREPARE transaction committed: {report:?}");
+    assert_exactly_once(&check(&broker).await, RECORDS, "after adoption");
+    let left: Vec<_> = broker.transactions().await.unwrap().into_iter().filter(|t| t.state.is_pending()).collect();
+    assert!(left.is_empty(), "no transaction is left open or prepared: {left:?}");
+
+    // The adopted instance can never start again under its prefix.
+    let again = instance(&broker, &store, "a", true);
+    let err = again.run().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert!(err.to_string().contains("adopted by instance b"), "{err}");
+}
+
+/// An adopter that crashes in the middle of an adoption resumes it when it restarts:
+/// the plan it recorded first is the one it carries out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopter_that_crashes_mid_adoption_finishes_it_after_its_restart() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = instance_with(&broker, &store, "a", true, 0);
+    a.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
+    a.run().await.unwrap_err();
+
+    let b = instance(&broker, &store, "b", false);
+    b.failpoints().schedule(vec![(points::ADOPTION_MID.to_string(), 0)]);
+    let stop = b.stop_handle();
+    let (report, done) = tokio::join!(b.run(), async {
+        let done = wait_done(&broker, Duration::from_secs(30)).await;
+        stop.stop();
+        done
+    });
+    assert!(done, "b finished the adoption: {:?}", check(&broker).await);
+    let report = report.unwrap();
+    assert_eq!(b.failpoints().fired(), vec![points::ADOPTION_MID.to_string()]);
+    assert!(report.attempts >= 2, "the crash restarted b: {report:?}");
+    assert_eq!(report.metrics.checkpoints.instances_adopted, 1, "{report:?}");
+    assert_exactly_once(&check(&broker).await, RECORDS, "after a resumed adoption");
+}
+
+/// Two live instances with the same prefix are never both live: the second start
+/// fences the first, which stops (no restart) while the second runs to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_of_the_same_prefix_fences_the_first() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let first = instance(&broker, &store, "same", false);
+    let second = instance(&broker, &store, "same", true);
+    let (first_result, second_result) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(30), first.run()),
+        tokio::time::timeout(Duration::from_secs(30), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            second.run().await
+        })
+    );
+    let second_report = second_result.expect("the second ends").unwrap();
+    let err = first_result.expect("the first stops").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert_eq!(second_report.metrics.checkpoints.instances_adopted, 0);
+    assert_exactly_once(&check(&broker).await, RECORDS, "two starts of one prefix");
+}
+
+/// A stopped instance takes a final checkpoint, commits it, leaves, and records that it
+/// retired: nobody adopts it, however long it stays away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_instance_retires_and_is_never_adopted() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = instance(&broker, &store, "a", false);
+    let stop = a.stop_handle();
+    let (result, ()) = tokio::join!(tokio::time::timeout(Duration::from_secs(10), a.run()), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.stop();
+    });
+    result.expect("a stops").unwrap();
+    let pending: Vec<_> = broker.transactions().await.unwrap().into_iter().filter(|t| t.state.is_pending()).collect();
+    assert!(pending.is_empty(), "the final checkpoint committed everything: {pending:?}");
+    let registry = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", "a").unwrap()).registry();
+    assert!(registry.record("a").await.unwrap().retired);
+
+    // b runs past the adoption timeout and finishes the input; a is never adopted.
+    let b = instance(&broker, &store, "b", true);
+    tokio::time::sleep(ADOPTION * 2).await;
+    let report = b.run().await.unwrap();
+    assert_eq!(report.metrics.checkpoints.instances_adopted, 0, "{report:?}");
+    assert!(registry.record("a").await.unwrap().adopted_by.is_none());
+    assert_exactly_once(&check(&broker).await, RECORDS, "after a graceful stop");
+}
+
+/// Bad configuration of an instance is refused before it starts, naming the setting.
+#[tokio::test]
+async fn bad_instance_settings_are_named() {
+    let broker = broker_with_input(10, 1, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let build = |prefix: &str, job_id: &str, adoption: Duration| {
+        let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+        let job = JobBuilder::new();
+        job.source(
+            "s",
+            record_schema(),
+            ShareGroupSource::factory(
+                broker.clone(),
+                Some(txns.clone()),
+                SourceSettings::new(GROUP, &[INPUT]),
+                share_config(),
+                Arc::new(SourceMetrics::default()),
+            ),
+        )
+        .sink("k", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+        .participant(txns);
+        let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", job_id).unwrap());
+        let config = JobConfig::new(storage, GROUP, prefix)
+            .checkpoint_interval(INTERVAL)
+            .checkpoint_timeout(CHECKPOINT_TIMEOUT)
+            .instance(InstanceConfig::new(adoption));
+        job.build(config)
+    };
+    let err = build("a", "a", Duration::from_millis(150)).err().expect("too short");
+    assert!(err.to_string().contains("adoption.timeout.ms=150"), "{err}");
+    assert!(err.to_string().contains("checkpoint interval + checkpoint timeout (220 ms)"), "{err}");
+    let err = build("a", "other", ADOPTION).err().expect("job id differs from the prefix");
+    assert!(err.to_string().contains("job.id=other"), "{err}");
+    assert!(build("a", "a", ADOPTION).is_ok());
+}
