@@ -56,7 +56,7 @@ impl Coordinator<'_> {
     /// Begins T(n) on every participant.
     pub(crate) async fn begin(&mut self, n: u64) -> Result<()> {
         let txn = self.template.transaction(n);
-        for p in self.participants.to_vec() {
+        for p in self.participants {
             p.begin(&txn).await.map_err(|e| self.txn_error("begin", n, e))?;
         }
         self.uncommitted.insert(n);
@@ -199,7 +199,7 @@ impl Coordinator<'_> {
         let mut refused = Vec::new();
         for &k in &to_commit {
             let txn = self.template.transaction(k);
-            for p in self.participants.to_vec() {
+            for p in self.participants {
                 if p.prepare(&txn).await.map_err(|e| self.txn_error("prepare", k, e))? == PrepareOutcome::AlreadyAborted
                 {
                     refused.push(k);
@@ -209,7 +209,7 @@ impl Coordinator<'_> {
         if let Some(&k) = refused.first() {
             for &k in &refused {
                 let txn = self.template.transaction(k);
-                for p in self.participants.to_vec() {
+                for p in self.participants {
                     p.abort(&txn).await.map_err(|e| self.txn_error("abort", k, e))?;
                 }
                 self.uncommitted.remove(&k);
@@ -234,7 +234,7 @@ impl Coordinator<'_> {
         self.failpoints.hit(points::AFTER_STATE_BEFORE_MANIFEST)?;
         let mut transactions = Vec::new();
         for &k in &to_commit {
-            for p in self.participants.to_vec() {
+            for p in self.participants {
                 transactions.push(TransactionRecord {
                     participant: p.name().to_string(),
                     transaction_id: self.template.transaction(k).to_string(),
@@ -256,7 +256,7 @@ impl Coordinator<'_> {
         let mut first = true;
         for &k in &to_commit {
             let txn = self.template.transaction(k);
-            for p in self.participants.to_vec() {
+            for p in self.participants {
                 p.commit(&txn).await.map_err(|e| self.txn_error("commit", k, e))?;
                 if first {
                     first = false;

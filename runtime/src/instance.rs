@@ -97,8 +97,7 @@ impl Instance {
     ) -> Result<()> {
         let template = TransactionTemplate::new(self.template.group_id(), prefix)?;
         let mut adopters = Vec::with_capacity(participants.len());
-        for index in 0..participants.len() {
-            let p = participants[index].clone();
+        for p in participants {
             let Some(q) = p.adopter() else {
                 return Err(RuntimeError::InvalidConfig {
                     key: "participant".into(),
@@ -153,8 +152,7 @@ pub(crate) async fn decide(
     mid: Option<&Failpoints>,
 ) -> Result<usize> {
     let mut pending = Vec::new();
-    for index in 0..participants.len() {
-        let p = participants[index].clone();
+    for (index, p) in participants.iter().enumerate() {
         for t in p.pending(template).await? {
             pending.push(PendingTxn { participant: index, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared });
         }
@@ -167,7 +165,7 @@ pub(crate) async fn decide(
             TxnAction::PrepareAndCommit { participant, .. } => (participant, true, true),
             TxnAction::Abort { participant, .. } => (participant, false, false),
         };
-        let p = participants[index].clone();
+        let p = &participants[index];
         let txn = template.transaction(action.checkpoint_id());
         if prepare && p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
             return Err(RuntimeError::Internal(format!(

@@ -128,7 +128,7 @@ impl Job {
     /// complete checkpoint as the restart strategy allows.
     pub async fn run(&self) -> Result<JobReport> {
         // A configuration a participant refuses fails now, not after a restart loop.
-        for p in self.spec.participants.clone() {
+        for p in &self.spec.participants {
             p.validate(self.config.checkpoint_interval, self.config.checkpoint_timeout).await?;
             if self.config.instance.is_some() && p.adopter().is_none() {
                 return Err(RuntimeError::InvalidConfig {
@@ -192,7 +192,7 @@ impl Job {
     /// DESIGN.md §3 step 7: restore the newest complete checkpoint, then commit the
     /// PREPARE transactions it covers and abort everything else. Idempotent.
     async fn recover(&self) -> Result<Recovered> {
-        for p in self.spec.participants.clone() {
+        for p in &self.spec.participants {
             p.open(&self.template).await?;
         }
         let storage = &self.config.storage;
@@ -200,7 +200,7 @@ impl Job {
         let recovery = storage.recover(&policy).await?;
         let restored = recovery.plan.restored_id();
         let mut highest = recovery.plan.next_checkpoint_id.saturating_sub(1);
-        for p in self.spec.participants.clone() {
+        for p in &self.spec.participants {
             if let Some(h) = p.highest_checkpoint_id(&self.template).await? {
                 highest = highest.max(h);
             }
@@ -289,7 +289,7 @@ impl Job {
         let recovered = self.recover().await?;
         // T(first epoch) must exist before any task writes into it.
         let first = self.template.transaction(recovered.first_epoch);
-        for p in self.spec.participants.clone() {
+        for p in &self.spec.participants {
             p.begin(&first).await?;
         }
         let nodes = &self.spec.nodes;
