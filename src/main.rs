@@ -44,7 +44,7 @@ commands:
     --interval MS        checkpoint interval (default 1000)
     --partitions P, --parallelism P, --checkpoints URL, --at-least-once, --json as above
     --crashes K --seed S crashes at K of the in-process fault points
-    --crash-at POINT[:N] as above (commit.mid is not reached on Kafka)
+    --crash-at POINT[:N] as above
     --no-verify          skip the read_committed check at the end (with --at-least-once the
                          check passes when nothing is lost: duplicates are allowed)
     --max-rate R         at most R records per second through the job

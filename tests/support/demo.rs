@@ -39,7 +39,7 @@ pub fn fault_points() -> Vec<&'static str> {
 }
 
 /// The fault points `shareflow demo --kafka --crashes K` draws from: those of
-/// [`fault_points`] but `commit.mid`, which a job with one participant never reaches.
+/// [`fault_points`] but `commit.mid`, which the Kafka demo's list leaves out.
 pub fn kafka_fault_points() -> Vec<&'static str> {
     fault_points().into_iter().filter(|p| *p != runtime_points::COMMIT_MID).collect()
 }
