@@ -1,8 +1,9 @@
 //! Exactly-once cost and recovery time on the embedded broker (release build, 2 cores).
 //!
 //! - EOS throughput (transactional acknowledgement) against at-least-once (explicit
-//!   acknowledgement, ACCEPT on checkpoint completion) of the demo pipeline, run
-//!   alternately, at checkpoint intervals 100 ms, 1 s and 10 s;
+//!   acknowledgement, ACCEPT on checkpoint completion) of the demo pipeline (the
+//!   `shareflow demo` binary built with this bench's profile, read from its `--json`
+//!   summary), run alternately, at checkpoint intervals 100 ms, 1 s and 10 s;
 //! - recovery time: from restart to the first new output, with 100,000 LOCKED records of
 //!   a crashed instance pending.
 //!
@@ -13,24 +14,27 @@
 use std::time::{Duration, Instant};
 
 use shareflow::connector::share::AcknowledgementMode;
-use shareflow::demo::{self, DemoOptions};
 
+/// Records per second of one `shareflow demo` run without crashes.
 async fn throughput(mode: AcknowledgementMode, interval: Duration, records: u64) -> f64 {
     let dir = tempfile::tempdir().unwrap();
-    let options = DemoOptions {
-        dir: dir.path().to_path_buf(),
-        records,
-        interval,
-        crashes: 0,
-        progress: false,
-        mode,
-        ..DemoOptions::default()
-    };
-    let summary = demo::run(&options).await.unwrap();
-    if mode == AcknowledgementMode::Transactional {
-        assert!(summary.violations.is_empty(), "{:?}", summary.violations.first());
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"));
+    cmd.arg("demo").arg("--dir").arg(dir.path());
+    cmd.args(["--records", &records.to_string(), "--interval", &interval.as_millis().to_string()]);
+    cmd.args(["--crashes", "0", "--json"]);
+    if mode == AcknowledgementMode::Explicit {
+        cmd.arg("--at-least-once");
     }
-    summary.records_per_second
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value =
+        stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| {
+            panic!("no summary from shareflow demo: {stdout}{}", String::from_utf8_lossy(&out.stderr))
+        });
+    if mode == AcknowledgementMode::Transactional {
+        assert!(out.status.success() && summary["violations"] == 0, "{summary}");
+    }
+    summary["records_per_second"].as_f64().unwrap()
 }
 
 async fn recovery_time() -> Duration {

@@ -26,7 +26,7 @@ use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 /// The fault points the demo crashes at. `recovery.mid` is left out: it is reached only
 /// when an earlier crash left decided work, so a schedule naming it alone would never
 /// fire; the failure-recovery tests and the seeded campaign cover it.
-pub const FAULT_POINTS: &[&str] = &[
+pub(crate) const FAULT_POINTS: &[&str] = &[
     shareflow_connector::points::SOURCE_AFTER_POLL,
     shareflow_connector::points::SOURCE_AFTER_LOCK,
     shareflow_connector::points::SINK_AFTER_WRITE,
@@ -38,29 +38,29 @@ pub const FAULT_POINTS: &[&str] = &[
 ];
 
 /// The demo's share group (and job id).
-pub const GROUP: &str = "demo";
+pub(crate) const GROUP: &str = "demo";
 /// The demo's input topic.
-pub const INPUT: &str = "demo-input";
+pub(crate) const INPUT: &str = "demo-input";
 /// The demo's output topic.
-pub const OUTPUT: &str = "demo-output";
+pub(crate) const OUTPUT: &str = "demo-output";
 /// Bytes of every input value ([`value_of`]`(id, VALUE_LEN)`).
-pub const VALUE_LEN: usize = 100;
+pub(crate) const VALUE_LEN: usize = 100;
 /// Records per produce call.
 const PRODUCE_CHUNK: usize = 20_000;
 
 /// `group.share.delivery.count.limit` of the demo's group: the highest the broker
 /// allows, so that a run killed and resumed many times does not archive records that
 /// each killed attempt delivered and never committed.
-pub const DELIVERY_LIMIT: u16 = 10;
+pub(crate) const DELIVERY_LIMIT: u16 = 10;
 
 /// The file in the demo directory that names the input of the run started there, written
 /// before anything is produced. `--resume` reads it, so it knows the whole input even
 /// when the first run was stopped while producing it.
-pub const INPUT_MARKER: &str = "demo-input.json";
+pub(crate) const INPUT_MARKER: &str = "demo-input.json";
 
 /// Why a demo run could not start.
 #[derive(Debug)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     /// `--resume` on a directory where no demo run was started.
     NothingToResume {
         /// The directory.
@@ -153,19 +153,19 @@ impl std::error::Error for DemoError {
 
 /// The input of a demo run: what its [`INPUT_MARKER`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DemoInput {
+pub(crate) struct DemoInput {
     /// Input records: ids `0..records`.
-    pub records: u64,
+    pub(crate) records: u64,
     /// Partitions of the topics; id `i` goes to partition `i % partitions`.
-    pub partitions: u32,
+    pub(crate) partitions: u32,
     /// The acknowledgement mode of the run.
-    pub mode: AcknowledgementMode,
+    pub(crate) mode: AcknowledgementMode,
 }
 
 impl DemoInput {
     /// Writes the marker into `dir` durably: a temporary file, fsynced, renamed into
     /// place, and the directory fsynced.
-    pub fn save(&self, dir: &Path) -> Result<(), DemoError> {
+    pub(crate) fn save(&self, dir: &Path) -> Result<(), DemoError> {
         let path = dir.join(INPUT_MARKER);
         let tmp = dir.join(format!("{INPUT_MARKER}.tmp"));
         let text = serde_json::json!({
@@ -185,7 +185,7 @@ impl DemoInput {
     }
 
     /// Reads the marker of the run in `dir`.
-    pub fn load(dir: &Path) -> Result<Self, DemoError> {
+    pub(crate) fn load(dir: &Path) -> Result<Self, DemoError> {
         let path = dir.join(INPUT_MARKER);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -214,7 +214,7 @@ impl DemoInput {
     }
 
     /// Input records of `partition`.
-    pub fn records_in(&self, partition: u32) -> u64 {
+    pub(crate) fn records_in(&self, partition: u32) -> u64 {
         let p = u64::from(self.partitions);
         self.records / p + u64::from(u64::from(partition) < self.records % p)
     }
@@ -224,7 +224,7 @@ impl DemoInput {
 /// records that was. Record `i` goes to partition `i % partitions` and ids are produced
 /// in order, so every partition holds a prefix of its ids, and a run stopped while
 /// producing is finished by producing the rest.
-pub async fn produce_input(
+pub(crate) async fn produce_input(
     broker: &EmbeddedBroker,
     input: &DemoInput,
 ) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
@@ -264,32 +264,36 @@ pub async fn produce_input(
 
 /// Settings of one demo run.
 #[derive(Debug, Clone)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     /// Where the broker journal (and, by default, checkpoints) live. Cleared first,
     /// unless [`resume`](Self::resume) is set.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Records to produce. A resumed run takes the number of the run it resumes.
-    pub records: u64,
+    pub(crate) records: u64,
     /// Checkpoint interval.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Crashes to inject (at most one per fault point).
-    pub crashes: usize,
+    pub(crate) crashes: usize,
     /// Seed for the crash schedule.
-    pub seed: u64,
+    pub(crate) seed: u64,
+    /// The crash schedule itself (`--crash-at`): `(point, skip)`, each firing on hit
+    /// `skip + 1` of its point. When set, [`crashes`](Self::crashes) and
+    /// [`seed`](Self::seed) are not used.
+    pub(crate) schedule: Option<Vec<(String, u32)>>,
     /// Checkpoint storage URL; `None`: `file://{dir}/checkpoints`.
-    pub checkpoints: Option<String>,
+    pub(crate) checkpoints: Option<String>,
     /// Partitions of the topics. A resumed run takes the number of the run it resumes.
-    pub partitions: u32,
+    pub(crate) partitions: u32,
     /// Parallelism of the job.
-    pub parallelism: u32,
+    pub(crate) parallelism: u32,
     /// Print progress to stderr every second.
-    pub progress: bool,
+    pub(crate) progress: bool,
     /// Exactly-once (transactional) or at-least-once (explicit) acknowledgement.
-    pub mode: AcknowledgementMode,
+    pub(crate) mode: AcknowledgementMode,
     /// Continue the run in `dir` instead of starting afresh: keep the broker and the
     /// checkpoints, produce only what the first run had not produced of its input, run
     /// the job to the end and check it against the whole input.
-    pub resume: bool,
+    pub(crate) resume: bool,
 }
 
 impl Default for DemoOptions {
@@ -300,6 +304,7 @@ impl Default for DemoOptions {
             interval: Duration::from_millis(500),
             crashes: 3,
             seed: 1,
+            schedule: None,
             checkpoints: None,
             partitions: 4,
             parallelism: 2,
@@ -312,49 +317,49 @@ impl Default for DemoOptions {
 
 /// The summary of a run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DemoSummary {
+pub(crate) struct DemoSummary {
     /// Records produced to the input topic.
-    pub records_produced: u64,
+    pub(crate) records_produced: u64,
     /// Output records visible to read_committed readers.
-    pub records_committed: u64,
+    pub(crate) records_committed: u64,
     /// Extra copies of output.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Records neither done nor output.
-    pub lost: u64,
+    pub(crate) lost: u64,
     /// Records archived (all reasons).
-    pub archived: u64,
+    pub(crate) archived: u64,
     /// Crashes injected (failpoints that fired).
-    pub crashes: usize,
+    pub(crate) crashes: usize,
     /// Crashes scheduled; those of them at points the run did not reach did not fire.
-    pub crashes_scheduled: usize,
+    pub(crate) crashes_scheduled: usize,
     /// The failpoints that fired, in order.
-    pub crash_points: Vec<String>,
+    pub(crate) crash_points: Vec<String>,
     /// Checkpoints completed.
-    pub checkpoints_completed: u64,
+    pub(crate) checkpoints_completed: u64,
     /// Checkpoints aborted.
-    pub checkpoints_aborted: u64,
+    pub(crate) checkpoints_aborted: u64,
     /// Broker transactions committed.
-    pub transactions_committed: u64,
+    pub(crate) transactions_committed: u64,
     /// Broker transactions aborted.
-    pub transactions_aborted: u64,
+    pub(crate) transactions_aborted: u64,
     /// Transactions committed by recovery.
-    pub transactions_recovered: u64,
+    pub(crate) transactions_recovered: u64,
     /// Job attempts.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// The run resumed one a stopped process left.
-    pub resumed: bool,
+    pub(crate) resumed: bool,
     /// Records per second through the job (produce excluded); for a resumed run, the
     /// whole input over this run's time.
-    pub records_per_second: f64,
+    pub(crate) records_per_second: f64,
     /// Seconds the job ran.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Invariant violations found by the checker.
-    pub violations: Vec<String>,
+    pub(crate) violations: Vec<String>,
 }
 
 impl DemoSummary {
     /// One JSON object.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::json!({
             "records_produced": self.records_produced,
             "records_committed": self.records_committed,
@@ -379,7 +384,7 @@ impl DemoSummary {
     }
 
     /// A human summary.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         format!(
             "records: produced {}, committed output {}, duplicated {}, lost {}, archived {}\n\
              crashes: {} of {} scheduled, at {:?}; job attempts {}{}\n\
@@ -418,7 +423,7 @@ impl DemoSummary {
 }
 
 /// The identity of a record, carried from the input value to the output value.
-pub fn identity(value: &[u8]) -> Option<u64> {
+pub(crate) fn identity(value: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(value.get(4..14)?).ok()?;
     if !value[..4].eq_ignore_ascii_case(b"rec-") {
         return None;
@@ -428,7 +433,7 @@ pub fn identity(value: &[u8]) -> Option<u64> {
 
 /// The value of input record `id`: `rec-{id:010}-` padded with `x` to `len` bytes (at
 /// least 16), which [`identity`] reads back.
-pub fn value_of(id: u64, len: usize) -> Vec<u8> {
+pub(crate) fn value_of(id: u64, len: usize) -> Vec<u8> {
     let mut v = format!("rec-{id:010}-").into_bytes();
     v.resize(len.max(16), b'x');
     v
@@ -436,7 +441,7 @@ pub fn value_of(id: u64, len: usize) -> Vec<u8> {
 
 /// The demo's transform. It keeps each record's identity (upper-casing `rec-` is fine
 /// for [`identity`]).
-pub const TRANSFORM_SQL: &str = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input";
+pub(crate) const TRANSFORM_SQL: &str = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input";
 
 /// A progress line, made when asked.
 pub(crate) type ProgressLine = std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'static>>;
@@ -481,7 +486,7 @@ fn next(seed: &mut u64) -> u64 {
 }
 
 /// The crash schedule of a seed: distinct fault points, each after a few hits.
-pub fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
+pub(crate) fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
     schedule_from(FAULT_POINTS, seed, crashes)
 }
 
@@ -489,7 +494,7 @@ pub fn crash_schedule(seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
 /// points (sources, sinks) after a few hits, checkpoint points on their first hit.
 /// [`Failpoints::schedule`](shareflow_runtime::Failpoints::schedule) arms them all at
 /// once, so each fires when the run reaches it, whatever the order.
-pub fn schedule_from(points: &[&'static str], seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
+pub(crate) fn schedule_from(points: &[&'static str], seed: u64, crashes: usize) -> Vec<(&'static str, u32)> {
     let per_batch = |p: &str| p.contains("source.") || p.starts_with("sink.");
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut points: Vec<&'static str> = points.to_vec();
@@ -524,8 +529,8 @@ fn start_afresh(dir: &Path, input: &DemoInput) -> Result<(), DemoError> {
 }
 
 /// Runs the demo and checks the result.
-pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
-    if options.crashes > FAULT_POINTS.len() {
+pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
+    if options.schedule.is_none() && options.crashes > FAULT_POINTS.len() {
         return Err(DemoError::TooManyCrashes { asked: options.crashes, points: FAULT_POINTS.len() }.into());
     }
     let input = if options.resume {
@@ -612,14 +617,17 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
     if let Some(t) = &txns {
         job.participant(t.clone());
     }
-    let mut config = JobConfig::new(storage, GROUP, "demo").checkpoint_interval(options.interval).restart(
-        RestartStrategy::FixedDelay { attempts: options.crashes as u32 + 3, delay: Duration::from_millis(50) },
-    );
+    let schedule: Vec<(String, u32)> = match &options.schedule {
+        Some(s) => s.clone(),
+        None => crash_schedule(options.seed, options.crashes).into_iter().map(|(p, s)| (p.to_string(), s)).collect(),
+    };
+    let mut config = JobConfig::new(storage, GROUP, "demo")
+        .checkpoint_interval(options.interval)
+        .restart(RestartStrategy::FixedDelay { attempts: schedule.len() as u32 + 3, delay: Duration::from_millis(50) });
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 3;
     let job = job.build(config)?;
-    let schedule = crash_schedule(options.seed, options.crashes);
-    job.failpoints().schedule(schedule.iter().map(|(p, s)| (p.to_string(), *s)).collect());
+    job.failpoints().schedule(schedule.clone());
 
     let progress = options.progress.then(|| {
         let broker = broker.clone();
@@ -668,4 +676,44 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::erro
         seconds,
         violations: check.violations,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn marker_round_trips_and_counts_records_per_partition() {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = DemoInput { records: 10, partitions: 4, mode: AcknowledgementMode::Explicit };
+        input.save(tmp.path()).unwrap();
+        assert_eq!(DemoInput::load(tmp.path()).unwrap(), input);
+        assert!(!tmp.path().join(format!("{INPUT_MARKER}.tmp")).exists());
+        assert_eq!((0..4).map(|p| input.records_in(p)).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
+    }
+
+    /// A prefix of the input produced, then the rest: each id once, in its partition.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn produce_input_produces_only_what_the_topic_lacks() {
+        let broker = EmbeddedBroker::open(BrokerOptions::in_memory()).await.unwrap();
+        broker.create_topic(INPUT, 3).await.unwrap();
+        let whole = DemoInput { records: 3_000, partitions: 3, mode: AcknowledgementMode::Transactional };
+        let part = DemoInput { records: 1_001, ..whole };
+        assert_eq!(produce_input(&broker, &part).await.unwrap(), 1_001);
+        // Ids 0, 3, ..., 999 in partition 0.
+        assert_eq!(broker.end_offset(&TopicPartition::new(INPUT, 0)).await.unwrap(), 334);
+        assert_eq!(produce_input(&broker, &whole).await.unwrap(), 1_999);
+        assert_eq!(produce_input(&broker, &whole).await.unwrap(), 0);
+        let foreign = DemoInput { records: 100, ..whole };
+        let e = produce_input(&broker, &foreign).await.unwrap_err();
+        assert!(
+            matches!(
+                e.downcast_ref::<DemoError>(),
+                Some(DemoError::UnexpectedInput { expected: 34, found: 1_000, .. })
+            ),
+            "{e}"
+        );
+    }
 }

@@ -19,7 +19,7 @@ use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
 use crate::demo::{identity, run_job, value_of, ProgressLine, TRANSFORM_SQL};
 
 /// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
-pub const FAULT_POINTS: &[&str] = &[
+pub(crate) const FAULT_POINTS: &[&str] = &[
     shareflow_connector::points::SOURCE_AFTER_POLL,
     shareflow_connector::points::SOURCE_AFTER_LOCK,
     shareflow_connector::points::SINK_AFTER_WRITE,
@@ -31,40 +31,40 @@ pub const FAULT_POINTS: &[&str] = &[
 
 /// Settings of one run against a real broker.
 #[derive(Debug, Clone)]
-pub struct KafkaDemoOptions {
+pub(crate) struct KafkaDemoOptions {
     /// `host:port` of the broker.
-    pub bootstrap: String,
+    pub(crate) bootstrap: String,
     /// Names the group (`{name}`), the topics (`{name}-input`, `{name}-output`) and the
     /// checkpoint job. A run with the same name resumes the same job.
-    pub name: String,
+    pub(crate) name: String,
     /// Records to produce first (0: produce nothing; resume or consume what is there).
-    pub records: u64,
+    pub(crate) records: u64,
     /// Bytes per record value (at least 16).
-    pub value_len: usize,
+    pub(crate) value_len: usize,
     /// Checkpoint interval.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Partitions of new topics.
-    pub partitions: u32,
+    pub(crate) partitions: u32,
     /// Job parallelism.
-    pub parallelism: u32,
+    pub(crate) parallelism: u32,
     /// Checkpoint storage URL; `None`: `file://target/shareflow-kafka-demo/{name}`.
-    pub checkpoints: Option<String>,
+    pub(crate) checkpoints: Option<String>,
     /// Exactly-once (Kafka transactions) or at-least-once.
-    pub exactly_once: bool,
+    pub(crate) exactly_once: bool,
     /// In-process crashes at fault points: `(point, skip)`, all armed at once, each
     /// firing on hit `skip + 1` of its own point.
-    pub crashes: Vec<(String, u32)>,
+    pub(crate) crashes: Vec<(String, u32)>,
     /// Check the output against the input at the end.
-    pub verify: bool,
+    pub(crate) verify: bool,
     /// Print progress to stderr every second.
-    pub progress: bool,
+    pub(crate) progress: bool,
     /// At most this many records per second through the job; `None`: unlimited.
-    pub max_rate: Option<u64>,
+    pub(crate) max_rate: Option<u64>,
 }
 
 impl KafkaDemoOptions {
     /// A fresh run on `bootstrap` with a unique name.
-    pub fn new(bootstrap: &str) -> Self {
+    pub(crate) fn new(bootstrap: &str) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         Self {
             bootstrap: bootstrap.to_string(),
@@ -86,36 +86,36 @@ impl KafkaDemoOptions {
 
 /// What a run did and what the check found.
 #[derive(Debug, Clone, PartialEq)]
-pub struct KafkaDemoSummary {
+pub(crate) struct KafkaDemoSummary {
     /// Records in the input topic.
-    pub input_records: u64,
+    pub(crate) input_records: u64,
     /// Output records visible to read_committed readers.
-    pub output_records: u64,
+    pub(crate) output_records: u64,
     /// Extra copies in the output.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Input records missing from the output.
-    pub lost: u64,
+    pub(crate) lost: u64,
     /// Records replayed from the log (epochs that never committed).
-    pub replayed: u64,
+    pub(crate) replayed: u64,
     /// Redeliveries the ledger skipped.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
     /// Crashes injected in process.
-    pub crashes: usize,
+    pub(crate) crashes: usize,
     /// Job attempts.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// Checkpoints completed.
-    pub checkpoints_completed: u64,
+    pub(crate) checkpoints_completed: u64,
     /// Transactions committed by recovery.
-    pub transactions_recovered: u64,
+    pub(crate) transactions_recovered: u64,
     /// Records per second through the job (produce excluded).
-    pub records_per_second: f64,
+    pub(crate) records_per_second: f64,
     /// Seconds the job ran.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 impl KafkaDemoSummary {
     /// One JSON object.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::json!({
             "input_records": self.input_records,
             "output_records": self.output_records,
@@ -134,7 +134,7 @@ impl KafkaDemoSummary {
     }
 
     /// Human-readable lines.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         format!(
             "input records:          {}\noutput (read_committed): {}\nduplicates:             {}\nlost:                   {}\n\
              replayed from the log:  {}\nredeliveries skipped:   {}\ncrashes injected:       {}\nattempts:               {}\n\
@@ -156,17 +156,17 @@ impl KafkaDemoSummary {
 }
 
 /// The input topic of a run.
-pub fn input_topic(name: &str) -> String {
+pub(crate) fn input_topic(name: &str) -> String {
     format!("{name}-input")
 }
 
 /// The output topic of a run.
-pub fn output_topic(name: &str) -> String {
+pub(crate) fn output_topic(name: &str) -> String {
     format!("{name}-output")
 }
 
 /// Counts duplicates and losses of output values against ids `0..input`.
-pub fn check(input: u64, output: &[Bytes]) -> (u64, u64) {
+pub(crate) fn check(input: u64, output: &[Bytes]) -> (u64, u64) {
     let mut seen: HashMap<u64, u64> = HashMap::new();
     let mut duplicates = 0;
     for v in output {
@@ -186,7 +186,9 @@ pub fn check(input: u64, output: &[Bytes]) -> (u64, u64) {
 }
 
 /// Runs the job until the group has consumed its input.
-pub async fn run(options: &KafkaDemoOptions) -> Result<KafkaDemoSummary, Box<dyn std::error::Error + Send + Sync>> {
+pub(crate) async fn run(
+    options: &KafkaDemoOptions,
+) -> Result<KafkaDemoSummary, Box<dyn std::error::Error + Send + Sync>> {
     if options.partitions == 0 || options.parallelism == 0 {
         return Err("partitions and parallelism must be >= 1".into());
     }

@@ -6,9 +6,6 @@
 //! - [`runtime`]: the dataflow runtime;
 //! - [`checkpoint`]: checkpoint storage and its durable format.
 
-pub mod demo;
-pub mod kafka_demo;
-
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_connector as connector;
 pub use shareflow_runtime as runtime;

@@ -1,13 +1,19 @@
 //! The `shareflow` command line.
 //!
-//! - `shareflow demo`: runs the main exactly-once job on the embedded broker.
+//! - `shareflow demo`: runs the main exactly-once job on the embedded broker
+//!   ([`demo`]); `shareflow demo --kafka HOST:PORT` runs it on Kafka ([`kafka_demo`]).
+//!   The demos are modules of this binary, not part of the library's API; tests drive
+//!   them through this command line and its `--json` summary.
 //! - `shareflow txn list`: lists the transactions of an embedded broker directory.
 //! - `shareflow checkpoints`: lists the checkpoints of a job.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use shareflow::demo::{self, DemoOptions};
+mod demo;
+mod kafka_demo;
+
+use demo::DemoOptions;
 
 const USAGE: &str = "usage: shareflow <command> [options]
 
@@ -17,6 +23,12 @@ commands:
     --interval MS        checkpoint interval in ms (default 500)
     --crashes K          crashes to inject at random fault points (default 3, at most 8)
     --seed S             seed of the crash schedule (default 1)
+    --crash-at POINT[:N] crash at the (N+1)-th hit of fault point POINT (N default 0); repeat
+                         it for more crashes, all armed at once; replaces --crashes and --seed.
+                         POINT: source.after_poll, source.after_lock, sink.after_write,
+                         checkpoint.after_state_before_manifest, checkpoint.after_manifest,
+                         commit.before, commit.mid, commit.after_broker_before_notify,
+                         recovery.mid (a point the run does not reach does not fire)
     --dir PATH           broker and checkpoint directory, cleared first (default ./target/shareflow-demo)
     --resume             continue the run a stopped or killed demo left in --dir: produce only
                          what it had not produced, recover, run to the end, check the whole input
@@ -32,7 +44,9 @@ commands:
     --interval MS        checkpoint interval (default 1000)
     --partitions P, --parallelism P, --checkpoints URL, --at-least-once, --json as above
     --crashes K --seed S crashes at K of the in-process fault points
-    --no-verify          skip the read_committed check at the end
+    --crash-at POINT[:N] as above
+    --no-verify          skip the read_committed check at the end (with --at-least-once the
+                         check passes when nothing is lost: duplicates are allowed)
     --max-rate R         at most R records per second through the job
   txn list     list the transactions of an embedded broker
     --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
@@ -83,6 +97,85 @@ impl Args {
     }
 }
 
+/// A bad `--crash-at` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CrashAtError {
+    /// The point is not one of the fault points.
+    UnknownPoint {
+        /// The name given.
+        point: String,
+    },
+    /// The hit count after `:` is not a number.
+    BadSkip {
+        /// The whole value given.
+        value: String,
+    },
+    /// The same point named twice.
+    Repeated {
+        /// The point.
+        point: String,
+    },
+    /// `--crash-at` given with `--crashes` or `--seed`.
+    WithSeededCrashes,
+}
+
+impl std::fmt::Display for CrashAtError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CrashAtError::UnknownPoint { point } => {
+                write!(f, "--crash-at {point:?} is not a fault point; use one of: {}", fault_point_names().join(", "))
+            }
+            CrashAtError::BadSkip { value } => {
+                write!(f, "--crash-at {value:?}: the part after ':' must be a number of hits to let pass (POINT[:N])")
+            }
+            CrashAtError::Repeated { point } => {
+                write!(f, "--crash-at names {point:?} twice: give each fault point at most once")
+            }
+            CrashAtError::WithSeededCrashes => {
+                write!(f, "--crash-at gives the crash schedule itself: drop --crashes and --seed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CrashAtError {}
+
+/// Every fault point a `--crash-at` may name: the connector's and the runtime's.
+fn fault_point_names() -> Vec<&'static str> {
+    shareflow::connector::points::ALL.iter().chain(shareflow::runtime::failpoint::points::ALL).copied().collect()
+}
+
+/// Parses one `--crash-at POINT[:N]` value into `(point, skip)`.
+fn parse_crash_at(value: &str) -> Result<(String, u32), CrashAtError> {
+    let (point, skip) = match value.split_once(':') {
+        Some((p, n)) => (p, n.parse().map_err(|_| CrashAtError::BadSkip { value: value.to_string() })?),
+        None => (value, 0),
+    };
+    if !fault_point_names().contains(&point) {
+        return Err(CrashAtError::UnknownPoint { point: point.to_string() });
+    }
+    Ok((point.to_string(), skip))
+}
+
+/// Every `--crash-at` of the command line, in order; `None` if there is none.
+fn crash_at(args: &mut Args, seeded: bool) -> Result<Option<Vec<(String, u32)>>, String> {
+    let mut schedule: Vec<(String, u32)> = Vec::new();
+    while let Some(v) = args.value("--crash-at")? {
+        let (point, skip) = parse_crash_at(&v).map_err(|e| e.to_string())?;
+        if schedule.iter().any(|(p, _)| *p == point) {
+            return Err(CrashAtError::Repeated { point }.to_string());
+        }
+        schedule.push((point, skip));
+    }
+    if schedule.is_empty() {
+        return Ok(None);
+    }
+    if seeded {
+        return Err(CrashAtError::WithSeededCrashes.to_string());
+    }
+    Ok(Some(schedule))
+}
+
 /// Options both demos take.
 struct Common {
     records: Option<u64>,
@@ -92,6 +185,7 @@ struct Common {
     checkpoints: Option<String>,
     crashes: Option<usize>,
     seed: Option<u64>,
+    schedule: Option<Vec<(String, u32)>>,
     at_least_once: bool,
     json: bool,
 }
@@ -101,14 +195,17 @@ fn common_options(args: &mut Args) -> Result<Common, String> {
         Some(0) => return Err("--interval must be > 0 ms".into()),
         ms => ms.map(Duration::from_millis),
     };
+    let crashes = args.number("--crashes")?;
+    let seed = args.number("--seed")?;
     let c = Common {
         records: args.number("--records")?,
         interval,
         partitions: args.number("--partitions")?,
         parallelism: args.number("--parallelism")?,
         checkpoints: args.value("--checkpoints")?,
-        crashes: args.number("--crashes")?,
-        seed: args.number("--seed")?,
+        schedule: crash_at(args, crashes.is_some() || seed.is_some())?,
+        crashes,
+        seed,
         at_least_once: args.flag("--at-least-once"),
         json: args.flag("--json"),
     };
@@ -130,6 +227,7 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
         interval: c.interval.unwrap_or(d.interval),
         crashes: c.crashes.unwrap_or(d.crashes),
         seed: c.seed.unwrap_or(d.seed),
+        schedule: c.schedule,
         dir: args.value("--dir")?.map_or(d.dir, Into::into),
         checkpoints: c.checkpoints,
         partitions: c.partitions.unwrap_or(d.partitions),
@@ -141,10 +239,10 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
     Ok((o, c.json))
 }
 
-fn kafka_demo_options(args: &mut Args) -> Result<(shareflow::kafka_demo::KafkaDemoOptions, bool), String> {
+fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, bool), String> {
     let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
     let c = common_options(args)?;
-    let mut o = shareflow::kafka_demo::KafkaDemoOptions::new(&bootstrap);
+    let mut o = kafka_demo::KafkaDemoOptions::new(&bootstrap);
     if let Some(n) = args.value("--name")? {
         o.name = n;
     }
@@ -165,15 +263,18 @@ fn kafka_demo_options(args: &mut Args) -> Result<(shareflow::kafka_demo::KafkaDe
     if o.max_rate == Some(0) {
         return Err("--max-rate must be >= 1".into());
     }
-    let points = shareflow::kafka_demo::FAULT_POINTS;
+    let points = kafka_demo::FAULT_POINTS;
     let crashes = c.crashes.unwrap_or(0);
     if crashes > points.len() {
         return Err(format!("--crashes {crashes} is more than the {} fault points", points.len()));
     }
-    o.crashes = demo::schedule_from(points, c.seed.unwrap_or(1), crashes)
-        .into_iter()
-        .map(|(p, s)| (p.to_string(), s))
-        .collect();
+    o.crashes = match c.schedule {
+        Some(schedule) => schedule,
+        None => demo::schedule_from(points, c.seed.unwrap_or(1), crashes)
+            .into_iter()
+            .map(|(p, s)| (p.to_string(), s))
+            .collect(),
+    };
     o.progress = !c.json;
     Ok((o, c.json))
 }
@@ -274,11 +375,12 @@ fn main() -> ExitCode {
             };
             report(
                 "demo --kafka",
-                runtime.block_on(shareflow::kafka_demo::run(&options)),
+                runtime.block_on(kafka_demo::run(&options)),
                 json,
                 |s| s.to_json(),
                 |s| s.to_text(),
-                |s| !options.verify || (s.duplicates == 0 && s.lost == 0),
+                // At-least-once may repeat records; it must never lose one.
+                |s| !options.verify || (s.lost == 0 && (s.duplicates == 0 || !options.exactly_once)),
             )
         }
         "demo" => {
@@ -313,5 +415,42 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         other => fail(format!("unknown command {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Args {
+        Args(a.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn crash_at_reads_points_and_hits_in_order() {
+        let mut a = args(&["--crash-at", "sink.after_write:1", "--json", "--crash-at", "checkpoint.after_manifest"]);
+        let schedule = crash_at(&mut a, false);
+        assert_eq!(
+            schedule,
+            Ok(Some(vec![("sink.after_write".to_string(), 1), ("checkpoint.after_manifest".to_string(), 0)]))
+        );
+        assert_eq!(a.0, vec!["--json".to_string()], "the other arguments are left");
+        assert_eq!(crash_at(&mut args(&[]), true), Ok(None));
+    }
+
+    #[test]
+    fn crash_at_refuses_bad_values_by_name() {
+        assert_eq!(
+            parse_crash_at("sink.after_nothing"),
+            Err(CrashAtError::UnknownPoint { point: "sink.after_nothing".into() })
+        );
+        assert!(CrashAtError::UnknownPoint { point: "x".into() }.to_string().contains("recovery.mid"));
+        assert_eq!(parse_crash_at("commit.before:x"), Err(CrashAtError::BadSkip { value: "commit.before:x".into() }));
+        assert_eq!(parse_crash_at("commit.before:-1"), Err(CrashAtError::BadSkip { value: "commit.before:-1".into() }));
+        let e = crash_at(&mut args(&["--crash-at", "commit.before", "--crash-at", "commit.before:2"]), false);
+        assert_eq!(e, Err(CrashAtError::Repeated { point: "commit.before".into() }.to_string()));
+        let e = crash_at(&mut args(&["--crash-at", "commit.before"]), true);
+        assert_eq!(e, Err(CrashAtError::WithSeededCrashes.to_string()));
+        assert_eq!(crash_at(&mut args(&["--crash-at"]), false), Err("--crash-at needs a value".to_string()));
     }
 }

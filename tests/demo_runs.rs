@@ -1,177 +1,234 @@
-//! The embedded demo as a user runs it: `--resume` on what a stopped run left, the errors
-//! a resume can meet, and crash schedules whose every crash fires.
+//! The embedded demo as a user runs it, through the `shareflow` binary and its `--json`
+//! summary: `--resume` on what a stopped run left, the errors a resume can meet, and
+//! crash schedules whose every crash fires.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/demo.rs"]
+mod demo;
+
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use demo::{fault_points, identity, number, shareflow, value_of, Outcome, INPUT, INPUT_MARKER, OUTPUT, VALUE_LEN};
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::share::{AcknowledgementMode, TopicPartition};
-use shareflow::demo::{self, DemoError, DemoInput, DemoOptions, DemoSummary, FAULT_POINTS, INPUT, INPUT_MARKER};
+use shareflow::connector::share::{IsolationLevel, ProducerRecord, TopicPartition};
 
-fn options(dir: &Path, records: u64) -> DemoOptions {
-    DemoOptions {
-        dir: dir.to_path_buf(),
-        records,
-        interval: Duration::from_millis(20),
-        crashes: 0,
-        partitions: 3,
-        progress: false,
-        ..DemoOptions::default()
+/// The longest one demo run of these sizes may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `shareflow demo` with the settings of these tests and `extra`.
+fn demo_run(dir: &Path, extra: &[&str]) -> Outcome {
+    let dir = dir.to_str().expect("a UTF-8 temporary path");
+    let mut args = vec!["demo", "--dir", dir, "--interval", "20", "--json"];
+    if !extra.contains(&"--crashes") && !extra.contains(&"--crash-at") {
+        args.extend(["--crashes", "0"]);
     }
+    args.extend(extra);
+    shareflow(&args, RUN_TIMEOUT)
 }
 
-fn resume(dir: &Path) -> DemoOptions {
-    DemoOptions { resume: true, ..options(dir, 0) }
+/// A fresh run of `records` records over 3 partitions.
+fn fresh(dir: &Path, records: u64, extra: &[&str]) -> Outcome {
+    let records = records.to_string();
+    let mut args = vec!["--records", records.as_str(), "--partitions", "3"];
+    args.extend(extra);
+    demo_run(dir, &args)
 }
 
-fn assert_exactly_once(s: &DemoSummary, records: u64) {
-    assert!(s.violations.is_empty(), "{:?}", s.violations.first());
-    assert_eq!((s.records_produced, s.records_committed, s.duplicates, s.lost), (records, records, 0, 0));
+/// `--resume` of the run in `dir`.
+fn resume(dir: &Path, extra: &[&str]) -> Outcome {
+    let mut args = vec!["--resume"];
+    args.extend(extra);
+    demo_run(dir, &args)
 }
 
-async fn demo_error(options: &DemoOptions) -> DemoError {
-    match demo::run(options).await {
-        Ok(s) => panic!("the run should have been refused, but ran: {s:?}"),
-        Err(e) => match e.downcast::<DemoError>() {
-            Ok(e) => *e,
-            Err(e) => panic!("not a DemoError: {e}"),
-        },
-    }
+/// The run succeeded and its own check found the output equal to `records` inputs
+/// exactly once; returns its summary.
+fn assert_exactly_once(run: &Outcome, records: u64) -> serde_json::Value {
+    assert_eq!(run.code, 0, "{run:?}");
+    let s = run.json();
+    assert_eq!(number(&s, "violations"), 0, "{s}");
+    let counts = ["records_produced", "records_committed", "duplicates", "lost"].map(|f| number(&s, f));
+    assert_eq!(counts, [records, records, 0, 0], "{s}");
+    s
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_without_a_run_names_the_directory_and_what_to_do() {
+/// The run was refused with exit code 1 and a message on stderr; returns the message.
+fn refused(run: &Outcome) -> &str {
+    assert_eq!(run.code, 1, "the run should have been refused: {run:?}");
+    assert!(run.summary().is_none(), "a refused run prints no summary: {run:?}");
+    run.stderr.as_str()
+}
+
+/// The marker the binary left in `dir`, as JSON.
+fn marker(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join(INPUT_MARKER)).expect("the run left its input marker");
+    serde_json::from_str(&text).expect("the marker is JSON")
+}
+
+#[test]
+fn resume_without_a_run_names_the_directory_and_what_to_do() {
     let tmp = tempfile::tempdir().unwrap();
     for dir in [tmp.path().to_path_buf(), tmp.path().join("missing")] {
-        let e = demo_error(&resume(&dir)).await;
-        assert!(matches!(&e, DemoError::NothingToResume { dir: d } if *d == dir), "{e:?}");
-        let message = e.to_string();
+        let run = resume(&dir, &[]);
+        let message = refused(&run);
+        assert!(message.contains("nothing to resume in"), "{message}");
         assert!(message.contains(&dir.display().to_string()), "{message}");
         assert!(message.contains("without --resume"), "{message}");
     }
     assert!(!tmp.path().join("broker").exists(), "a refused resume creates no broker");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_after_a_finished_run_produces_nothing_and_checks_the_whole_input() {
+#[test]
+fn resume_after_a_finished_run_produces_nothing_and_checks_the_whole_input() {
     let tmp = tempfile::tempdir().unwrap();
-    let first = demo::run(&options(tmp.path(), 3_000)).await.unwrap();
-    assert_exactly_once(&first, 3_000);
-    assert!(!first.resumed);
-    let again = demo::run(&resume(tmp.path())).await.unwrap();
-    assert!(again.resumed);
-    assert_exactly_once(&again, 3_000);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_finishes_an_input_the_first_run_cut_short() {
-    let tmp = tempfile::tempdir().unwrap();
-    // What a first run killed while producing leaves: its marker, and a prefix of every
-    // partition's ids in the input topic.
-    let whole = DemoInput { records: 3_000, partitions: 3, mode: AcknowledgementMode::Transactional };
-    whole.save(tmp.path()).unwrap();
-    {
-        let broker = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
-        broker.create_topic(INPUT, 3).await.unwrap();
-        let part = DemoInput { records: 1_001, ..whole };
-        assert_eq!(demo::produce_input(&broker, &part).await.unwrap(), 1_001);
-        assert_eq!(broker.end_offset(&TopicPartition::new(INPUT, 0)).await.unwrap(), 334);
-        broker.close();
-    }
-    let s = demo::run(&resume(tmp.path())).await.unwrap();
-    assert_exactly_once(&s, 3_000);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_refuses_another_mode_a_damaged_marker_and_a_foreign_input() {
-    let tmp = tempfile::tempdir().unwrap();
-    assert_exactly_once(&demo::run(&options(tmp.path(), 500)).await.unwrap(), 500);
-
-    let e = demo_error(&DemoOptions { mode: AcknowledgementMode::Explicit, ..resume(tmp.path()) }).await;
-    assert!(
-        matches!(
-            e,
-            DemoError::ModeMismatch {
-                started: AcknowledgementMode::Transactional,
-                asked: AcknowledgementMode::Explicit,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-
-    // The marker names fewer records than the topic holds: another run's input.
-    DemoInput { records: 100, partitions: 3, mode: AcknowledgementMode::Transactional }.save(tmp.path()).unwrap();
-    let e = demo_error(&resume(tmp.path())).await;
-    assert!(matches!(e, DemoError::UnexpectedInput { expected: 34, found: 167, .. }), "{e:?}");
-
-    std::fs::write(tmp.path().join(INPUT_MARKER), "{\"records\": 5}").unwrap();
-    let e = demo_error(&resume(tmp.path())).await;
-    assert!(matches!(&e, DemoError::BadMarker { reason, .. } if reason.contains("partitions")), "{e:?}");
-    assert!(e.to_string().contains("without --resume"), "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fresh_run_clears_the_previous_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    assert_exactly_once(&demo::run(&options(tmp.path(), 800)).await.unwrap(), 800);
-    let s = demo::run(&options(tmp.path(), 300)).await.unwrap();
-    assert_exactly_once(&s, 300);
-    assert_eq!(DemoInput::load(tmp.path()).unwrap().records, 300);
+    let first = assert_exactly_once(&fresh(tmp.path(), 3_000, &[]), 3_000);
+    assert_eq!(first["resumed"], false, "{first}");
+    let again = assert_exactly_once(&resume(tmp.path(), &[]), 3_000);
+    assert_eq!(again["resumed"], true, "{again}");
 }
 
 #[test]
-fn marker_round_trips_and_counts_records_per_partition() {
+fn resume_finishes_an_input_the_first_run_cut_short() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = DemoInput { records: 10, partitions: 4, mode: AcknowledgementMode::Explicit };
-    input.save(tmp.path()).unwrap();
-    assert_eq!(DemoInput::load(tmp.path()).unwrap(), input);
-    assert!(!tmp.path().join(format!("{INPUT_MARKER}.tmp")).exists());
-    assert_eq!((0..4).map(|p| input.records_in(p)).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
+    // What a first run killed while producing leaves: its marker (the one a run of the
+    // same input writes), and a prefix of every partition's ids in the input topic.
+    let model = tempfile::tempdir().unwrap();
+    assert_exactly_once(&fresh(model.path(), 3_000, &[]), 3_000);
+    std::fs::copy(model.path().join(INPUT_MARKER), tmp.path().join(INPUT_MARKER)).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let broker = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
+        broker.create_topic(INPUT, 3).await.unwrap();
+        // Ids 0..1001 as the demo produces them: id i to partition i % 3.
+        let prefix = (0..1_001u64)
+            .map(|id| ProducerRecord {
+                partition: Some((id % 3) as i32),
+                ..ProducerRecord::new(INPUT, 0, value_of(id, VALUE_LEN))
+            })
+            .collect();
+        broker.produce(prefix).await.unwrap();
+        // Ids 0, 3, ..., 999.
+        assert_eq!(broker.end_offset(&TopicPartition::new(INPUT, 0)).await.unwrap(), 334);
+        broker.close();
+    });
+    assert_exactly_once(&resume(tmp.path(), &[]), 3_000);
+    // The resume produced into the topic the test wrote the prefix to, and only what it
+    // lacked; its output topic holds every id once, each the transform of its input.
+    runtime.block_on(async {
+        let broker = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
+        let mut ends = Vec::new();
+        for p in 0..3 {
+            ends.push(broker.end_offset(&TopicPartition::new(INPUT, p)).await.unwrap());
+        }
+        assert_eq!(ends, vec![1_000, 1_000, 1_000], "input per partition");
+        let mut ids = BTreeSet::new();
+        for p in 0..broker.partition_count(OUTPUT).unwrap() as i32 {
+            for r in broker.fetch_all(&TopicPartition::new(OUTPUT, p), IsolationLevel::ReadCommitted).await.unwrap() {
+                let value = r.value.expect("output values are set");
+                let id = identity(&value).expect("output value carries its id");
+                assert_eq!(value.as_ref(), value_of(id, VALUE_LEN).to_ascii_uppercase().as_slice());
+                assert!(ids.insert(id), "id {id} twice in the output");
+            }
+        }
+        assert_eq!(ids, (0..3_000).collect::<BTreeSet<u64>>());
+        broker.close();
+    });
+}
+
+#[test]
+fn resume_refuses_another_mode_a_damaged_marker_and_a_foreign_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_exactly_once(&fresh(tmp.path(), 500, &[]), 500);
+
+    let run = resume(tmp.path(), &["--at-least-once"]);
+    let message = refused(&run);
+    assert!(message.contains("uses transactional acknowledgement, not explicit"), "{message}");
+
+    // The marker names fewer records than the topic holds: another run's input. Of 100
+    // records, partition 0 gets ids 0, 3, ..., 99: 34; of the 500 there, 167.
+    std::fs::write(tmp.path().join(INPUT_MARKER), r#"{"records":100,"partitions":3,"mode":"transactional"}"#).unwrap();
+    let run = resume(tmp.path(), &[]);
+    let message = refused(&run);
+    assert!(
+        message.contains(&format!("partition 0 of {INPUT} holds 167 records, more than the 34 this run")),
+        "{message}"
+    );
+
+    std::fs::write(tmp.path().join(INPUT_MARKER), "{\"records\": 5}").unwrap();
+    let run = resume(tmp.path(), &[]);
+    let message = refused(&run);
+    assert!(message.contains("is damaged") && message.contains("partitions"), "{message}");
+    assert!(message.contains("without --resume"), "{message}");
+}
+
+#[test]
+fn a_fresh_run_clears_the_previous_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_exactly_once(&fresh(tmp.path(), 800, &[]), 800);
+    assert_exactly_once(&fresh(tmp.path(), 300, &[]), 300);
+    let m = marker(tmp.path());
+    assert_eq!((number(&m, "records"), number(&m, "partitions")), (300, 3), "{m}");
+    assert_eq!(m["mode"], "transactional", "{m}");
 }
 
 /// Every crash of a schedule over all fault points fires: one the run does not reach
 /// (yet) does not hold back the others.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_scheduled_crash_of_the_demo_fires() {
+#[test]
+fn every_scheduled_crash_of_the_demo_fires() {
     let tmp = tempfile::tempdir().unwrap();
-    for seed in [1, 2] {
-        let s =
-            demo::run(&DemoOptions { crashes: FAULT_POINTS.len(), seed, ..options(tmp.path(), 20_000) }).await.unwrap();
-        assert_exactly_once(&s, 20_000);
-        assert_eq!(s.crashes_scheduled, FAULT_POINTS.len());
-        assert_eq!(s.crashes, s.crashes_scheduled, "seed {seed}: fired {:?}", s.crash_points);
+    let points = fault_points();
+    let all = points.len().to_string();
+    for seed in ["1", "2"] {
+        let s = assert_exactly_once(&fresh(tmp.path(), 20_000, &["--crashes", &all, "--seed", seed]), 20_000);
+        assert_eq!(number(&s, "crashes_scheduled"), points.len() as u64, "{s}");
+        assert_eq!(number(&s, "crashes"), number(&s, "crashes_scheduled"), "seed {seed}: fired {}", s["crash_points"]);
+        let fired: BTreeSet<&str> = s["crash_points"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+        assert_eq!(fired, points.iter().copied().collect(), "seed {seed}: the demo's fault points");
     }
 }
 
-fn shareflow(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_shareflow")).args(args).output().expect("run shareflow");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string())
+/// `--crash-at` schedules exactly the crashes it names, each after the hits it names.
+#[test]
+fn crash_at_fires_the_named_crashes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = fresh(
+        tmp.path(),
+        5_000,
+        &["--crash-at", "sink.after_write:2", "--crash-at", "checkpoint.after_manifest", "--crash-at", "no.such.point"],
+    );
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("\"no.such.point\" is not a fault point"), "{}", run.stderr);
+
+    let run =
+        fresh(tmp.path(), 5_000, &["--crash-at", "sink.after_write:2", "--crash-at", "checkpoint.after_manifest"]);
+    let s = assert_exactly_once(&run, 5_000);
+    assert_eq!(number(&s, "crashes_scheduled"), 2, "{s}");
+    let fired: BTreeSet<&str> = s["crash_points"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    assert_eq!(fired, BTreeSet::from(["sink.after_write", "checkpoint.after_manifest"]), "{s}");
+    // Each crash ends an attempt; two may land in the same attempt.
+    assert!((2..=3).contains(&number(&s, "attempts")), "two crashes, one or two restarts: {s}");
 }
 
 #[test]
 fn the_cli_resumes_and_refuses_what_a_resume_cannot_take() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_str().unwrap();
-    let (code, stderr) = shareflow(&["demo", "--resume", "--dir", dir]);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains(dir) && stderr.contains("without --resume"), "{stderr}");
+    let run = shareflow(&["demo", "--resume", "--dir", dir], RUN_TIMEOUT);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains(dir) && run.stderr.contains("without --resume"), "{}", run.stderr);
 
-    let (code, stderr) = shareflow(&["demo", "--resume", "--dir", dir, "--records", "5"]);
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("drop --records"), "{stderr}");
+    let run = shareflow(&["demo", "--resume", "--dir", dir, "--records", "5"], RUN_TIMEOUT);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("drop --records"), "{}", run.stderr);
 
-    let (code, stderr) = shareflow(&["demo", "--dir", dir, "--records", "200", "--crashes", "0", "--json"]);
-    assert_eq!(code, 0, "{stderr}");
-    let out = Command::new(env!("CARGO_BIN_EXE_shareflow"))
-        .args(["demo", "--resume", "--dir", dir, "--crashes", "0", "--json"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let run = shareflow(&["demo", "--dir", dir, "--records", "200", "--crashes", "0", "--json"], RUN_TIMEOUT);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = shareflow(&["demo", "--resume", "--dir", dir, "--crashes", "0", "--json"], RUN_TIMEOUT);
+    assert_eq!(run.code, 0, "{run:?}");
+    let stdout = &run.stdout;
     assert!(stdout.contains("\"resumed\":true") && stdout.contains("\"records_produced\":200"), "{stdout}");
     assert!(stdout.contains("\"violations\":0"), "{stdout}");
 }
@@ -183,8 +240,10 @@ async fn a_fresh_demo_refuses_a_directory_a_live_broker_holds() {
     let tmp = tempfile::tempdir().unwrap();
     let live = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
     live.create_topic("kept", 1).await.unwrap();
-    let err = demo::run(&options(tmp.path(), 10)).await.unwrap_err();
-    assert!(err.to_string().contains("in use by pid"), "{err}");
+    let path = tmp.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || fresh(&path, 10, &[])).await.unwrap();
+    let message = refused(&run);
+    assert!(message.contains("in use by pid"), "{message}");
     assert_eq!(live.partition_count("kept").unwrap(), 1);
     live.close();
     let reopened = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();

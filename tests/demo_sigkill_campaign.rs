@@ -21,12 +21,11 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
 use shareflow::connector::share::{IsolationLevel, RecordState, TopicPartition};
-use shareflow::demo::{self, DELIVERY_LIMIT, GROUP, INPUT, INPUT_MARKER, OUTPUT, VALUE_LEN};
 
 /// Seeds per run unless `SHAREFLOW_KILL_SEEDS` says otherwise.
 const DEFAULT_SEEDS: u64 = 30;
@@ -51,6 +50,10 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 #[path = "support/rng.rs"]
 mod rng;
 
+#[path = "support/demo.rs"]
+mod demo;
+
+use demo::{wait_for, DELIVERY_LIMIT, GROUP, INPUT, INPUT_MARKER, OUTPUT, VALUE_LEN};
 use rng::Rng;
 
 /// The settings of one seed.
@@ -120,21 +123,6 @@ fn start(bin: &Path, dir: &Path, s: &Settings, log: &Path) -> (Child, bool) {
         .stdout(File::create(log.with_extension("out")).expect("stdout file"))
         .stderr(File::create(log.with_extension("err")).expect("stderr file"));
     (cmd.spawn().expect("start shareflow demo"), fresh)
-}
-
-/// Waits until `child` exits or `within` passes; `None` if it still runs.
-fn wait_for(child: &mut Child, within: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("child status") {
-            return Some(status);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(2)));
-    }
 }
 
 /// The last lines of a child's stderr and stdout, for a failure message.

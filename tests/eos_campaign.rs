@@ -25,7 +25,6 @@ use eos::*;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
-use shareflow::demo::FAULT_POINTS;
 use shareflow::runtime::failpoint::points;
 
 /// The campaign fails if fewer crashes than this fire per schedule on average.
@@ -70,8 +69,9 @@ async fn run_seed(seed: u64) -> Result<Outcome, String> {
     run.inline_threshold = if rng.below(2) == 0 { 0 } else { 16 * 1024 };
     run.restarts = 12;
     let mut crashes = Vec::new();
+    let fault_points = demo::fault_points();
     for _ in 0..1 + rng.below(3) {
-        let point = FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize];
+        let point = fault_points[rng.below(fault_points.len() as u64) as usize];
         // Checkpoint points come round once per checkpoint, and an attempt of these short
         // runs takes few: a higher skip would leave them unfired.
         let skip = if point.starts_with("source.") || point.starts_with("sink.") { rng.below(3) } else { rng.below(2) };

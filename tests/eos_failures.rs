@@ -161,9 +161,7 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
 async fn check(
     broker: &shareflow::connector::broker::EmbeddedBroker,
 ) -> shareflow::connector::verify::ExactlyOnceReport {
-    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, shareflow::demo::identity)
-        .await
-        .unwrap()
+    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, identity).await.unwrap()
 }
 
 /// A second live instance with the same group and prefix fences the first: the first
@@ -227,7 +225,7 @@ async fn poison_records_are_rejected_or_dead_lettered() {
         let mut run = Run::new(broker.clone(), memory_storage("poison"));
         run.dead_letter = dead_letter;
         run.decoder = Some(Arc::new(|r: &shareflow::connector::share::Record| {
-            let id = r.value.as_deref().and_then(shareflow::demo::identity).unwrap_or(0);
+            let id = r.value.as_deref().and_then(identity).unwrap_or(0);
             if id % 50 == 7 {
                 Err(format!("record {id} does not decode"))
             } else {

@@ -63,7 +63,7 @@ async fn files_and_acks_commit_together_across_crashes() {
         for batch in files.read_published().await.unwrap() {
             let values = batch.column(0).as_any().downcast_ref::<StringViewArray>().unwrap();
             for i in 0..values.len() {
-                *seen.entry(shareflow::demo::identity(values.value(i).as_bytes()).unwrap()).or_default() += 1;
+                *seen.entry(eos::identity(values.value(i).as_bytes()).unwrap()).or_default() += 1;
             }
         }
         assert_eq!(seen.len() as u64, RECORDS, "{crash}: every record published");

@@ -9,9 +9,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use shareflow::connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
 use shareflow::connector::share::ProducerRecord;
-use shareflow::kafka_demo::{self, KafkaDemoOptions, FAULT_POINTS};
 use shareflow::runtime::{ErrorKind, PrepareOutcome, TransactionParticipant, TransactionTemplate};
+use support::demo::{kafka_fault_points, number, shareflow, Outcome};
 use support::kafka::{cluster, unique};
+
+/// The longest one `demo --kafka` run of these sizes may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn participant(c: &KafkaCluster) -> std::sync::Arc<KafkaTransactions> {
     KafkaTransactions::new(
@@ -233,10 +236,11 @@ async fn a_job_whose_checkpoints_outlast_the_transaction_timeout_does_not_start(
     if support::kafka::bootstrap().is_none() {
         return;
     }
-    let mut o = options(10);
-    o.interval = Duration::from_secs(700); // the default transaction timeout is 600 s
-    let err = kafka_demo::run(&o).await.expect_err("refused before running");
-    assert!(err.to_string().contains("transaction.timeout.ms"), "{err}");
+    // The default transaction timeout is 600 s.
+    let run = kafka_demo(10, &["--interval", "700000"]).await;
+    assert_eq!(run.code, 1, "refused before running: {run:?}");
+    assert!(run.summary().is_none(), "{run:?}");
+    assert!(run.stderr.contains("transaction.timeout.ms"), "{}", run.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,17 +256,27 @@ async fn a_foreign_record_in_the_ledger_is_a_data_error_naming_its_offset() {
     assert!(err.to_string().contains(&format!("{ledger} partition 0 offset 0")), "{err}");
 }
 
-fn options(records: u64) -> KafkaDemoOptions {
+/// Runs `shareflow demo --kafka` on a fresh name with `records` records, 300 ms
+/// checkpoints in memory (unless `extra` sets `--interval`), 2 partitions, parallelism 2,
+/// and `extra`.
+async fn kafka_demo(records: u64, extra: &[&str]) -> Outcome {
     let bootstrap = support::kafka::bootstrap().expect("checked by the caller");
-    let mut o = KafkaDemoOptions::new(&bootstrap);
-    o.name = unique("eos");
-    o.records = records;
-    o.interval = Duration::from_millis(300);
-    o.partitions = 2;
-    o.parallelism = 2;
-    o.progress = false;
-    o.checkpoints = Some(format!("memory://{}", o.name));
-    o
+    let name = unique("eos");
+    let checkpoints = format!("memory://{name}");
+    let records = records.to_string();
+    let mut args = vec!["demo", "--kafka", &bootstrap, "--name", &name, "--records", &records, "--json"];
+    args.extend(["--partitions", "2", "--parallelism", "2", "--checkpoints", &checkpoints]);
+    if !extra.contains(&"--interval") {
+        args.extend(["--interval", "300"]);
+    }
+    args.extend(extra);
+    let args: Vec<String> = args.into_iter().map(String::from).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        shareflow(&args, RUN_TIMEOUT)
+    })
+    .await
+    .expect("the run's thread")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,16 +284,25 @@ async fn the_pipeline_stays_exactly_once_through_a_crash_at_every_fault_point() 
     if support::kafka::bootstrap().is_none() {
         return;
     }
-    let mut o = options(20_000);
     // Every crash is armed at once and counts hits of its own point; the source points
     // skip one hit so that the first attempt emits before it crashes.
-    o.crashes = FAULT_POINTS.iter().map(|p| (p.to_string(), u32::from(p.contains("source.")))).collect();
-    let s = kafka_demo::run(&o).await.expect("run");
-    assert_eq!(s.crashes, FAULT_POINTS.len(), "every fault point fired: {s:?}");
-    assert_eq!((s.duplicates, s.lost), (0, 0), "{s:?}");
-    assert_eq!(s.output_records, 20_000, "{s:?}");
-    assert!(s.transactions_recovered >= 1, "a crash after the manifest leaves T(n) for recovery to commit: {s:?}");
-    assert!(s.replayed > 0, "crashes before the commit replay from the log: {s:?}");
+    let points = kafka_fault_points();
+    let crashes: Vec<String> = points.iter().map(|p| format!("{p}:{}", u32::from(p.contains("source.")))).collect();
+    let mut extra = Vec::new();
+    for c in &crashes {
+        extra.extend(["--crash-at", c.as_str()]);
+    }
+    let run = kafka_demo(20_000, &extra).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let s = run.json();
+    assert_eq!(number(&s, "crashes"), points.len() as u64, "every fault point fired: {s}");
+    assert_eq!((number(&s, "duplicates"), number(&s, "lost")), (0, 0), "{s}");
+    assert_eq!(number(&s, "output_records"), 20_000, "{s}");
+    assert!(
+        number(&s, "transactions_recovered") >= 1,
+        "a crash after the manifest leaves T(n) for recovery to commit: {s}"
+    );
+    assert!(number(&s, "replayed") > 0, "crashes before the commit replay from the log: {s}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,14 +310,13 @@ async fn at_least_once_mode_loses_nothing_through_crashes() {
     if support::kafka::bootstrap().is_none() {
         return;
     }
-    let mut o = options(3_000);
-    o.exactly_once = false;
-    o.crashes = vec![
-        ("sink.after_write".to_string(), 1),
-        (shareflow::runtime::failpoint::points::AFTER_MANIFEST.to_string(), 0),
-    ];
-    let s = kafka_demo::run(&o).await.expect("run");
-    assert_eq!(s.crashes, 2, "{s:?}");
-    assert_eq!(s.lost, 0, "at-least-once never loses: {s:?}");
-    assert!(s.output_records >= 3_000, "{s:?}");
+    let after_manifest = shareflow::runtime::failpoint::points::AFTER_MANIFEST;
+    let run =
+        kafka_demo(3_000, &["--at-least-once", "--crash-at", "sink.after_write:1", "--crash-at", after_manifest]).await;
+    // The check of an at-least-once run passes when nothing is lost.
+    assert_eq!(run.code, 0, "{run:?}");
+    let s = run.json();
+    assert_eq!(number(&s, "crashes"), 2, "{s}");
+    assert_eq!(number(&s, "lost"), 0, "at-least-once never loses: {s}");
+    assert!(number(&s, "output_records") >= 3_000, "{s}");
 }

@@ -10,8 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shareflow::demo::value_of;
-use shareflow::kafka_demo::{input_topic, output_topic};
+use support::demo::{identity, input_topic, output_topic, value_of};
 use support::kafka::{cluster, unique};
 
 const RECORDS: u64 = 100_000;
@@ -135,7 +134,7 @@ async fn sigkill_five_times_and_the_output_equals_the_input_exactly_once() {
     };
     let mut count: HashMap<u64, u32> = HashMap::new();
     for v in &values {
-        let id = shareflow::demo::identity(v.as_bytes()).unwrap_or_else(|| panic!("foreign output value {v:?}"));
+        let id = identity(v.as_bytes()).unwrap_or_else(|| panic!("foreign output value {v:?}"));
         *count.entry(id).or_default() += 1;
     }
     let duplicates: u32 = count.values().map(|n| n - 1).sum();

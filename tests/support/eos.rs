@@ -14,15 +14,19 @@ use shareflow::connector::embedded::TopicSink;
 use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
 use shareflow::connector::verify::{check_exactly_once, ExactlyOnceReport};
 use shareflow::connector::{record_schema, Decoder, SourceMetrics, SourceSettings};
-use shareflow::demo::identity;
 use shareflow::runtime::{Job, JobBuilder, JobConfig, JobReport, RestartStrategy, RuntimeError};
+
+#[path = "demo.rs"]
+pub mod demo;
+
+pub use demo::identity;
 
 pub const GROUP: &str = "eos";
 pub const INPUT: &str = "eos-in";
 pub const OUTPUT: &str = "eos-out";
 
 pub fn value_of(id: u64) -> Vec<u8> {
-    shareflow::demo::value_of(id, 40)
+    demo::value_of(id, 40)
 }
 
 /// A broker (in-memory journal, tokio clock) with `records` input records.

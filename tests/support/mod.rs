@@ -12,6 +12,7 @@ use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, ManualClock};
 use shareflow::connector::share::*;
 
 pub mod conformance;
+pub mod demo;
 pub mod kafka;
 pub mod s3;
 
