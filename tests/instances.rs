@@ -71,7 +71,7 @@ fn instance_with(
 }
 
 async fn check(broker: &EmbeddedBroker) -> shareflow::connector::verify::ExactlyOnceReport {
-    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, shareflow::demo::identity)
+    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, eos::identity)
         .await
         .unwrap()
 }
