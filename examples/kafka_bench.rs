@@ -92,7 +92,7 @@ async fn pipeline(c: &KafkaCluster, records: u64, value: &Bytes, exactly_once: b
     c.ensure_topic(&output, 4, &[]).await?;
     c.produce(&input, (0..records).map(|_| (None, value.clone()))).await?;
 
-    let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig { exactly_once, ..Default::default() });
+    let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
     let metrics = Arc::new(SourceMetrics::default());
     let mut source = SourceSettings::new(&name, &[&input]);
     source.stop_when_drained = true;

@@ -215,10 +215,8 @@ pub(crate) async fn run(
         .clone()
         .unwrap_or_else(|| format!("file://{}/target/shareflow-kafka-demo/{}", cwd(), options.name));
     let storage = CheckpointStore::from_url(&checkpoints, &[], &options.name)?;
-    let txns = KafkaTransactions::new(
-        cluster.clone(),
-        KafkaTransactionsConfig { exactly_once: options.exactly_once, ..Default::default() },
-    );
+    let txns =
+        KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default().exactly_once(options.exactly_once));
     let mut config = JobConfig::new(storage, &options.name, "demo").checkpoint_interval(options.interval).restart(
         RestartStrategy::FixedDelay { attempts: options.crashes.len() as u32 + 3, delay: Duration::from_millis(100) },
     );

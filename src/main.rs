@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod demo;
+#[cfg(feature = "kafka")]
 mod kafka_demo;
 
 use demo::DemoOptions;
@@ -239,6 +240,7 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
     Ok((o, c.json))
 }
 
+#[cfg(feature = "kafka")]
 fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, bool), String> {
     let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
     let c = common_options(args)?;
@@ -368,6 +370,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .try_init();
     match command.as_str() {
+        #[cfg(not(feature = "kafka"))]
+        "demo" if args.0.iter().any(|a| a == "--kafka") => {
+            fail("this shareflow was built without the kafka feature; rebuild with default features".to_string())
+        }
+        #[cfg(feature = "kafka")]
         "demo" if args.0.iter().any(|a| a == "--kafka") => {
             let (options, json) = match kafka_demo_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
                 Ok(o) => o,

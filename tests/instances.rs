@@ -71,9 +71,7 @@ fn instance_with(
 }
 
 async fn check(broker: &EmbeddedBroker) -> shareflow::connector::verify::ExactlyOnceReport {
-    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, eos::identity)
-        .await
-        .unwrap()
+    shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, eos::identity).await.unwrap()
 }
 
 /// Waits (at most `limit`) until every input record's output is committed once and the

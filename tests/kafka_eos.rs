@@ -17,10 +17,7 @@ use support::kafka::{cluster, unique};
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn participant(c: &KafkaCluster) -> std::sync::Arc<KafkaTransactions> {
-    KafkaTransactions::new(
-        c.clone(),
-        KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(60), ..Default::default() },
-    )
+    KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(60)))
 }
 
 async fn setup(c: &KafkaCluster) -> (TransactionTemplate, String) {
@@ -199,11 +196,7 @@ async fn epochs_named_by_the_ledger_are_never_reused() {
     // At-least-once has no transactions to list: only the ledger knows epoch 9 was used.
     let p = KafkaTransactions::new(
         c.clone(),
-        KafkaTransactionsConfig {
-            exactly_once: false,
-            transaction_timeout: Duration::from_secs(60),
-            ..Default::default()
-        },
+        KafkaTransactionsConfig::default().exactly_once(false).transaction_timeout(Duration::from_secs(60)),
     );
     p.open(&template).await.expect("open");
     assert_eq!(p.highest_checkpoint_id(&template).await.expect("highest"), None);
@@ -217,14 +210,14 @@ async fn transaction_timeouts_are_checked_against_checkpointing_and_the_broker()
     let Some(c) = cluster().await else { return };
     let short = KafkaTransactions::new(
         c.clone(),
-        KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(5), ..Default::default() },
+        KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(5)),
     );
     let err = short.validate(Duration::from_secs(4), Duration::from_secs(2)).await.expect_err("too short");
     assert_eq!(err.kind(), ErrorKind::Invalid);
     assert!(err.to_string().contains("checkpoint interval plus checkpoint timeout"), "{err}");
     let long = KafkaTransactions::new(
         c.clone(),
-        KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(3_600), ..Default::default() },
+        KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(3_600)),
     );
     let err = long.validate(Duration::from_secs(1), Duration::from_secs(60)).await.expect_err("over the broker max");
     assert!(err.to_string().contains("transaction.max.timeout.ms"), "{err}");

@@ -97,7 +97,7 @@ async fn backends() -> Vec<Backend> {
         },
     ];
     if let Some(cluster) = support::kafka::cluster().await {
-        let config = KafkaTransactionsConfig { transaction_timeout: Duration::from_secs(60), ..Default::default() };
+        let config = KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(60));
         all.push(Backend {
             name: "kafka",
             instance: Box::new(move || KafkaTransactions::new(cluster.clone(), config.clone()) as Participant),

@@ -36,8 +36,17 @@ const BATCH_BYTES: usize = 1 << 20;
 /// How long a producer waits to fill a batch.
 const LINGER: Duration = Duration::from_millis(2);
 
-/// Settings of [`KafkaTransactions`].
+/// Settings of [`KafkaTransactions`]: start from `KafkaTransactionsConfig::default()`
+/// and change what differs.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use shareflow_connector::kafka::KafkaTransactionsConfig;
+/// let config = KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(120));
+/// assert!(config.exactly_once);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct KafkaTransactionsConfig {
     /// Exactly-once (a Kafka transaction per checkpoint) or at-least-once (idempotent
     /// writes flushed at each checkpoint; a crash may repeat output since the last one).
@@ -55,6 +64,26 @@ pub struct KafkaTransactionsConfig {
 impl Default for KafkaTransactionsConfig {
     fn default() -> Self {
         Self { exactly_once: true, transaction_timeout: Duration::from_secs(600), ledger_topic: None }
+    }
+}
+
+impl KafkaTransactionsConfig {
+    /// Exactly-once (`true`, the default) or at-least-once.
+    pub fn exactly_once(mut self, exactly_once: bool) -> Self {
+        self.exactly_once = exactly_once;
+        self
+    }
+
+    /// `transaction.timeout.ms` of each T(n) (default 600 s).
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_timeout = timeout;
+        self
+    }
+
+    /// The ledger topic, instead of `{group}-{prefix}-ledger`.
+    pub fn ledger_topic(mut self, topic: impl Into<String>) -> Self {
+        self.ledger_topic = Some(topic.into());
+        self
     }
 }
 
