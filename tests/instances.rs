@@ -33,6 +33,15 @@ fn instance(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str,
     instance_with(broker, store, prefix, until_drained, 3)
 }
 
+/// An instance that dies at its second manifest and never restarts. Its sources are
+/// throttled (10,000 records/s each), so it dies with records of the input still LOCKED
+/// in its PREPARE transaction.
+fn doomed(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str) -> Job {
+    let job = instance_throttled(broker, store, prefix, true, 0, Some(10_000));
+    job.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
+    job
+}
+
 fn instance_with(
     broker: &EmbeddedBroker,
     store: &Arc<dyn ObjectStore>,
@@ -40,11 +49,23 @@ fn instance_with(
     until_drained: bool,
     restarts: u32,
 ) -> Job {
+    instance_throttled(broker, store, prefix, until_drained, restarts, None)
+}
+
+fn instance_throttled(
+    broker: &EmbeddedBroker,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    until_drained: bool,
+    restarts: u32,
+    rate: Option<u64>,
+) -> Job {
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
     let mut source = SourceSettings::new(GROUP, &[INPUT]);
     source.stop_when_drained = until_drained;
     source.max_poll_records = 100;
     source.poll_timeout = Duration::from_millis(5);
+    source.max_records_per_second = rate;
     let job = JobBuilder::new();
     job.source(
         "share-source",
@@ -74,11 +95,18 @@ async fn check(broker: &EmbeddedBroker) -> shareflow::connector::verify::Exactly
     shareflow::connector::verify::check_exactly_once(broker, GROUP, INPUT, OUTPUT, eos::identity).await.unwrap()
 }
 
-/// Waits (at most `limit`) until every input record's output is committed once and the
-/// record acknowledged.
-async fn wait_done(broker: &EmbeddedBroker, limit: Duration) -> bool {
+/// Waits (at most `limit`) until `adopted` (if given) is adopted and every input
+/// record's output is committed once and the record acknowledged.
+async fn wait_done(broker: &EmbeddedBroker, adopted: Option<(&Arc<dyn ObjectStore>, &str)>, limit: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
+        if let Some((store, prefix)) = adopted {
+            let registry = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap()).registry();
+            if !registry.record(prefix).await.unwrap().adoption_done {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        }
         let r = check(broker).await;
         // While an instance runs its next transactions are open (I8 flags them); the
         // callers check every invariant once it stopped.
@@ -100,23 +128,22 @@ async fn a_dead_instance_is_adopted_and_its_decided_work_committed() {
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
 
-    let a = instance_with(&broker, &store, "a", true, 0);
-    a.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
+    let a = doomed(&broker, &store, "a");
     let err = a.run().await.unwrap_err();
     assert!(err.to_string().contains(points::AFTER_MANIFEST), "a crashed at the fault point: {err}");
     let pinned = broker.transactions().await.unwrap();
     assert!(
-        pinned
-            .iter()
-            .any(|t| t.id.prefix() == "a" && t.state == shareflow::connector::share::TransactionState::Prepare),
-        "a left a PREPARE transaction: {pinned:?}"
+        pinned.iter().any(|t| t.id.prefix() == "a"
+            && t.state == shareflow::connector::share::TransactionState::Prepare
+            && t.pending_ack_records > 0),
+        "a left a PREPARE transaction holding records: {pinned:?}"
     );
 
     let b = instance(&broker, &store, "b", false);
     let stop = b.stop_handle();
     // Job::run's future is not Send: run it beside the check, in this task.
     let (report, done) = tokio::join!(b.run(), async {
-        let done = wait_done(&broker, Duration::from_secs(30)).await;
+        let done = wait_done(&broker, Some((&store, "a")), Duration::from_secs(30)).await;
         stop.stop();
         done
     });
@@ -141,15 +168,14 @@ async fn a_dead_instance_is_adopted_and_its_decided_work_committed() {
 async fn an_adopter_that_crashes_mid_adoption_finishes_it_after_its_restart() {
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let a = instance_with(&broker, &store, "a", true, 0);
-    a.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
+    let a = doomed(&broker, &store, "a");
     a.run().await.unwrap_err();
 
     let b = instance(&broker, &store, "b", false);
     b.failpoints().schedule(vec![(points::ADOPTION_MID.to_string(), 0)]);
     let stop = b.stop_handle();
     let (report, done) = tokio::join!(b.run(), async {
-        let done = wait_done(&broker, Duration::from_secs(30)).await;
+        let done = wait_done(&broker, Some((&store, "a")), Duration::from_secs(30)).await;
         stop.stop();
         done
     });
