@@ -1,0 +1,231 @@
+//! The instance campaign (issue 11): seeded schedules of three instances of one share
+//! group on one embedded broker. Each schedule crashes instances at random fault points
+//! (the runtime's, the connector's and `adoption.mid`); some restart, some die for good
+//! and must be adopted. A survivor runs until every record is done; an instance that
+//! joins late adopts what died too late for the others to see. Then I1-I5 and I8
+//! are checked from outside: output = input, no duplicates, nothing left open.
+//!
+//! `SHAREFLOW_INSTANCE_SEED=n` runs one seed; `SHAREFLOW_INSTANCE_SEEDS=k` runs k
+//! (default 300). A failing seed prints the command that replays it.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/eos.rs"]
+mod eos;
+#[path = "support/rng.rs"]
+mod rng;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eos::{broker_with_input, GROUP, INPUT, OUTPUT};
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use rng::Rng;
+use shareflow::checkpoint::{CheckpointPaths, CheckpointStore};
+use shareflow::connector::broker::EmbeddedBroker;
+use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+use shareflow::connector::share::{AcknowledgementMode, ShareConfig};
+use shareflow::connector::{points as connector_points, record_schema, SourceMetrics, SourceSettings};
+use shareflow::runtime::failpoint::points;
+use shareflow::runtime::{InstanceConfig, Job, JobBuilder, JobConfig, RestartStrategy};
+
+const RECORDS: u64 = 400;
+const ADOPTION: Duration = Duration::from_millis(250);
+/// A schedule that has not drained by then failed liveness (I8).
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The group's config. `share.transaction.max.pending` is per group: every live instance
+/// keeps up to two transactions open (T(n) and T(n+1)), more while checkpoints fail, and
+/// a dead instance's stay until it is adopted. Three instances need well over the
+/// default 5 (decision 0007).
+fn share_config() -> ShareConfig {
+    ShareConfig::builder()
+        .acknowledgement_mode(AcknowledgementMode::Transactional)
+        .record_lock_duration(Duration::from_secs(1))
+        .partition_max_record_locks(1_000_000)
+        .max_pending_transactions(32)
+        .build()
+        .unwrap()
+}
+
+fn job(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str, restarts: u32) -> Job {
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let mut source = SourceSettings::new(GROUP, &[INPUT]);
+    source.max_poll_records = 25;
+    source.poll_timeout = Duration::from_millis(2);
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(
+            broker.clone(),
+            Some(txns.clone()),
+            source,
+            share_config(),
+            Arc::new(SourceMetrics::default()),
+        ),
+    )
+    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .participant(txns);
+    let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
+    let config = JobConfig::new(storage, GROUP, prefix)
+        .checkpoint_interval(Duration::from_millis(10))
+        .checkpoint_timeout(Duration::from_millis(150))
+        .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(5) })
+        .instance(InstanceConfig::new(ADOPTION));
+    job.build(config).unwrap()
+}
+
+/// What one schedule did.
+struct Outcome {
+    fired: usize,
+    adopted: u64,
+}
+
+async fn run_seed(seed: u64) -> Result<Outcome, String> {
+    let mut rng = Rng::new(seed);
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let crash_points: Vec<&str> =
+        points::ALL.iter().chain(connector_points::ALL).copied().chain([points::ADOPTION_MID]).collect();
+    // Instances a and b crash once each at a random point and either restart or die for
+    // good; c is the survivor, which may crash mid-adoption and restart.
+    let mut jobs = Vec::new();
+    let mut plan = Vec::new();
+    for prefix in ["a", "b"] {
+        let point = crash_points[rng.below(crash_points.len() as u64) as usize];
+        let skip = rng.below(4) as u32;
+        let restarts = if rng.below(2) == 0 { 0 } else { 2 };
+        let j = job(&broker, &store, prefix, restarts);
+        j.failpoints().schedule(vec![(point.to_string(), skip)]);
+        plan.push(format!("{prefix}: {point}+{skip} restarts={restarts}"));
+        jobs.push(j);
+    }
+    let survivor = job(&broker, &store, "c", 2);
+    if rng.below(2) == 0 {
+        survivor.failpoints().schedule(vec![(points::ADOPTION_MID.to_string(), 0)]);
+        plan.push("c: adoption.mid+0".into());
+    }
+    let all: Vec<&Job> = jobs.iter().chain([&survivor]).collect();
+    let prefixes = ["a", "b", "c"];
+    let stops: Vec<_> = all.iter().map(|j| j.stop_handle()).collect();
+    let ended: Vec<std::sync::atomic::AtomicBool> = all.iter().map(|_| Default::default()).collect();
+    // Done when every record is done and no instance that ended (a dead one) still has
+    // an undecided transaction: an adopter must have decided them.
+    let watcher = async {
+        let start = Instant::now();
+        let mut done = false;
+        while start.elapsed() < LIMIT {
+            let r = shareflow::connector::verify::check_exactly_once(&broker, GROUP, INPUT, OUTPUT, eos::identity)
+                .await
+                .unwrap();
+            let archived: u64 = r.archived.values().sum();
+            if r.duplicates > 0 {
+                break;
+            }
+            if r.exactly_once + archived == RECORDS && r.lost == 0 {
+                let open = broker.transactions().await.unwrap();
+                let orphaned = open.iter().filter(|t| t.state.is_pending()).any(|t| {
+                    let i = prefixes.iter().position(|p| *p == t.id.prefix());
+                    i.is_none_or(|i| ended[i].load(std::sync::atomic::Ordering::SeqCst))
+                });
+                if !orphaned {
+                    done = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for s in &stops {
+            s.stop();
+        }
+        done
+    };
+    let runs = futures::future::join_all(all.iter().zip(&ended).map(|(j, ended)| async move {
+        let r = j.run().await;
+        ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    }));
+    let (results, done) = tokio::join!(runs, watcher);
+    let fired: usize = all.iter().map(|j| j.failpoints().fired().len()).sum();
+    let plan = plan.join(", ");
+    let survivor_report = match results.last() {
+        Some(Ok(r)) => r.clone(),
+        other => return Err(format!("[{plan}] the survivor failed: {other:?}")),
+    };
+    // An instance that died just as the others were told to stop leaves undecided
+    // transactions nobody was left to adopt: a new instance joins and adopts them.
+    let orphans = |open: &[shareflow::connector::broker::TransactionInfo]| {
+        open.iter()
+            .filter(|t| t.state.is_pending())
+            .filter(|t| prefixes.iter().position(|p| *p == t.id.prefix()).is_some_and(|i| results[i].is_err()))
+            .count()
+    };
+    let mut janitor_adopted = 0;
+    if orphans(&broker.transactions().await.unwrap()) > 0 {
+        let janitor = job(&broker, &store, "z", 2);
+        let stop = janitor.stop_handle();
+        let (report, ()) = tokio::join!(janitor.run(), async {
+            let start = Instant::now();
+            while start.elapsed() < LIMIT && orphans(&broker.transactions().await.unwrap()) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            stop.stop();
+        });
+        match report {
+            Ok(r) => janitor_adopted = r.metrics.checkpoints.instances_adopted,
+            Err(e) => return Err(format!("[{plan}] the joining instance failed: {e}")),
+        }
+    }
+    let r =
+        shareflow::connector::verify::check_exactly_once(&broker, GROUP, INPUT, OUTPUT, eos::identity).await.unwrap();
+    let archived: u64 = r.archived.values().sum();
+    if !done || !r.ok() || r.duplicates > 0 || r.lost > 0 || r.exactly_once + archived != RECORDS {
+        return Err(format!("[{plan}] not exactly once (drained: {done}): {r:?}"));
+    }
+    let open: Vec<_> = broker.transactions().await.unwrap().into_iter().filter(|t| t.state.is_pending()).collect();
+    if !open.is_empty() {
+        return Err(format!("[{plan}] transactions left open or prepared: {open:?}"));
+    }
+    Ok(Outcome { fired, adopted: survivor_report.metrics.checkpoints.instances_adopted + janitor_adopted })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_under_seeded_crashes_stay_exactly_once() {
+    let seeds: Vec<u64> = match std::env::var("SHAREFLOW_INSTANCE_SEED") {
+        Ok(s) => vec![s.parse().expect("SHAREFLOW_INSTANCE_SEED is a number")],
+        Err(_) => {
+            let n: u64 = std::env::var("SHAREFLOW_INSTANCE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+            (1..=n).collect()
+        }
+    };
+    let (mut fired, mut adopted, mut failures) = (0, 0, Vec::new());
+    for &seed in &seeds {
+        match run_seed(seed).await {
+            Ok(o) => {
+                fired += o.fired;
+                adopted += o.adopted;
+            }
+            Err(why) => {
+                eprintln!(
+                    "seed {seed} failed: {why}\n  replay: SHAREFLOW_INSTANCE_SEED={seed} cargo test --test \
+                     instances_campaign -- --nocapture"
+                );
+                failures.push(seed);
+            }
+        }
+    }
+    eprintln!("{} schedules, {fired} crashes fired, {adopted} adoptions", seeds.len());
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    // The campaign must exercise what it is for: crashes and adoptions.
+    if seeds.len() >= 50 {
+        assert!(fired as f64 >= seeds.len() as f64, "too few crashes fired: {fired} in {} schedules", seeds.len());
+        assert!(
+            adopted as f64 >= seeds.len() as f64 / 10.0,
+            "too few adoptions: {adopted} in {} schedules",
+            seeds.len()
+        );
+    }
+}
