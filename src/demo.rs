@@ -98,6 +98,11 @@ pub(crate) enum DemoError {
         /// Fault points.
         points: usize,
     },
+    /// `--instances N` with a mode or option it cannot run with.
+    Instances {
+        /// What is wrong and what to do.
+        reason: &'static str,
+    },
     /// A file operation on the demo directory failed.
     Io {
         /// What was done.
@@ -137,6 +142,7 @@ impl std::fmt::Display for DemoError {
             DemoError::TooManyCrashes { asked, points } => {
                 write!(f, "--crashes {asked} is more than the {points} fault points")
             }
+            DemoError::Instances { reason } => write!(f, "--instances: {reason}"),
             DemoError::Io { action, path, source } => write!(f, "cannot {action} {}: {source}", path.display()),
         }
     }
@@ -294,6 +300,9 @@ pub(crate) struct DemoOptions {
     /// checkpoints, produce only what the first run had not produced of its input, run
     /// the job to the end and check it against the whole input.
     pub(crate) resume: bool,
+    /// Run the job as this many instances of the share group in this process
+    /// (decision 0007); 1: one lone job.
+    pub(crate) instances: u32,
 }
 
 impl Default for DemoOptions {
@@ -305,6 +314,7 @@ impl Default for DemoOptions {
             crashes: 3,
             seed: 1,
             schedule: None,
+            instances: 1,
             checkpoints: None,
             partitions: 4,
             parallelism: 2,
@@ -355,6 +365,28 @@ pub(crate) struct DemoSummary {
     pub(crate) seconds: f64,
     /// Invariant violations found by the checker.
     pub(crate) violations: Vec<String>,
+    /// Per instance, with `--instances N`; empty for one lone job.
+    pub(crate) instances: Vec<InstanceSummary>,
+}
+
+/// What one instance of `--instances N` did.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct InstanceSummary {
+    /// Its prefix (and job id).
+    pub(crate) prefix: String,
+    /// What the schedule made of it: `steady`, `crashes and restarts`, `dies for good`,
+    /// or `joins late`.
+    pub(crate) role: &'static str,
+    /// Records its sources emitted (replays after restarts included).
+    pub(crate) records_emitted: u64,
+    /// Crashes that fired in it.
+    pub(crate) crashes: usize,
+    /// Job attempts.
+    pub(crate) attempts: u32,
+    /// Silent instances it adopted.
+    pub(crate) adoptions: u64,
+    /// How its run ended: `stopped`, or the error that ended it.
+    pub(crate) outcome: String,
 }
 
 impl DemoSummary {
@@ -379,6 +411,16 @@ impl DemoSummary {
             "records_per_second": self.records_per_second.round(),
             "seconds": (self.seconds * 1000.0).round() / 1000.0,
             "violations": self.violations.len(),
+            "adoptions": self.instances.iter().map(|i| i.adoptions).sum::<u64>(),
+            "instances": self.instances.iter().map(|i| serde_json::json!({
+                "prefix": i.prefix,
+                "role": i.role,
+                "records_emitted": i.records_emitted,
+                "crashes": i.crashes,
+                "attempts": i.attempts,
+                "adoptions": i.adoptions,
+                "outcome": i.outcome,
+            })).collect::<Vec<_>>(),
         })
         .to_string()
     }
@@ -533,6 +575,18 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
     if options.schedule.is_none() && options.crashes > FAULT_POINTS.len() {
         return Err(DemoError::TooManyCrashes { asked: options.crashes, points: FAULT_POINTS.len() }.into());
     }
+    if options.instances > 1 {
+        if options.mode != AcknowledgementMode::Transactional {
+            return Err(
+                DemoError::Instances { reason: "instances need exactly-once mode; drop --at-least-once" }.into()
+            );
+        }
+        if options.resume {
+            return Err(
+                DemoError::Instances { reason: "a run of several instances cannot be resumed; drop --resume" }.into()
+            );
+        }
+    }
     let input = if options.resume {
         if !options.dir.is_dir() {
             return Err(DemoError::NothingToResume { dir: options.dir.clone() }.into());
@@ -569,6 +623,9 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         .record_lock_duration(lock)
         .delivery_count_limit(DELIVERY_LIMIT)
         .partition_max_record_locks(1_000_000)
+        // Per group: each live instance keeps up to two transactions open, a dead one
+        // its own until it is adopted.
+        .max_pending_transactions(5.max(4 * (options.instances + 1)))
         .build()?;
     let broker =
         EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker"))?.default_config(group_config.clone()))
@@ -591,6 +648,10 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         } else {
             eprintln!("produced {produced} records in {seconds:.2} s");
         }
+    }
+
+    if options.instances > 1 {
+        return run_instances(options, &broker, &dir, group_config, input.records).await;
     }
 
     // The job.
@@ -675,6 +736,238 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         records_per_second: input.records as f64 / seconds,
         seconds,
         violations: check.violations,
+        instances: Vec::new(),
+    })
+}
+
+/// One instance of `--instances N`: the demo's job as prefix `prefix`, checkpoints under
+/// `{checkpoints}/{prefix}`; its sources run until it is stopped.
+fn instance_job(
+    broker: &EmbeddedBroker,
+    checkpoints_url: &str,
+    prefix: &str,
+    group_config: &ShareConfig,
+    options: &DemoOptions,
+    restarts: u32,
+) -> Result<(shareflow_runtime::Job, Arc<SourceMetrics>), Box<dyn std::error::Error + Send + Sync>> {
+    let storage = CheckpointStore::from_url(checkpoints_url, &[], prefix)?;
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let metrics = Arc::new(SourceMetrics::default());
+    let mut source_config = SourceSettings::new(GROUP, &[INPUT]);
+    source_config.max_poll_records = 2_000;
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(
+            broker.clone(),
+            Some(txns.clone()),
+            source_config,
+            group_config.clone(),
+            metrics.clone(),
+        ),
+    )
+    .parallelism(options.parallelism)
+    .sql("transform", TRANSFORM_SQL)
+    .parallelism(options.parallelism)
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .parallelism(options.parallelism)
+    .participant(txns);
+    let checkpoint_timeout = Duration::from_secs(3);
+    let mut config = JobConfig::new(storage, GROUP, prefix)
+        .checkpoint_interval(options.interval)
+        .checkpoint_timeout(checkpoint_timeout)
+        .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(50) })
+        .instance(shareflow_runtime::InstanceConfig::new(
+            options.interval + checkpoint_timeout + Duration::from_secs(1),
+        ));
+    config.channel_capacity = 8;
+    config.tolerable_checkpoint_failures = 3;
+    Ok((job.build(config)?, metrics))
+}
+
+/// What the schedule of `--instances N` does with one instance.
+struct InstancePlan {
+    prefix: String,
+    role: &'static str,
+    /// `(fault point, hits to let pass)`.
+    crashes: Vec<(String, u32)>,
+    restarts: u32,
+}
+
+/// `--instances N` (decision 0007): N instances of the job in this process, in one share
+/// group, with the seeded crashes spread over instances 2..N (which restart); instance 1
+/// dies for good at a manifest and must be adopted; one more instance joins late. A
+/// watcher stops every live instance once all input is done and no dead instance holds
+/// an undecided transaction; a last instance joins to adopt what died too late for the
+/// others. Then the output is checked from outside.
+async fn run_instances(
+    options: &DemoOptions,
+    broker: &EmbeddedBroker,
+    dir: &Path,
+    group_config: ShareConfig,
+    total: u64,
+) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
+    let checkpoints_url =
+        options.checkpoints.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
+    let n = options.instances as usize;
+    let schedule: Vec<(String, u32)> = match &options.schedule {
+        Some(s) => s.clone(),
+        None => crash_schedule(options.seed, options.crashes).into_iter().map(|(p, s)| (p.to_string(), s)).collect(),
+    };
+    let mut seed = options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut plans: Vec<InstancePlan> = Vec::new();
+    let doomed_skip = (next(&mut seed) % 3) as u32 + 1;
+    plans.push(InstancePlan {
+        prefix: "demo-1".into(),
+        role: "dies for good",
+        crashes: vec![(runtime_points::AFTER_MANIFEST.to_string(), doomed_skip)],
+        restarts: 0,
+    });
+    for i in 2..=n {
+        let mine: Vec<(String, u32)> =
+            schedule.iter().enumerate().filter(|(k, _)| k % (n - 1) == i - 2).map(|(_, c)| c.clone()).collect();
+        let role = if mine.is_empty() { "steady" } else { "crashes and restarts" };
+        let restarts = mine.len() as u32 + 3;
+        plans.push(InstancePlan { prefix: format!("demo-{i}"), role, crashes: mine, restarts });
+    }
+    plans.push(InstancePlan {
+        prefix: format!("demo-{}", n + 1),
+        role: "joins late",
+        crashes: Vec::new(),
+        restarts: 3,
+    });
+    let mut jobs = Vec::new();
+    for p in &plans {
+        let (job, metrics) = instance_job(broker, &checkpoints_url, &p.prefix, &group_config, options, p.restarts)?;
+        job.failpoints().schedule(p.crashes.clone());
+        jobs.push((job, metrics));
+    }
+    let stops: Vec<_> = jobs.iter().map(|(j, _)| j.stop_handle()).collect();
+    let ended: Vec<std::sync::atomic::AtomicBool> = jobs.iter().map(|_| Default::default()).collect();
+    let prefixes: Vec<&str> = plans.iter().map(|p| p.prefix.as_str()).collect();
+    let orphaned = |open: &[shareflow_connector::broker::TransactionInfo], dead: &dyn Fn(usize) -> bool| {
+        open.iter()
+            .filter(|t| t.state.is_pending())
+            .any(|t| prefixes.iter().position(|p| *p == t.id.prefix()).is_none_or(&dead))
+    };
+    let started = Instant::now();
+    let join_after = options.interval * 4;
+    let runs = futures::future::join_all(jobs.iter().zip(&ended).enumerate().map(|(i, ((job, _), ended))| {
+        let late = i == n;
+        async move {
+            if late {
+                tokio::time::sleep(join_after).await;
+            }
+            let r = job.run().await;
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        }
+    }));
+    let watcher = async {
+        let mut printed = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Every instance ended (all of them failed): nothing will make progress.
+            if ended.iter().all(|e| e.load(std::sync::atomic::Ordering::SeqCst)) {
+                break;
+            }
+            let Ok(b) = broker.backlog(GROUP, INPUT).await else { continue };
+            if b.acknowledged + b.archived < total {
+                if options.progress && printed.elapsed() >= Duration::from_secs(1) {
+                    printed = Instant::now();
+                    eprintln!(
+                        "progress: {:>6.1}% done",
+                        100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64
+                    );
+                }
+                continue;
+            }
+            let Ok(open) = broker.transactions().await else { continue };
+            if !orphaned(&open, &|i| ended[i].load(std::sync::atomic::Ordering::SeqCst)) {
+                break;
+            }
+        }
+        for s in &stops {
+            s.stop();
+        }
+    };
+    let (results, ()) = tokio::join!(runs, watcher);
+    let mut seconds = started.elapsed().as_secs_f64();
+    let mut summaries = Vec::new();
+    for ((plan, (job, metrics)), result) in plans.iter().zip(&jobs).zip(&results) {
+        let (attempts, adoptions, outcome) = match result {
+            Ok(r) => (r.attempts, r.metrics.checkpoints.instances_adopted, "stopped".to_string()),
+            // A run that failed used every attempt its restart strategy allowed.
+            Err(e) => (plan.restarts + 1, job.metrics().checkpoints.instances_adopted, e.to_string()),
+        };
+        summaries.push(InstanceSummary {
+            prefix: plan.prefix.clone(),
+            role: plan.role,
+            records_emitted: metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
+            crashes: job.failpoints().fired().len(),
+            attempts,
+            adoptions,
+            outcome,
+        });
+    }
+    // Whatever died after the others were told to stop is adopted by one more instance.
+    let dead = |i: usize| results.get(i).is_none_or(|r| r.is_err());
+    if orphaned(&broker.transactions().await?, &dead) {
+        let prefix = format!("demo-{}", n + 2);
+        let (job, metrics) = instance_job(broker, &checkpoints_url, &prefix, &group_config, options, 3)?;
+        let stop = job.stop_handle();
+        let (report, ()) = tokio::join!(job.run(), async {
+            let until = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if broker.transactions().await.is_ok_and(|open| !orphaned(&open, &dead)) {
+                    break;
+                }
+            }
+            stop.stop();
+        });
+        let report = report?;
+        summaries.push(InstanceSummary {
+            prefix,
+            role: "joins to adopt the last",
+            records_emitted: metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
+            crashes: 0,
+            attempts: report.attempts,
+            adoptions: report.metrics.checkpoints.instances_adopted,
+            outcome: "stopped".into(),
+        });
+        seconds = started.elapsed().as_secs_f64();
+    }
+    let mut check: ExactlyOnceReport = check_exactly_once(broker, GROUP, INPUT, OUTPUT, identity).await?;
+    if check.produced != total {
+        check.violations.push(format!("the input topic holds {} records, not {total}", check.produced));
+    }
+    let broker_metrics = broker.metrics().await?;
+    let fired: Vec<String> = jobs.iter().flat_map(|(j, _)| j.failpoints().fired()).collect();
+    let all = jobs.iter().map(|(j, _)| j.metrics().checkpoints);
+    let (completed, aborted, recovered) =
+        all.fold((0, 0, 0), |(c, a, r), m| (c + m.completed, a + m.aborted, r + m.transactions_recovered));
+    Ok(DemoSummary {
+        records_produced: check.produced,
+        records_committed: check.committed_output,
+        duplicates: check.duplicates,
+        lost: check.lost,
+        archived: check.archived.values().sum(),
+        crashes: fired.len(),
+        crashes_scheduled: plans.iter().map(|p| p.crashes.len()).sum(),
+        crash_points: fired,
+        checkpoints_completed: completed,
+        checkpoints_aborted: aborted,
+        transactions_committed: broker_metrics.transaction_commit_total,
+        transactions_aborted: broker_metrics.transaction_abort_total,
+        transactions_recovered: recovered,
+        attempts: summaries.iter().map(|s| s.attempts).sum(),
+        resumed: false,
+        records_per_second: total as f64 / seconds,
+        seconds,
+        violations: check.violations,
+        instances: summaries,
     })
 }
 

@@ -37,6 +37,9 @@ commands:
     --partitions P       topic partitions (default 4)
     --parallelism P      job parallelism (default 2)
     --at-least-once      explicit acknowledgement instead of transactions
+    --instances N        run N instances of the job in one share group, in this process: the
+                         seeded crashes hit instances 2..N (which restart), instance 1 dies for
+                         good and is adopted, one more instance joins late (default 1)
     --json               print the summary as one JSON object on the last line
   demo --kafka HOST:PORT   run the same job against a real Kafka 4.x broker
     --name NAME          group, topics NAME-input/NAME-output and job id (default: fresh)
@@ -236,6 +239,10 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
         progress: !c.json,
         mode: if c.at_least_once { shareflow::connector::share::AcknowledgementMode::Explicit } else { d.mode },
         resume,
+        instances: match args.number::<u32>("--instances")? {
+            Some(0) => return Err("--instances must be >= 1".into()),
+            n => n.unwrap_or(d.instances),
+        },
     };
     Ok((o, c.json))
 }

@@ -249,3 +249,27 @@ async fn a_fresh_demo_refuses_a_directory_a_live_broker_holds() {
     let reopened = EmbeddedBroker::open(BrokerOptions::local_dir(tmp.path().join("broker")).unwrap()).await.unwrap();
     assert_eq!(reopened.partition_count("kept").unwrap(), 1, "the live broker's files were left alone");
 }
+
+/// `--instances 3`: three instances and a late joiner in one share group; the seeded
+/// crashes hit instances 2 and 3, instance 1 dies for good and is adopted. The output is
+/// exactly once, and the summary says who did what.
+#[test]
+fn several_instances_adopt_the_one_that_died() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s =
+        assert_exactly_once(&fresh(tmp.path(), 20_000, &["--instances", "3", "--crashes", "3", "--seed", "5"]), 20_000);
+    assert!(number(&s, "adoptions") >= 1, "the dead instance was adopted: {s}");
+    let instances = s["instances"].as_array().expect("per-instance summaries");
+    assert!(instances.len() >= 4, "three instances and a late joiner: {s}");
+    let role = |prefix: &str| instances.iter().find(|i| i["prefix"] == prefix).map(|i| i["role"].clone());
+    assert_eq!(role("demo-1"), Some("dies for good".into()), "{s}");
+    assert_eq!(role("demo-4"), Some("joins late".into()), "{s}");
+    let dead = instances.iter().find(|i| i["prefix"] == "demo-1").unwrap();
+    assert_eq!(dead["crashes"], 1, "{s}");
+    assert!(dead["outcome"].as_str().unwrap().contains("injected crash"), "{s}");
+    let emitted: u64 = instances.iter().map(|i| i["records_emitted"].as_u64().unwrap()).sum();
+    assert!(emitted >= 20_000, "every record went through some instance (replays count twice): {s}");
+
+    let refused_run = fresh(tmp.path(), 1_000, &["--instances", "2", "--at-least-once"]);
+    assert!(refused(&refused_run).contains("--instances: instances need exactly-once mode"), "{refused_run:?}");
+}

@@ -63,6 +63,9 @@ async fn a_corrupt_latest_manifest_falls_back_with_nothing_lost() {
     let mut run = Run::new(broker, storage.clone());
     run.restarts = 0;
     run.interval = Duration::from_millis(2);
+    // Throttled (at least 50 ms for the input), so the run takes several checkpoints and
+    // never drains within its first.
+    run.max_rate = Some(20_000);
     // Stop after the manifest of the second checkpoint is written, before its commit.
     let (result, _) = run.run(vec![(points::COMMIT_BEFORE.to_string(), 1)]).await;
     assert!(result.is_err());

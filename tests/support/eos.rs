@@ -74,6 +74,8 @@ pub struct Run {
     pub inline_threshold: usize,
     pub parallelism: u32,
     pub prefix: String,
+    /// Records per second per source subtask; `None`: as fast as it goes.
+    pub max_rate: Option<u64>,
 }
 
 impl Run {
@@ -89,6 +91,7 @@ impl Run {
             inline_threshold: shareflow::checkpoint::DEFAULT_INLINE_THRESHOLD,
             parallelism: 2,
             prefix: "job".into(),
+            max_rate: None,
         }
     }
 
@@ -102,6 +105,7 @@ impl Run {
         source.poll_timeout = Duration::from_millis(5);
         source.decoder = self.decoder.clone();
         source.dead_letter_topic = self.dead_letter.then(|| "eos-dlq".to_string());
+        source.max_records_per_second = self.max_rate;
         let job = JobBuilder::new();
         job.source(
             "share-source",
