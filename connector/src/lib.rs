@@ -37,6 +37,9 @@ pub mod embedded;
 mod error;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "model")]
+#[doc(hidden)]
+pub mod model;
 pub mod share;
 mod sinks;
 #[cfg(feature = "testing")]

@@ -12,11 +12,11 @@
 mod clock;
 mod embedded;
 mod journal;
-mod log;
+pub(crate) mod log;
 mod metrics;
 mod run_map;
 mod share_partition;
-mod state;
+pub(crate) mod state;
 mod txn;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
