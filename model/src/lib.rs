@@ -108,7 +108,7 @@ impl Config {
 
     /// CI: one instance that may be paused and come back (fencing).
     pub fn ci_pause() -> Self {
-        Config { records: 1, pauses: 1, crashes: 0, txn_timeouts: 0, store_faults: 0, ..Self::ci_one() }
+        Config { records: 1, pauses: 1, crashes: 1, txn_timeouts: 0, store_faults: 0, ..Self::ci_one() }
     }
 
     /// CI: two instances, adoption of one that crashed or paused.
@@ -789,6 +789,19 @@ impl Model for ProtocolModel {
             Action::Recover(i) => {
                 let Life::Recovering { epoch, token } = s.slots[i as usize].life else { return None };
                 let plan = resolve(&s.observed(i), &RetentionPolicy::default());
+                if let Some(m) = plan.restored_id() {
+                    let aborted: Vec<u64> = s.store[&(i, m)]
+                        .iter()
+                        .copied()
+                        .filter(|&k| s.broker.txn_state(&txn(i, k)) == TransactionState::Aborted)
+                        .collect();
+                    if !aborted.is_empty() {
+                        s.violations.insert(format!(
+                            "recovery of {} restored checkpoint {m}, whose transactions {aborted:?} were aborted",
+                            PREFIXES[i as usize]
+                        ));
+                    }
+                }
                 let actions = s.recovery_plan(i, plan.restored_id(), bug);
                 if s.carry_out(i, &actions, epoch, token).is_err() {
                     s.slots[i as usize].life = Life::Down;
@@ -1040,6 +1053,9 @@ impl Model for ProtocolModel {
                 s.store.iter().all(|(&(i, _), ks)| {
                     ks.iter().all(|&k| s.broker.txn_state(&txn(i, k)) != TransactionState::Aborted)
                 })
+            }),
+            Property::<Self>::always("recovery never restores a checkpoint whose transactions aborted", |_, s| {
+                !s.violations.iter().any(|v| v.contains("restored checkpoint"))
             }),
             Property::<Self>::always("at quiescence: exactly once or archived, nothing locked, no PREPARE", |m, s| {
                 let n = m.cfg.records;
