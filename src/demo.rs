@@ -664,20 +664,7 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
     let mut source_config = SourceSettings::new(GROUP, &[INPUT]);
     source_config.stop_when_drained = true;
     source_config.max_poll_records = 2_000;
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(broker.clone(), txns.clone(), source_config, group_config, metrics.clone()),
-    )
-    .parallelism(options.parallelism)
-    .sql("transform", TRANSFORM_SQL)
-    .parallelism(options.parallelism)
-    .sink("topic-sink", TopicSink::factory(broker.clone(), txns.clone(), OUTPUT))
-    .parallelism(options.parallelism);
-    if let Some(t) = &txns {
-        job.participant(t.clone());
-    }
+    let job = pipeline(&broker, txns.clone(), source_config, group_config, options.parallelism, metrics.clone());
     let schedule: Vec<(String, u32)> = match &options.schedule {
         Some(s) => s.clone(),
         None => crash_schedule(options.seed, options.crashes).into_iter().map(|(p, s)| (p.to_string(), s)).collect(),
@@ -740,6 +727,33 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
     })
 }
 
+/// The demo's pipeline: share source -> [`TRANSFORM_SQL`] -> topic sink, at
+/// `parallelism`; with `txns`, acknowledgements and output join T(n) (exactly-once).
+fn pipeline(
+    broker: &EmbeddedBroker,
+    txns: Option<Arc<BrokerTransactions>>,
+    source: SourceSettings,
+    group_config: ShareConfig,
+    parallelism: u32,
+    metrics: Arc<SourceMetrics>,
+) -> JobBuilder {
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(broker.clone(), txns.clone(), source, group_config, metrics),
+    )
+    .parallelism(parallelism)
+    .sql("transform", TRANSFORM_SQL)
+    .parallelism(parallelism)
+    .sink("topic-sink", TopicSink::factory(broker.clone(), txns.clone(), OUTPUT))
+    .parallelism(parallelism);
+    if let Some(t) = txns {
+        job.participant(t);
+    }
+    job
+}
+
 /// One instance of `--instances N`: the demo's job as prefix `prefix`, checkpoints under
 /// `{checkpoints}/{prefix}`; its sources run until it is stopped.
 fn instance_job(
@@ -755,24 +769,7 @@ fn instance_job(
     let metrics = Arc::new(SourceMetrics::default());
     let mut source_config = SourceSettings::new(GROUP, &[INPUT]);
     source_config.max_poll_records = 2_000;
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source_config,
-            group_config.clone(),
-            metrics.clone(),
-        ),
-    )
-    .parallelism(options.parallelism)
-    .sql("transform", TRANSFORM_SQL)
-    .parallelism(options.parallelism)
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-    .parallelism(options.parallelism)
-    .participant(txns);
+    let job = pipeline(broker, Some(txns), source_config, group_config.clone(), options.parallelism, metrics.clone());
     let checkpoint_timeout = Duration::from_secs(3);
     let mut config = JobConfig::new(storage, GROUP, prefix)
         .checkpoint_interval(options.interval)

@@ -66,22 +66,7 @@ fn instance_throttled(
     source.max_poll_records = 100;
     source.poll_timeout = Duration::from_millis(5);
     source.max_records_per_second = rate;
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            share_config(),
-            Arc::new(SourceMetrics::default()),
-        ),
-    )
-    .parallelism(2)
-    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-    .participant(txns);
+    let job = eos::pipeline(broker, &txns, source, share_config(), 2, Arc::new(SourceMetrics::default()));
     let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
     let config = JobConfig::new(storage, GROUP, prefix)
         .checkpoint_interval(INTERVAL)

@@ -24,11 +24,11 @@ use object_store::ObjectStore;
 use rng::Rng;
 use shareflow::checkpoint::{CheckpointPaths, CheckpointStore};
 use shareflow::connector::broker::EmbeddedBroker;
-use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+use shareflow::connector::embedded::BrokerTransactions;
 use shareflow::connector::share::{AcknowledgementMode, ShareConfig};
-use shareflow::connector::{points as connector_points, record_schema, SourceMetrics, SourceSettings};
+use shareflow::connector::{points as connector_points, SourceMetrics, SourceSettings};
 use shareflow::runtime::failpoint::points;
-use shareflow::runtime::{InstanceConfig, Job, JobBuilder, JobConfig, RestartStrategy};
+use shareflow::runtime::{InstanceConfig, Job, JobConfig, RestartStrategy};
 
 const RECORDS: u64 = 400;
 const ADOPTION: Duration = Duration::from_millis(250);
@@ -54,21 +54,7 @@ fn job(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str, rest
     let mut source = SourceSettings::new(GROUP, &[INPUT]);
     source.max_poll_records = 25;
     source.poll_timeout = Duration::from_millis(2);
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            share_config(),
-            Arc::new(SourceMetrics::default()),
-        ),
-    )
-    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-    .participant(txns);
+    let job = eos::pipeline(broker, &txns, source, share_config(), 1, Arc::new(SourceMetrics::default()));
     let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
     let config = JobConfig::new(storage, GROUP, prefix)
         .checkpoint_interval(Duration::from_millis(10))

@@ -52,6 +52,31 @@ pub async fn broker_with_input(records: u64, partitions: u32, share: &ShareConfi
     broker
 }
 
+/// The pipeline of these tests: share source -> upper-casing SQL -> topic sink, with
+/// acknowledgements and output in T(n) of `txns`.
+pub fn pipeline(
+    broker: &EmbeddedBroker,
+    txns: &Arc<BrokerTransactions>,
+    source: SourceSettings,
+    share: ShareConfig,
+    parallelism: u32,
+    metrics: Arc<SourceMetrics>,
+) -> JobBuilder {
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, share, metrics),
+    )
+    .parallelism(parallelism)
+    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
+    .parallelism(parallelism)
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .parallelism(parallelism)
+    .participant(txns.clone());
+    job
+}
+
 pub fn share_config() -> ShareConfig {
     ShareConfig::builder()
         .acknowledgement_mode(AcknowledgementMode::Transactional)
@@ -106,18 +131,7 @@ impl Run {
         source.decoder = self.decoder.clone();
         source.dead_letter_topic = self.dead_letter.then(|| "eos-dlq".to_string());
         source.max_records_per_second = self.max_rate;
-        let job = JobBuilder::new();
-        job.source(
-            "share-source",
-            record_schema(),
-            ShareGroupSource::factory(self.broker.clone(), Some(txns.clone()), source, share_config(), metrics.clone()),
-        )
-        .parallelism(self.parallelism)
-        .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
-        .parallelism(self.parallelism)
-        .sink("topic-sink", TopicSink::factory(self.broker.clone(), Some(txns.clone()), OUTPUT))
-        .parallelism(self.parallelism)
-        .participant(txns.clone());
+        let job = pipeline(&self.broker, &txns, source, share_config(), self.parallelism, metrics.clone());
         let mut config = JobConfig::new(self.storage.clone(), GROUP, &self.prefix)
             .checkpoint_interval(self.interval)
             // The broker's transaction timeout must outlast interval + checkpoint timeout.
