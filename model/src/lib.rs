@@ -129,12 +129,12 @@ impl Config {
 
     /// `SHAREFLOW_MODEL_DEPTH=deep`: one instance, larger.
     pub fn deep_one() -> Self {
-        Config { records: 3, checkpoints: 4, crashes: 2, lock_expiries: 2, ..Self::ci_one() }
+        Config { records: 3, checkpoints: 4, crashes: 2, ..Self::ci_one() }
     }
 
     /// `SHAREFLOW_MODEL_DEPTH=deep`: two instances, larger.
     pub fn deep_two() -> Self {
-        Config { records: 2, checkpoints: 3, pauses: 1, lock_expiries: 2, ..Self::ci_two() }
+        Config { records: 2, checkpoints: 3, ..Self::ci_two() }
     }
 
     /// The same size with another variant.
