@@ -33,6 +33,8 @@ commands:
     --dir PATH           broker and checkpoint directory, cleared first (default ./target/shareflow-demo)
     --resume             continue the run a stopped or killed demo left in --dir: produce only
                          what it had not produced, recover, run to the end, check the whole input
+                         (SIGTERM or Ctrl-C stops a run gracefully: a final checkpoint, then the
+                         summary says stopped; --resume finishes it)
     --checkpoints URL    checkpoint storage: file://..., memory://..., s3://... (default file://DIR/checkpoints)
     --partitions P       topic partitions (default 4)
     --parallelism P      job parallelism (default 2)
