@@ -256,3 +256,28 @@ async fn bad_instance_settings_are_named() {
     assert!(err.to_string().contains("job.id=other"), "{err}");
     assert!(build("a", "a", ADOPTION).is_ok());
 }
+
+/// An adopter that cannot read the dead instance's checkpoints fails with an error naming
+/// that instance and what to do; it never decides the instance's transactions blindly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_checkpoint_root_stops_the_adoption_with_a_named_error() {
+    use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 7));
+    let store: Arc<dyn ObjectStore> = faulty.clone();
+    doomed(&broker, &store, "a").run().await.unwrap_err();
+    // a's own checkpoints (not the registry) cannot be listed any more.
+    faulty.inject(FaultRule::always(StoreOp::List, "chk/a", Fault::Error));
+    let b = instance(&broker, &store, "b", false);
+    let err = tokio::time::timeout(Duration::from_secs(30), b.run()).await.expect("b gives up").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("cannot read the checkpoints of instance a to adopt it"), "{text}");
+    assert!(text.contains("same checkpoint root"), "{text}");
+    let prepared = broker.transactions().await.unwrap();
+    assert!(
+        prepared
+            .iter()
+            .any(|t| t.id.prefix() == "a" && t.state == shareflow::connector::share::TransactionState::Prepare),
+        "a's PREPARE transaction is left for an adopter that can read its checkpoints: {prepared:?}"
+    );
+}
