@@ -226,6 +226,17 @@ impl ModelBroker {
             .unwrap_or_default()
     }
 
+    /// Values of every batch whose transaction committed (or that was produced outside
+    /// a transaction), whatever the last stable offset: committed output that a
+    /// read_committed reader may not see yet behind another open transaction.
+    pub fn committed_values(&self, tp: &TopicPartition) -> Vec<Vec<u8>> {
+        let Ok(log) = self.state.log(tp) else { return Vec::new() };
+        log.batches_from(0)
+            .filter(|b| b.txn.is_none() && !b.aborted)
+            .flat_map(|b| b.records.iter().map(|r| r.value.as_ref().map(|v| v.to_vec()).unwrap_or_default()))
+            .collect()
+    }
+
     /// The canonical encoding the handle is hashed and compared by.
     pub fn encoding(&self) -> Vec<u8> {
         postcard::to_allocvec(&self.state).unwrap_or_default()

@@ -476,10 +476,20 @@ impl Sys {
             .collect()
     }
 
-    /// How often each input record appears in committed output.
+    /// How often each input record appears in committed output (committed
+    /// transactions, whether or not the last stable offset lets a reader see them yet).
     pub fn outputs(&self, n: u8) -> Vec<usize> {
+        self.count(n, self.broker.committed_values(&tp(OUTPUT)))
+    }
+
+    /// How often each input record appears to a read_committed reader.
+    pub fn readable_outputs(&self, n: u8) -> Vec<usize> {
+        self.count(n, self.broker.read_committed(&tp(OUTPUT)))
+    }
+
+    fn count(&self, n: u8, values: Vec<Vec<u8>>) -> Vec<usize> {
         let mut count = vec![0; n as usize];
-        for v in self.broker.read_committed(&tp(OUTPUT)) {
+        for v in values {
             if let Some(c) = usize::try_from(decode_offset(&v)).ok().and_then(|o| count.get_mut(o)) {
                 *c += 1;
             }
@@ -1067,7 +1077,9 @@ impl Model for ProtocolModel {
                     RecordState::Archived => out == 0,
                     _ => false,
                 });
-                ok_records && s.broker.all_pending().iter().all(|p| p.state != TransactionState::Prepare)
+                ok_records
+                    && s.readable_outputs(n) == s.outputs(n)
+                    && s.broker.all_pending().iter().all(|p| p.state != TransactionState::Prepare)
             }),
             Property::<Self>::sometimes("quiescent with every record output", |m, s| {
                 s.quiescent(m.cfg.records) && s.outputs(m.cfg.records).iter().all(|&c| c == 1)
