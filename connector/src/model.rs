@@ -129,6 +129,7 @@ impl ModelBroker {
     }
 
     /// `AckInTxn` of one offset: stages it into `id`.
+    #[allow(clippy::too_many_arguments)]
     pub fn ack_in_txn(
         &mut self,
         now_ms: u64,

@@ -689,7 +689,8 @@ impl Sys {
             }
             let r = &self.registry[i];
             if r.claim.is_some() {
-                let _ = write!(s, " claim={:?} plan={:?} done={}", r.claim.map(|c| PREFIXES[c as usize]), r.plan, r.done);
+                let _ =
+                    write!(s, " claim={:?} plan={:?} done={}", r.claim.map(|c| PREFIXES[c as usize]), r.plan, r.done);
             }
         }
         s
@@ -728,7 +729,8 @@ impl Model for ProtocolModel {
                     }
                 }
             }
-            if matches!(slot.life, Life::Running(_) | Life::Recovering { .. } | Life::Recovered { .. }) && s.budget[0] > 0
+            if matches!(slot.life, Life::Running(_) | Life::Recovering { .. } | Life::Recovered { .. })
+                && s.budget[0] > 0
             {
                 out.push(Action::Crash(i));
             }
@@ -852,7 +854,8 @@ impl Model for ProtocolModel {
                 let (_, offset, _) = got.first()?.clone();
                 let mut held = Held::Polled;
                 if bug == Bug::AckBeforeStaging {
-                    if s.broker.acknowledge(now, GROUP, p.member, &tp(INPUT), offset, AcknowledgeType::Accept).is_err() {
+                    if s.broker.acknowledge(now, GROUP, p.member, &tp(INPUT), offset, AcknowledgeType::Accept).is_err()
+                    {
                         s.fail(who);
                         return self.done(s, action);
                     }
@@ -1048,10 +1051,7 @@ impl Model for ProtocolModel {
             }),
             Property::<Self>::always("acks and output visible together", |m, s| {
                 let n = m.cfg.records;
-                s.records(n)
-                    .iter()
-                    .zip(s.outputs(n))
-                    .all(|(st, out)| (*st == RecordState::Acknowledged) == (out >= 1))
+                s.records(n).iter().zip(s.outputs(n)).all(|(st, out)| (*st == RecordState::Acknowledged) == (out >= 1))
             }),
             Property::<Self>::always("no commit without a manifest that decided it", |_, s| {
                 !s.violations.iter().any(|v| v.contains("no manifest"))

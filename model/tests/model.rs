@@ -87,7 +87,10 @@ fn holds_except(name: &str, cfg: Config, known: &[&str]) {
     let unexpected: Vec<&&str> = violated.iter().filter(|v| !known.contains(v)).collect();
     assert!(unexpected.is_empty(), "{name}: properties violated: {unexpected:?}");
     for k in known {
-        assert!(violated.contains(k), "{name}: the known finding {k:?} is no longer found: update the test and docs/model.md");
+        assert!(
+            violated.contains(k),
+            "{name}: the known finding {k:?} is no longer found: update the test and docs/model.md"
+        );
     }
     assert!(out.unreached.is_empty(), "{name}: coverage properties never reached: {:?}", out.unreached);
 }
@@ -115,7 +118,10 @@ fn one_instance_paused_and_back() {
     holds_except(
         "paused instance",
         Config::ci_pause(),
-        &["a manifest's transactions are never aborted", "recovery never restores a checkpoint whose transactions aborted"],
+        &[
+            "a manifest's transactions are never aborted",
+            "recovery never restores a checkpoint whose transactions aborted",
+        ],
     );
 }
 
@@ -126,7 +132,11 @@ fn two_instances_with_adoption() {
 
 #[test]
 fn broken_commit_before_manifest_is_caught() {
-    caught("bug: commit before manifest", Config::ci_one().with_bug(Bug::CommitBeforeManifest), "no commit without a manifest that decided it");
+    caught(
+        "bug: commit before manifest",
+        Config::ci_one().with_bug(Bug::CommitBeforeManifest),
+        "no commit without a manifest that decided it",
+    );
 }
 
 #[test]
@@ -145,7 +155,11 @@ fn broken_recovery_aborting_decided_is_caught() {
 
 #[test]
 fn broken_ack_before_staging_is_caught() {
-    caught("bug: ack before staging", Config::ci_one().with_bug(Bug::AckBeforeStaging), "acks and output visible together");
+    caught(
+        "bug: ack before staging",
+        Config::ci_one().with_bug(Bug::AckBeforeStaging),
+        "acks and output visible together",
+    );
 }
 
 #[test]
