@@ -825,10 +825,10 @@ impl Model for ProtocolModel {
             }
             Action::Start(i) => {
                 let Life::Recovered { epoch, token, next } = s.slots[i as usize].life else { return None };
-                let started = s.broker.join(now, GROUP, &[INPUT], &self.member_config()).and_then(|member| {
-                    s.broker.begin(now, &txn(i, next), epoch, 0)?;
-                    Ok(member)
-                });
+                let started = match s.broker.join(now, GROUP, &[INPUT], &self.member_config()) {
+                    Ok(member) => s.broker.begin(now, &txn(i, next), epoch, 0).map(|_| member),
+                    Err(e) => Err(e),
+                };
                 s.slots[i as usize].life = match started {
                     Ok(member) => Life::Running(Proc {
                         token,
@@ -935,11 +935,13 @@ impl Model for ProtocolModel {
                 let created = match outcome {
                     Store::Error => false,
                     Store::Ok | Store::AppliedThenTimeout => {
-                        if s.store.contains_key(&(i, n)) {
-                            false
-                        } else {
-                            s.store.insert((i, n), ks);
-                            outcome == Store::Ok
+                        // A create-only put: an existing key stays as it is.
+                        match s.store.entry((i, n)) {
+                            std::collections::btree_map::Entry::Occupied(_) => false,
+                            std::collections::btree_map::Entry::Vacant(v) => {
+                                v.insert(ks);
+                                outcome == Store::Ok
+                            }
                         }
                     }
                 };
