@@ -59,6 +59,9 @@ commands:
   checkpoints  list a job's checkpoints
     --checkpoints URL    storage (default file://$PWD/target/shareflow-demo/checkpoints)
     --job NAME           job id (default demo)
+  instances    list the instances registered under a checkpoint root: incarnation, last
+               heartbeat, and whether each is live, retired or adopted (and by whom)
+    --checkpoints URL    the shared checkpoint root (default file://$PWD/target/shareflow-demo/checkpoints)
   help         print this message";
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -362,6 +365,29 @@ async fn checkpoints(args: &mut Args) -> Result<(), Box<dyn std::error::Error + 
     Ok(())
 }
 
+/// `shareflow instances`: every instance registered under a checkpoint root (decision
+/// 0007), with its incarnation, last heartbeat and whether it retired or was adopted.
+async fn instances(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let default = format!("file://{}/target/shareflow-demo/checkpoints", std::env::current_dir()?.display());
+    let url = args.value("--checkpoints")?.unwrap_or(default);
+    // Any job id opens the root; the registry lives beside every job's checkpoints.
+    let registry = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], "instances")?.registry();
+    println!("{:<24} {:>11} {:>6} {:>10} state", "instance", "incarnation", "beats", "checkpoint");
+    for r in registry.observe().await? {
+        let state = match (&r.adopted_by, r.adoption_done, r.retired) {
+            (Some(by), true, _) => format!("adopted by {by}"),
+            (Some(by), false, _) => format!("being adopted by {by}"),
+            (None, _, true) => "retired".to_string(),
+            (None, _, false) => "registered".to_string(),
+        };
+        let (beats, checkpoint) = r.heartbeat.map_or((String::from("-"), String::from("-")), |h| {
+            (h.beat.to_string(), h.checkpoint_id.map_or(String::from("-"), |c| c.to_string()))
+        });
+        println!("{:<24} {:>11} {:>6} {:>10} {state}", r.prefix, r.incarnation, beats, checkpoint);
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let mut args = Args(std::env::args().skip(1).collect());
     if args.0.is_empty() {
@@ -426,6 +452,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
+        "instances" => match runtime.block_on(instances(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             ExitCode::SUCCESS

@@ -270,6 +270,15 @@ fn several_instances_adopt_the_one_that_died() {
     let emitted: u64 = instances.iter().map(|i| i["records_emitted"].as_u64().unwrap()).sum();
     assert!(emitted >= 20_000, "every record went through some instance (replays count twice): {s}");
 
+    // The admin view of the same run: instance 1 adopted, the others retired.
+    let root = format!("file://{}", tmp.path().join("checkpoints").display());
+    let listed = shareflow(&["instances", "--checkpoints", &root], RUN_TIMEOUT);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let adopter = instances.iter().find(|i| i["adoptions"].as_u64() > Some(0)).unwrap()["prefix"].as_str().unwrap();
+    let line = |prefix: &str| listed.stdout.lines().find(|l| l.starts_with(&format!("{prefix} "))).map(str::to_string);
+    assert!(line("demo-1").is_some_and(|l| l.ends_with(&format!("adopted by {adopter}"))), "{}", listed.stdout);
+    assert!(line("demo-4").is_some_and(|l| l.ends_with("retired")), "{}", listed.stdout);
+
     let refused_run = fresh(tmp.path(), 1_000, &["--instances", "2", "--at-least-once"]);
     assert!(refused(&refused_run).contains("--instances: instances need exactly-once mode"), "{refused_run:?}");
 }
