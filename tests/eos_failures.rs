@@ -258,3 +258,50 @@ async fn poison_records_are_rejected_or_dead_lettered() {
         }
     }
 }
+
+/// The model's finding 1 (docs/model.md): a fenced, paused incarnation can publish its
+/// manifest n after a successor's recovery aborted T(n). Recovery tombstones n before it
+/// aborts, so that late manifest is never restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_written_after_recovery_aborted_its_checkpoint_is_never_restored() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let storage = storage_on(store.clone(), "c");
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let mut run = Run::new(broker.clone(), storage.clone());
+    run.restarts = 0;
+    run.interval = Duration::from_millis(2);
+    run.max_rate = Some(20_000);
+    // The incarnation that will "pause": T(n) prepared and its state written, no manifest.
+    let (result, _) = run.run(vec![(points::AFTER_STATE_BEFORE_MANIFEST.to_string(), 1)]).await;
+    assert!(result.is_err());
+    let n = broker
+        .transactions()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.state == shareflow::connector::share::TransactionState::Prepare)
+        .map(|t| t.id.checkpoint_id())
+        .max()
+        .expect("a PREPARE transaction without a manifest");
+    // Its successor recovers: T(n) has no manifest, so it is aborted; then a crash, before
+    // any new checkpoint.
+    let (result, fired) = run.run(vec![(points::RECOVERY_MID.to_string(), 0)]).await;
+    assert!(result.is_err());
+    assert_eq!(fired, vec![points::RECOVERY_MID.to_string()]);
+    // The paused incarnation wakes up and publishes manifest n.
+    let late = shareflow::checkpoint::Manifest {
+        job_id: "eos".into(),
+        checkpoint_id: n,
+        created_at_ms: 0,
+        state_files: vec![],
+        transactions: vec![],
+    };
+    storage.publish_manifest(&late).await.unwrap();
+    // The next recovery never restores checkpoint n.
+    let mut again = run.clone();
+    again.restarts = 3;
+    let (job, _, _) = again.job();
+    let report = job.run().await.unwrap();
+    assert!(report.restored_from.is_none_or(|r| r < n), "restored {:?}, not the aborted {n}", report.restored_from);
+    assert_exactly_once(&again.check().await, RECORDS, "late manifest");
+}

@@ -55,7 +55,7 @@ pub use envelope::EnvelopeError;
 pub use error::{CheckpointError, ErrorKind, Result};
 pub use local::DurableLocalStore;
 pub use manifest::{Manifest, ParticipantState, StateFileRef, TransactionRecord};
-pub use paths::{CheckpointKey, CheckpointPaths, MANIFEST_NAME};
+pub use paths::{CheckpointKey, CheckpointPaths, ABORTED_NAME, MANIFEST_NAME};
 pub use protocol::{RecoveryDecision, RecoveryPlan, RetentionPolicy};
 pub use store::{
     now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint, DEFAULT_INLINE_THRESHOLD,

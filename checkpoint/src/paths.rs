@@ -16,6 +16,11 @@ use crate::error::{CheckpointError, Result};
 /// File name of a manifest.
 pub const MANIFEST_NAME: &str = "_metadata";
 
+/// File name of the tombstone recovery writes before it aborts a checkpoint's
+/// transactions: a manifest that appears later (written by a fenced, paused incarnation)
+/// is never restored.
+pub const ABORTED_NAME: &str = "_aborted";
+
 /// Builds the keys of one job's checkpoints and savepoints.
 ///
 /// ```
@@ -51,6 +56,11 @@ pub enum CheckpointKey {
         operator: String,
         /// Subtask index.
         subtask: u32,
+    },
+    /// A checkpoint's tombstone: recovery aborted its transactions.
+    Aborted {
+        /// Checkpoint id.
+        checkpoint_id: u64,
     },
     /// Anything under a savepoint.
     Savepoint {
@@ -124,6 +134,11 @@ impl CheckpointPaths {
         self.checkpoint_dir(checkpoint_id).join(MANIFEST_NAME)
     }
 
+    /// The tombstone of checkpoint `n` ([`ABORTED_NAME`]).
+    pub fn aborted_marker(&self, checkpoint_id: u64) -> Path {
+        self.checkpoint_dir(checkpoint_id).join(ABORTED_NAME)
+    }
+
     /// File name of an operator subtask's state, without its directory.
     pub fn state_file_name(operator: &str, subtask: u32) -> Result<String> {
         check_name("operator", operator)?;
@@ -164,6 +179,9 @@ impl CheckpointPaths {
         if file == MANIFEST_NAME {
             return CheckpointKey::Manifest { checkpoint_id };
         }
+        if file == ABORTED_NAME {
+            return CheckpointKey::Aborted { checkpoint_id };
+        }
         match file.strip_suffix(".state").and_then(|f| f.rsplit_once('-')) {
             Some((operator, subtask)) if !operator.is_empty() => match subtask.parse() {
                 Ok(subtask) => CheckpointKey::State { checkpoint_id, operator: operator.to_string(), subtask },
@@ -199,6 +217,7 @@ mod tests {
         let sp = p.savepoint_dir("before-upgrade").unwrap().join(MANIFEST_NAME);
         assert_eq!(p.parse(&sp), CheckpointKey::Savepoint { name: "before-upgrade".into() });
         assert_eq!(p.parse(&Path::from("root/x/job-1/chk-12/_metadata")), CheckpointKey::Unknown);
+        assert_eq!(p.parse(&p.aborted_marker(12)), CheckpointKey::Aborted { checkpoint_id: 12 });
         assert_eq!(p.parse(&Path::from("root/x/other/chk-00000000000000000001/_metadata")), CheckpointKey::Unknown);
     }
 

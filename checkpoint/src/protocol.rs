@@ -18,6 +18,10 @@ pub enum ManifestStatus {
     },
     /// A manifest that decoded and verified.
     Valid(Manifest),
+    /// Recovery aborted this checkpoint's transactions and left a tombstone: whatever
+    /// manifest appears here (a fenced, paused incarnation may still write one) decides
+    /// nothing.
+    Aborted,
 }
 
 /// One checkpoint directory as observed by LIST (and GET of its manifest).
@@ -67,6 +71,9 @@ pub enum CheckpointStatus {
         /// Why.
         reason: String,
     },
+    /// Recovery aborted its transactions: never restored, and never deleted (the
+    /// tombstone must outlive any late manifest).
+    Aborted,
 }
 
 /// What to restore from.
@@ -114,6 +121,7 @@ impl RecoveryPlan {
 pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, String>) -> CheckpointStatus {
     let manifest = match &c.manifest {
         ManifestStatus::Missing => return CheckpointStatus::Incomplete,
+        ManifestStatus::Aborted => return CheckpointStatus::Aborted,
         ManifestStatus::Corrupt { reason } => return CheckpointStatus::Corrupt { reason: reason.clone() },
         ManifestStatus::Valid(m) => m,
     };
@@ -185,7 +193,7 @@ pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
                     collect.push((*id, CollectReason::Incomplete));
                 }
             }
-            CheckpointStatus::Corrupt { .. } => {}
+            CheckpointStatus::Corrupt { .. } | CheckpointStatus::Aborted => {}
         }
     }
     collect.reverse();
@@ -387,7 +395,8 @@ mod tests {
         }
     }
 
-    /// `C` complete, `I` incomplete, `X` corrupt manifest, `M` missing state file.
+    /// `C` complete, `I` incomplete, `X` corrupt manifest, `M` missing state file, `A`
+    /// tombstoned by recovery (a late manifest may or may not be there).
     fn observed(spec: &str) -> Observed {
         let checkpoints = spec
             .chars()
@@ -400,6 +409,7 @@ mod tests {
                     'C' => ManifestStatus::Valid(manifest(id)),
                     'I' => ManifestStatus::Missing,
                     'X' => ManifestStatus::Corrupt { reason: "checksum mismatch".into() },
+                    'A' => ManifestStatus::Aborted,
                     'M' => {
                         files.clear();
                         ManifestStatus::Valid(manifest(id))
@@ -446,6 +456,11 @@ mod tests {
             ("IX", 1, &[], (None, vec![], vec![2], 3)),
             // Gaps are fine; retention counts complete ones only.
             ("C.C.I", 1, &[], (Some(3), vec![(1, Superseded)], vec![], 6)),
+            // A tombstoned checkpoint is never restored (even the newest) and never
+            // collected, even when it is older than the restore point.
+            ("CA", 1, &[], (Some(1), vec![], vec![], 3)),
+            ("A", 1, &[], (None, vec![], vec![], 2)),
+            ("CAC", 1, &[], (Some(3), vec![(1, Superseded)], vec![], 4)),
         ];
         for (spec, retain, protected, expected) in rows {
             assert_eq!(plan(spec, retain, protected), expected, "{spec} retain {retain} protected {protected:?}");

@@ -127,6 +127,24 @@ impl CheckpointStore {
         &self.paths
     }
 
+    /// Tombstones checkpoint `checkpoint_id` before recovery aborts its transactions, so
+    /// that a manifest a fenced, paused incarnation writes later is never restored (the
+    /// model's finding 1, docs/model.md). Create-only and idempotent.
+    pub async fn mark_aborted(&self, checkpoint_id: u64) -> Result<()> {
+        let path = self.paths.aborted_marker(checkpoint_id);
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        let put = || self.store.put_opts(&path, PutPayload::from_static(b"aborted by recovery"), opts.clone());
+        match with_retry("put", &path, put).await {
+            Ok(_) => Ok(()),
+            Err(CheckpointError::Store { source, .. })
+                if matches!(source.as_ref(), object_store::Error::AlreadyExists { .. }) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// The store of another job (instance) under the same root, for adoption.
     pub fn sibling(&self, job_id: &str) -> Result<Self> {
         Ok(Self::new(self.store.clone(), self.paths.sibling(job_id)?))
@@ -308,6 +326,7 @@ impl CheckpointStore {
             .map_err(|e| CheckpointError::store("list", &prefix, e))?;
         let mut by_id: BTreeMap<u64, ObservedCheckpoint> = BTreeMap::new();
         let mut manifests = Vec::new();
+        let mut aborted = Vec::new();
         for meta in metas {
             let entry = |id| ObservedCheckpoint {
                 checkpoint_id: id,
@@ -322,6 +341,10 @@ impl CheckpointStore {
                 CheckpointKey::State { checkpoint_id, operator, subtask } => {
                     let name = format!("{operator}-{subtask}.state");
                     by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id)).files.insert(name, meta.size);
+                }
+                CheckpointKey::Aborted { checkpoint_id } => {
+                    by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id));
+                    aborted.push(checkpoint_id);
                 }
                 CheckpointKey::Savepoint { .. } | CheckpointKey::Unknown => {}
             }
@@ -345,6 +368,12 @@ impl CheckpointStore {
         for (id, status) in read {
             if let Some(c) = by_id.get_mut(&id) {
                 c.manifest = status;
+            }
+        }
+        // The tombstone decides, whatever manifest appeared after it.
+        for id in aborted {
+            if let Some(c) = by_id.get_mut(&id) {
+                c.manifest = ManifestStatus::Aborted;
             }
         }
         Ok(Observed { checkpoints: by_id.into_values().collect(), failed_verification: BTreeMap::new() })

@@ -116,7 +116,7 @@ impl Instance {
         let latest = resolve(&observed, &RetentionPolicy::default()).restored_id();
         let restored = self.registry.record_plan(prefix, latest).await?;
         failpoints.hit(points::ADOPTION_MID)?;
-        let decided = decide(&adopters, &template, restored, metrics, None).await?;
+        let decided = decide(&adopters, &template, &theirs, restored, metrics, None).await?;
         self.registry.finish_adoption(prefix).await?;
         metrics.checkpoints(|c| c.instances_adopted += 1);
         tracing::warn!(%prefix, restored = ?restored, transactions = decided, "adopted: every transaction of the instance is decided");
@@ -142,11 +142,13 @@ fn adoption_error(prefix: &str, e: shareflow_checkpoint::CheckpointError) -> Run
 }
 
 /// Carries out `plan_recovery` for `template`'s pending transactions on `participants`:
-/// what a restart does for its own prefix and an adopter for another's. Returns how many
+/// what a restart does for its own prefix and an adopter for another's. Before aborting
+/// T(k) it tombstones checkpoint k in `storage` (that prefix's checkpoints). Returns how many
 /// transactions it decided. `mid` is hit after the first decision, if given.
 pub(crate) async fn decide(
     participants: &[Participant],
     template: &TransactionTemplate,
+    storage: &CheckpointStore,
     restored: Option<u64>,
     metrics: &JobMetrics,
     mid: Option<&Failpoints>,
@@ -178,6 +180,9 @@ pub(crate) async fn decide(
             p.commit(&txn).await?;
             metrics.checkpoints(|c| c.transactions_recovered += 1);
         } else {
+            // Tombstone first: a manifest for it that a fenced, paused incarnation writes
+            // later must never be restored (docs/model.md, finding 1).
+            storage.mark_aborted(action.checkpoint_id()).await?;
             tracing::info!(txn = %txn, participant = p.name(), "aborting an undecided transaction");
             p.abort(&txn).await?;
             metrics.checkpoints(|c| c.transactions_aborted += 1);

@@ -210,8 +210,15 @@ impl Job {
         }
         // The commit rules are decided in one place (checkpoint::protocol); this only
         // carries the plan out.
-        instance::decide(&self.spec.participants, &self.template, restored, &self.metrics, Some(&self.failpoints))
-            .await?;
+        instance::decide(
+            &self.spec.participants,
+            &self.template,
+            storage,
+            restored,
+            &self.metrics,
+            Some(&self.failpoints),
+        )
+        .await?;
         // Nothing PREPARE is left, so old checkpoints may go.
         if let Err(e) = storage.collect_garbage(&recovery.plan).await {
             tracing::warn!(error = %e, "cannot delete old checkpoints during recovery");
