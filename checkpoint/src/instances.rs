@@ -82,6 +82,29 @@ pub struct InstanceRecord {
     pub adoption_done: bool,
 }
 
+impl InstanceRecord {
+    /// `Ok` while `incarnation` is this instance's current one and nobody claimed its
+    /// adoption; otherwise [`CheckpointError::InstanceFenced`]: the caller must stop.
+    pub fn ensure_current(&self, incarnation: u64) -> Result<()> {
+        if let Some(by) = &self.adopted_by {
+            return Err(CheckpointError::InstanceFenced {
+                prefix: self.prefix.clone(),
+                reason: format!("instance {by} adopted it after it was silent too long; stop this one"),
+            });
+        }
+        if self.incarnation != incarnation {
+            return Err(CheckpointError::InstanceFenced {
+                prefix: self.prefix.clone(),
+                reason: format!(
+                    "incarnation {} started after this one ({incarnation}); two instances must not share a prefix",
+                    self.incarnation
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The instance registry of the instances whose checkpoints share one root.
 #[derive(Debug, Clone)]
 pub struct InstanceRegistry {
@@ -208,24 +231,15 @@ impl InstanceRegistry {
     /// [`CheckpointError::InstanceFenced`] if a newer incarnation started or an adoption
     /// was claimed: the caller must stop.
     pub async fn heartbeat(&self, prefix: &str, incarnation: u64, beat: u64, checkpoint_id: Option<u64>) -> Result<()> {
-        let r = self.record(prefix).await?;
-        if let Some(by) = r.adopted_by {
-            return Err(CheckpointError::InstanceFenced {
-                prefix: prefix.to_string(),
-                reason: format!("instance {by} adopted it after it was silent too long; stop this one"),
-            });
-        }
-        if r.incarnation != incarnation {
-            return Err(CheckpointError::InstanceFenced {
-                prefix: prefix.to_string(),
-                reason: format!(
-                    "incarnation {} started after this one ({incarnation}); two instances must not share a prefix",
-                    r.incarnation
-                ),
-            });
-        }
+        self.record(prefix).await?.ensure_current(incarnation)?;
+        self.write_heartbeat(prefix, Heartbeat { incarnation, beat, checkpoint_id }).await
+    }
+
+    /// Writes `heartbeat` for `prefix` without looking first: for a caller that just
+    /// checked the record with [`InstanceRecord::ensure_current`].
+    pub async fn write_heartbeat(&self, prefix: &str, heartbeat: Heartbeat) -> Result<()> {
         let path = self.path(prefix, HEARTBEAT);
-        let bytes = encode("heartbeat", &Heartbeat { incarnation, beat, checkpoint_id })?;
+        let bytes = encode("heartbeat", &heartbeat)?;
         self.store
             .put(&path, PutPayload::from_bytes(bytes))
             .await

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use shareflow_checkpoint::instances::{InstanceRegistry, SilenceTracker};
+use shareflow_checkpoint::instances::{Heartbeat, InstanceRegistry, SilenceTracker};
 use shareflow_checkpoint::protocol::{
     plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction,
 };
@@ -50,14 +50,8 @@ impl Instance {
         self.config.heartbeat_interval
     }
 
-    /// One heartbeat; fails (kind Fenced) if a newer incarnation or an adopter took over.
-    pub(crate) async fn beat(&mut self, checkpoint_id: Option<u64>) -> Result<()> {
-        self.beats += 1;
-        self.registry.heartbeat(self.template.prefix(), self.incarnation, self.beats, checkpoint_id).await?;
-        Ok(())
-    }
-
-    /// Beats, then adopts every instance the plan says to.
+    /// Beats (failing, kind Fenced, if a newer incarnation or an adopter took over), then
+    /// adopts every instance the plan says to.
     pub(crate) async fn tick(
         &mut self,
         checkpoint_id: Option<u64>,
@@ -65,10 +59,17 @@ impl Instance {
         metrics: &JobMetrics,
         failpoints: &Failpoints,
     ) -> Result<()> {
-        self.beat(checkpoint_id).await?;
+        // One look at the registry serves both the fencing check and the adoption plan.
         let records = self.registry.observe().await?;
-        let views = self.tracker.views(&records, std::time::Instant::now());
         let me = self.template.prefix().to_string();
+        match records.iter().find(|r| r.prefix == me) {
+            Some(own) => own.ensure_current(self.incarnation)?,
+            None => return Err(RuntimeError::Internal(format!("instance {me} is missing from the registry"))),
+        }
+        self.beats += 1;
+        let beat = Heartbeat { incarnation: self.incarnation, beat: self.beats, checkpoint_id };
+        self.registry.write_heartbeat(&me, beat).await?;
+        let views = self.tracker.views(&records, std::time::Instant::now());
         for step in plan_adoption(&me, &views, self.config.adoption_timeout) {
             let prefix = step.prefix().to_string();
             if let AdoptionStep::Claim { .. } = step {
