@@ -30,7 +30,7 @@ const ADOPTION: Duration = Duration::from_millis(600);
 /// One instance: the share source -> SQL -> topic sink pipeline of the eos tests, as
 /// prefix `prefix`, with its checkpoints under `{root}/{prefix}` in `store`.
 fn instance(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str, until_drained: bool) -> Job {
-    instance_with(broker, store, prefix, until_drained, 3)
+    instance_throttled(broker, store, prefix, until_drained, 3, None)
 }
 
 /// An instance that dies at its second manifest and never restarts. Its sources are
@@ -40,16 +40,6 @@ fn doomed(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str) -
     let job = instance_throttled(broker, store, prefix, true, 0, Some(10_000));
     job.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
     job
-}
-
-fn instance_with(
-    broker: &EmbeddedBroker,
-    store: &Arc<dyn ObjectStore>,
-    prefix: &str,
-    until_drained: bool,
-    restarts: u32,
-) -> Job {
-    instance_throttled(broker, store, prefix, until_drained, restarts, None)
 }
 
 fn instance_throttled(
