@@ -95,7 +95,9 @@ async fn recovery_commits_a_decided_transaction_by_producer_id_and_aborts_the_re
     let pending: Vec<(u64, bool)> =
         p.pending(&template).await.expect("pending").iter().map(|t| (t.id.checkpoint_id(), t.prepared)).collect();
     assert_eq!(pending, vec![(4, true)]);
-    assert!(p.highest_checkpoint_id(&template).await.expect("highest") >= Some(5));
+    // Epoch 4's commit entry is written (inside T(4)); epoch 5 left no trace, and a
+    // new generation's transactional ids are fresh, so using 5 again is harmless.
+    assert!(p.highest_checkpoint_id(&template).await.expect("highest") >= Some(4));
     p.commit(&template.transaction(4)).await.expect("recovery commit");
     p.abort(&template.transaction(5)).await.expect("recovery abort");
     assert!(p.pending(&template).await.expect("pending").is_empty(), "nothing lingers");
@@ -161,15 +163,17 @@ async fn a_new_instance_fences_what_a_stale_one_wrote_and_never_prepared() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pending_reports_an_unprepared_transaction_begun_after_open_and_abort_fences_it() {
+async fn pending_aborts_an_unprepared_transaction_another_process_began_after_open() {
     let Some(c) = cluster().await else { return };
     let (template, out) = setup(&c).await;
     let fresh = participant(&c);
     fresh.open(&template).await.expect("open");
-    // Another instance of the prefix writes into T(7) after the fresh one opened: open
-    // could not fence it, and listing must not.
+    // Another process of the prefix writes into T(7) after the fresh one opened: open
+    // could not fence it. It never prepared, so nothing can ever decide it: listing the
+    // pending transactions aborts it.
     let other = participant(&c);
     other.open(&template).await.expect("open");
+    assert!(other.generation() > fresh.generation(), "each attempt has a generation of its own");
     let t7 = template.transaction(7);
     other.begin(&t7).await.expect("begin");
     other.send(7, records(&out, 2)).await.expect("send");
@@ -178,14 +182,9 @@ async fn pending_reports_an_unprepared_transaction_begun_after_open_and_abort_fe
         assert!(tokio::time::Instant::now() < deadline, "T(7)'s records never reached the broker");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let listed = |p: Vec<shareflow::runtime::PendingTransaction>| {
-        p.iter().map(|t| (t.id.checkpoint_id(), t.prepared)).collect::<Vec<_>>()
-    };
-    assert_eq!(listed(fresh.pending(&template).await.expect("pending")), vec![(7, false)]);
-    assert_eq!(listed(fresh.pending(&template).await.expect("pending")), vec![(7, false)], "listing fenced it");
-    // The runtime aborts an unprepared transaction; without its producer, that fences it.
-    fresh.abort(&t7).await.expect("abort");
-    assert!(fresh.pending(&template).await.expect("pending").is_empty());
+    assert!(fresh.pending(&template).await.expect("pending").is_empty(), "unprepared: nothing to decide");
+    let err = other.prepare(&t7).await.expect_err("its transactional id was fenced");
+    assert!(matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Fenced), "{err}");
     assert_eq!(committed(&c, &out).await, 0, "nothing of T(7) shows");
 }
 
@@ -247,6 +246,18 @@ async fn a_foreign_record_in_the_ledger_is_a_data_error_naming_its_offset() {
     let err = p.committed_epochs().await.expect_err("corrupt ledger");
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
     assert!(err.to_string().contains(&format!("{ledger} partition 0 offset 0")), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_record_in_the_intents_topic_stops_the_attempt_naming_its_offset() {
+    let Some(c) = cluster().await else { return };
+    let (template, _) = setup(&c).await;
+    let intents = format!("{}-intents", template.group_id());
+    c.ensure_topic(&intents, 1, &[]).await.expect("topic");
+    c.produce(&intents, [(None, Bytes::from_static(b"not an intent"))]).await.expect("produce");
+    let err = participant(&c).open(&template).await.expect_err("corrupt intents topic");
+    assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+    assert!(err.to_string().contains(&format!("{intents} partition 0 offset 0")), "{err}");
 }
 
 /// Runs `shareflow demo --kafka` on a fresh name with `records` records, 300 ms

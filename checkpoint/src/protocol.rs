@@ -377,6 +377,27 @@ pub fn check_instance_start(own: Option<&InstanceView>) -> Result<(), String> {
     }
 }
 
+/// The prefixes `me` holds: those whose adoption finished under `me`, or under a prefix
+/// `me` holds (holding is transitive). Their remaining work is `me`'s: a backend that
+/// cannot make a decided transaction give its records back (stock Kafka) replays them.
+/// An unfinished adoption is not held yet; [`plan_adoption`] resumes it first.
+pub fn held_prefixes(me: &str, instances: &[InstanceView]) -> BTreeSet<String> {
+    let mut held: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let before = held.len();
+        for v in instances.iter().filter(|v| v.adoption_done && v.prefix != me) {
+            if let Some(by) = v.adopted_by.as_deref() {
+                if by == me || held.contains(by) {
+                    held.insert(v.prefix.clone());
+                }
+            }
+        }
+        if held.len() == before {
+            return held;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,6 +551,27 @@ mod tests {
             adopted_by: adopted_by.map(Into::into),
             adoption_done: done,
         }
+    }
+
+    #[test]
+    fn held_prefixes_follow_finished_adoptions_transitively() {
+        let views = [
+            view("a", 0, false, None, false),
+            view("b", 99, false, Some("a"), true),  // a adopted b
+            view("c", 99, false, Some("b"), true),  // b had adopted c: a holds c
+            view("d", 99, false, Some("a"), false), // unfinished: resumed, not held yet
+            view("e", 99, false, Some("d"), true),  // held by d, which a does not hold yet
+            view("f", 99, false, Some("z"), true),  // someone else's
+            view("a2", 99, false, Some("a"), true),
+        ];
+        let held = held_prefixes("a", &views);
+        assert_eq!(held, BTreeSet::from(["b".to_string(), "c".to_string(), "a2".to_string()]));
+        assert_eq!(held_prefixes("z", &views), BTreeSet::from(["f".to_string()]));
+        assert!(held_prefixes("q", &views).is_empty());
+        // A cycle (impossible in a registry, where an adopted prefix never runs again)
+        // still terminates.
+        let cycle = [view("x", 0, false, Some("y"), true), view("y", 0, false, Some("x"), true)];
+        assert_eq!(held_prefixes("x", &cycle), BTreeSet::from(["y".to_string()]));
     }
 
     fn steps(me: &str, instances: &[InstanceView]) -> Vec<String> {

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use shareflow_checkpoint::instances::{Heartbeat, InstanceRegistry, SilenceTracker};
 use shareflow_checkpoint::protocol::{
-    plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction,
+    held_prefixes, plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction,
 };
 use shareflow_checkpoint::CheckpointStore;
 
@@ -43,6 +43,22 @@ impl Instance {
         let incarnation = registry.register(&prefix).await?;
         tracing::info!(%prefix, incarnation, "registered as an instance of the group");
         Ok(Self { registry, storage, config, template, incarnation, beats: 0, tracker: SilenceTracker::new() })
+    }
+
+    /// Fails (kind Fenced) if a newer incarnation or an adopter took this prefix over.
+    /// A job checks this after its participants opened, before it commits anything: an
+    /// adopter that fenced us earlier is seen here, and one that fences us later fences
+    /// what we just opened (decision 0008, rule R1).
+    pub(crate) async fn ensure_current(&self) -> Result<()> {
+        self.registry.record(self.template.prefix()).await?.ensure_current(self.incarnation)?;
+        Ok(())
+    }
+
+    /// The prefixes this instance holds: finished adoptions by it, transitively.
+    pub(crate) async fn held(&mut self) -> Result<Vec<String>> {
+        let records = self.registry.observe().await?;
+        let views = self.tracker.views(&records, std::time::Instant::now());
+        Ok(held_prefixes(self.template.prefix(), &views).into_iter().collect())
     }
 
     /// How often to beat and look around.
@@ -118,6 +134,10 @@ impl Instance {
         let restored = self.registry.record_plan(prefix, latest).await?;
         failpoints.hit(points::ADOPTION_MID)?;
         let decided = decide(&adopters, &template, &theirs, restored, metrics, None).await?;
+        // Its transactions are decided: fence what is left of it and take its work over.
+        for p in participants {
+            p.take_over(&template).await?;
+        }
         self.registry.finish_adoption(prefix).await?;
         metrics.checkpoints(|c| c.instances_adopted += 1);
         tracing::warn!(%prefix, restored = ?restored, transactions = decided, "adopted: every transaction of the instance is decided");

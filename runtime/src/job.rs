@@ -191,9 +191,14 @@ impl Job {
 
     /// DESIGN.md §3 step 7: restore the newest complete checkpoint, then commit the
     /// PREPARE transactions it covers and abort everything else. Idempotent.
-    async fn recover(&self) -> Result<Recovered> {
+    async fn recover(&self, mut instance: Option<&mut Instance>) -> Result<Recovered> {
         for p in &self.spec.participants {
             p.open(&self.template).await?;
+        }
+        // Opened first, checked second: an adopter that claims us from now on fences
+        // what we just opened (decision 0008, rule R1).
+        if let Some(i) = instance.as_deref() {
+            i.ensure_current().await?;
         }
         let storage = &self.config.storage;
         let policy = RetentionPolicy { retain: self.config.retained_checkpoints, protected: BTreeSet::new() };
@@ -219,6 +224,18 @@ impl Job {
             Some(&self.failpoints),
         )
         .await?;
+        // Everything of our prefix, and of every prefix we adopted, is decided: the
+        // participants take the rest of their work over before any task starts.
+        let held = match instance.as_deref_mut() {
+            Some(i) => i.held().await?,
+            None => Vec::new(),
+        };
+        for p in &self.spec.participants {
+            p.take_over(&self.template).await?;
+            for prefix in &held {
+                p.take_over(&TransactionTemplate::new(self.template.group_id(), prefix)?).await?;
+            }
+        }
         // Nothing PREPARE is left, so old checkpoints may go.
         if let Err(e) = storage.collect_garbage(&recovery.plan).await {
             tracing::warn!(error = %e, "cannot delete old checkpoints during recovery");
@@ -292,8 +309,8 @@ impl Job {
         Wiring { receivers, out_edges, input_edge }
     }
 
-    async fn attempt(&self, instance: Option<&mut Instance>) -> Result<Option<u64>> {
-        let recovered = self.recover().await?;
+    async fn attempt(&self, mut instance: Option<&mut Instance>) -> Result<Option<u64>> {
+        let recovered = self.recover(instance.as_deref_mut()).await?;
         // T(first epoch) must exist before any task writes into it.
         let first = self.template.transaction(recovered.first_epoch);
         for p in &self.spec.participants {

@@ -219,6 +219,16 @@ pub trait TransactionParticipant: Send + Sync + 'static {
         None
     }
 
+    /// Called once every transaction of `template`'s prefix is decided: by a restart's
+    /// recovery for this job's own prefix (before any task starts), and by an adoption
+    /// for the adopted prefix (decision 0008). The participant fences whatever of that
+    /// prefix could still commit, and takes over its remaining work. A backend whose
+    /// aborted transactions give their records back (the embedded broker) has nothing
+    /// to do.
+    async fn take_over(&self, _template: &TransactionTemplate) -> Result<()> {
+        Ok(())
+    }
+
     /// The highest checkpoint id of any transaction of this group and prefix, decided or
     /// not, so that a restarted job never reuses an id (a decided id cannot begin again).
     async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<u64>> {

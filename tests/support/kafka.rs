@@ -49,3 +49,8 @@ pub async fn until<F: FnMut() -> bool>(deadline: Duration, mut done: F) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The transactional ids starting with `prefix` the broker knows, with their states.
+pub async fn transactional_ids(c: &KafkaCluster, prefix: &str) -> Vec<(String, String)> {
+    c.transactional_ids(prefix).await.expect("list transactions")
+}

@@ -504,6 +504,21 @@ impl KafkaCluster {
         Ok(out)
     }
 
+    /// Every transactional id the brokers know that starts with `prefix`, with its state
+    /// (`Ongoing`, `Empty`, `CompleteCommit`, ...), sorted: what `shareflow txn list
+    /// --kafka` prints, and how a test checks that nothing is left open.
+    pub async fn transactional_ids(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        let mut out: Vec<(String, String)> = self
+            .list_transactions(&[])
+            .await?
+            .into_iter()
+            .filter(|(id, _)| id.starts_with(prefix))
+            .map(|(id, state)| (id, state.as_str().to_string()))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// EndTxn: ends the transaction of transactional id `id` by producer id and epoch,
     /// as the producer that began it would have (`commit`: commit, else abort). The only
     /// way to finish a transaction whose producer died, on brokers without KIP-939.

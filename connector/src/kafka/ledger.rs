@@ -1,28 +1,29 @@
-//! The acknowledgement ledger: how exactly-once works on stock Kafka.
+//! The acknowledgement ledger: how exactly-once works on stock Kafka (decisions
+//! `kafka-exactly-once.md` and 0008).
 //!
-//! Two kinds of entries live in one ledger topic per `(group, prefix)`:
+//! Two kinds of entries, in two kinds of topics:
 //!
-//! - **Intent** (written without a transaction, before the records are acknowledged):
-//!   "subtask s of epoch n processes these offsets". Only after the intent is durable
-//!   does the source ACCEPT the records at the share group.
-//! - **Commit** (written inside T(n)): "epoch n is committed". It becomes visible to a
-//!   `read_committed` reader exactly when the output of epoch n does.
+//! - **Intent**, in the group's intents topic `{group}-intents` (written without a
+//!   transaction, before the records are acknowledged): "claimant c processes these
+//!   offsets in epoch n". Every instance of the group tails it: the first intent naming
+//!   an offset owns it ([`super::claims`]).
+//! - **Commit**, in the prefix's commits topic `{group}-{prefix}-ledger` (written inside
+//!   the Kafka transaction of epoch n): "generation g committed epoch n on slot s". It
+//!   becomes visible to a `read_committed` reader exactly when the output does.
 //!
-//! An offset is **done** when some intent naming it belongs to a committed epoch. Every
-//! other offset some intent names must be **replayed** from the topic's log: the share
-//! group will not deliver it again (it was accepted), and its output was aborted.
-//! [`LedgerPlan::from_entries`] computes both sets; the sources replay their share of
-//! the second before reading anything new.
+//! An offset is **done** when some intent naming it belongs to a committed epoch. An
+//! offset owned by a claimant the current attempt holds, and not done, is **replayed**
+//! from the topic's log.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::claims::Claimant;
 use crate::common::ranges::OffsetRanges;
 
 /// The first bytes of every ledger record value.
-const MAGIC: &[u8; 4] = b"SFL1";
+const MAGIC: &[u8; 4] = b"SFL2";
 
 /// One offset range of one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -40,8 +41,10 @@ pub struct LedgerRange {
 /// A ledger record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum LedgerEntry {
-    /// Subtask `subtask` processes these offsets in epoch `epoch`.
+    /// `by`'s subtask `subtask` processes these offsets in epoch `epoch` (intents topic).
     Intent {
+        /// The attempt that wrote it.
+        by: Claimant,
         /// The epoch (checkpoint id) whose transaction carries the output.
         epoch: u64,
         /// The source subtask.
@@ -49,10 +52,15 @@ pub(crate) enum LedgerEntry {
         /// The offsets, as ranges.
         ranges: Vec<LedgerRange>,
     },
-    /// Epoch `epoch` is committed (written inside its transaction).
+    /// Generation `generation` of the topic's prefix committed epoch `epoch` (commits
+    /// topic, written inside the epoch's transaction on slot `slot`).
     Commit {
+        /// The attempt's generation.
+        generation: u32,
         /// The epoch.
         epoch: u64,
+        /// The transactional-id slot that carried it (`{group}-{prefix}-g{generation}-s{slot}`).
+        slot: u16,
     },
 }
 
@@ -67,8 +75,8 @@ impl LedgerEntry {
     /// "intent of epoch n" or "commit of epoch n", for messages.
     pub(crate) fn describe(&self) -> String {
         match self {
-            LedgerEntry::Intent { epoch, .. } => format!("an intent of epoch {epoch}"),
-            LedgerEntry::Commit { epoch } => format!("the commit of epoch {epoch}"),
+            LedgerEntry::Intent { by, epoch, .. } => format!("an intent of {by} epoch {epoch}"),
+            LedgerEntry::Commit { generation, epoch, .. } => format!("the commit of g{generation} epoch {epoch}"),
         }
     }
 
@@ -126,65 +134,9 @@ impl RangeSet {
     }
 }
 
-/// The result of reading the whole ledger.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LedgerPlan {
-    /// Every offset some intent names, per topic partition.
-    pub covered: HashMap<(Arc<str>, i32), RangeSet>,
-    /// Offsets to replay from the log: named by intents, none of them committed.
-    pub replay: Vec<LedgerRange>,
-    /// The committed epochs.
-    pub committed_epochs: BTreeSet<u64>,
-    /// The highest epoch any entry names.
-    pub highest_epoch: Option<u64>,
-}
-
-impl LedgerPlan {
-    /// Computes the plan from every entry of the ledger, in any order.
-    pub(crate) fn from_entries<'a>(entries: impl IntoIterator<Item = &'a LedgerEntry>) -> Self {
-        let entries: Vec<&LedgerEntry> = entries.into_iter().collect();
-        let mut plan = LedgerPlan::default();
-        for e in &entries {
-            let epoch = match e {
-                LedgerEntry::Commit { epoch } => {
-                    plan.committed_epochs.insert(*epoch);
-                    *epoch
-                }
-                LedgerEntry::Intent { epoch, .. } => *epoch,
-            };
-            plan.highest_epoch = Some(plan.highest_epoch.map_or(epoch, |h| h.max(epoch)));
-        }
-        let mut done: HashMap<(Arc<str>, i32), RangeSet> = HashMap::new();
-        for e in &entries {
-            if let LedgerEntry::Intent { epoch, ranges, .. } = e {
-                for r in ranges {
-                    let key = (Arc::<str>::from(r.topic.as_str()), r.partition);
-                    plan.covered.entry(key.clone()).or_default().insert(r.first, r.last);
-                    if plan.committed_epochs.contains(epoch) {
-                        done.entry(key).or_default().insert(r.first, r.last);
-                    }
-                }
-            }
-        }
-        let empty = RangeSet::default();
-        let mut keys: Vec<&(Arc<str>, i32)> = plan.covered.keys().collect();
-        keys.sort();
-        for key in keys {
-            for (first, last) in plan.covered[key].minus(done.get(key).unwrap_or(&empty)) {
-                plan.replay.push(LedgerRange { topic: key.0.to_string(), partition: key.1, first, last });
-            }
-        }
-        plan
-    }
-
-    /// The replay ranges subtask `subtask` of `parallelism` owns: whole partitions, by
-    /// a stable hash, so two subtasks never replay the same offsets.
-    pub(crate) fn replay_share(&self, subtask: u32, parallelism: u32) -> Vec<LedgerRange> {
-        self.replay.iter().filter(|r| owner(&r.topic, r.partition, parallelism) == subtask).cloned().collect()
-    }
-}
-
-fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
+/// The subtask of `parallelism` that replays `topic`-`partition`: whole partitions, by a
+/// stable hash, so two subtasks never replay the same offsets.
+pub(crate) fn replay_owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
     // FNV-1a: stable across processes and versions.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in topic.bytes().chain(partition.to_le_bytes()) {
@@ -192,59 +144,6 @@ fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     (h % u64::from(parallelism.max(1))) as u32
-}
-
-/// The job-wide view of the ledger that every source subtask of one process shares.
-#[derive(Debug, Default)]
-pub(crate) struct AckLedger {
-    inner: Mutex<Option<LedgerPlan>>,
-}
-
-impl AckLedger {
-    /// An empty, unloaded ledger.
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self::default())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LedgerPlan>> {
-        crate::common::sync::lock(&self.inner)
-    }
-
-    /// Installs the plan read from the ledger topic.
-    pub(crate) fn install(&self, plan: LedgerPlan) {
-        *self.lock() = Some(plan);
-    }
-
-    /// Forgets everything: the next attempt reads the topic again.
-    pub(crate) fn reset(&self) {
-        *self.lock() = None;
-    }
-
-    /// The loaded plan, if any.
-    pub(crate) fn plan(&self) -> Option<LedgerPlan> {
-        self.lock().clone()
-    }
-
-    /// Records that an intent naming these ranges is durable.
-    pub(crate) fn cover(&self, ranges: &[LedgerRange]) {
-        let mut g = self.lock();
-        let plan = g.get_or_insert_with(LedgerPlan::default);
-        for r in ranges {
-            plan.covered.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
-        }
-    }
-
-    /// For each `(topic, partition, offset)`, whether an intent names it: its output is
-    /// committed or will be replayed, so a delivery of it is accepted, not processed.
-    /// One lock for the whole poll.
-    pub(crate) fn covered<'a>(&self, records: impl IntoIterator<Item = (&'a Arc<str>, i32, i64)>) -> Vec<bool> {
-        let g = self.lock();
-        let covered = g.as_ref().map(|p| &p.covered);
-        records
-            .into_iter()
-            .map(|(t, p, o)| covered.and_then(|c| c.get(&(t.clone(), p))).is_some_and(|s| s.contains(o)))
-            .collect()
-    }
 }
 
 /// Turns offsets into merged ranges per partition.
@@ -271,7 +170,7 @@ mod tests {
     }
 
     fn intent(epoch: u64, ranges: Vec<LedgerRange>) -> LedgerEntry {
-        LedgerEntry::Intent { epoch, subtask: 0, ranges }
+        LedgerEntry::Intent { by: Claimant::new("a", 1), epoch, subtask: 0, ranges }
     }
 
     #[test]
@@ -314,11 +213,11 @@ mod tests {
     fn entries_round_trip_and_foreign_bytes_are_refused() {
         let e = intent(7, vec![r(1, 2)]);
         assert_eq!(LedgerEntry::decode(&e.encode().unwrap()), Ok(e));
-        let c = LedgerEntry::Commit { epoch: 3 };
+        let c = LedgerEntry::Commit { generation: 2, epoch: 3, slot: 1 };
         assert_eq!(LedgerEntry::decode(&c.encode().unwrap()), Ok(c));
         let err = LedgerEntry::decode(b"hello").unwrap_err();
         assert!(err.contains("magic"), "{err}");
-        let err = LedgerEntry::decode(b"SFL1\xff\xff\xff").unwrap_err();
+        let err = LedgerEntry::decode(b"SFL2\xff\xff\xff").unwrap_err();
         assert!(err.contains("does not decode"), "{err}");
     }
 
@@ -336,57 +235,14 @@ mod tests {
     }
 
     #[test]
-    fn offsets_of_uncommitted_epochs_are_replayed_unless_a_committed_intent_names_them() {
-        // Epoch 1 committed 0..=9. Epoch 2 (aborted) had 10..=19; its replay in epoch 3
-        // committed 10..=14 only before the next crash. Epoch 4 (aborted) had 20..=29.
-        let entries = vec![
-            intent(1, vec![r(0, 9)]),
-            LedgerEntry::Commit { epoch: 1 },
-            intent(2, vec![r(10, 19)]),
-            intent(3, vec![r(10, 14)]),
-            LedgerEntry::Commit { epoch: 3 },
-            intent(4, vec![r(20, 29)]),
-        ];
-        let plan = LedgerPlan::from_entries(&entries);
-        // 15..=19 (epoch 2, never redone) and 20..=29 (epoch 4) touch: one merged range.
-        assert_eq!(plan.replay, vec![r(15, 29)]);
-        assert_eq!(plan.committed_epochs, BTreeSet::from([1, 3]));
-        assert_eq!(plan.highest_epoch, Some(4));
-        assert_eq!(plan.covered[&(Arc::from("in"), 0)].ranges().collect::<Vec<_>>(), vec![(0, 29)]);
-    }
-
-    #[test]
-    fn a_commit_entry_alone_replays_nothing_and_order_does_not_matter() {
-        let entries = [LedgerEntry::Commit { epoch: 2 }, intent(2, vec![r(0, 4)])];
-        assert!(LedgerPlan::from_entries(&entries).replay.is_empty());
-        assert!(LedgerPlan::from_entries(&[]).replay.is_empty());
-    }
-
-    #[test]
     fn replay_shares_partition_the_work() {
-        let mut plan = LedgerPlan::default();
-        for p in 0..16 {
-            plan.replay.push(LedgerRange { topic: "in".into(), partition: p, first: 0, last: 1 });
-        }
-        let mut all: Vec<LedgerRange> = (0..3).flat_map(|s| plan.replay_share(s, 3)).collect();
-        all.sort();
-        let mut expected = plan.replay.clone();
-        expected.sort();
-        assert_eq!(all, expected);
-    }
-
-    #[test]
-    fn lookups_see_installed_and_covered_ranges() {
-        let ledger = AckLedger::new();
-        let t: Arc<str> = "in".into();
-        assert_eq!(ledger.covered([(&t, 0, 3)]), vec![false]);
-        ledger.install(LedgerPlan::from_entries(&[intent(1, vec![r(0, 4)])]));
-        assert_eq!(ledger.covered([(&t, 0, 3)]), vec![true]);
-        ledger.cover(&[r(10, 10)]);
-        assert_eq!(ledger.covered([(&t, 0, 10), (&t, 1, 10)]), vec![true, false]);
-        assert_eq!(ledger.covered([(&t, 0, 3), (&t, 0, 7), (&t, 0, 10)]), vec![true, false, true]);
-        ledger.reset();
-        assert_eq!(ledger.covered([(&t, 0, 3)]), vec![false]);
+        // Every partition has exactly one owner among 3 subtasks, and all 3 get some.
+        let owners: Vec<u32> = (0..16).map(|p| replay_owner("in", p, 3)).collect();
+        assert!(owners.iter().all(|&o| o < 3), "{owners:?}");
+        assert!((0..3).all(|s| owners.contains(&s)), "{owners:?}");
+        assert_eq!(owners, (0..16).map(|p| replay_owner("in", p, 3)).collect::<Vec<_>>());
+        assert_eq!(replay_owner("in", 5, 1), 0);
+        assert_eq!(replay_owner("in", 5, 0), 0);
         let ranges = to_ranges([("in", 0, 3), ("in", 0, 1), ("in", 0, 2), ("x", 1, 9)]);
         assert_eq!(ranges, vec![r(1, 3), LedgerRange { topic: "x".into(), partition: 1, first: 9, last: 9 }]);
     }

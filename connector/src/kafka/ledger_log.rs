@@ -1,7 +1,8 @@
 //! [`LedgerLog`]: the acknowledgement ledger's I/O on Kafka. It writes ledger entries
-//! (intents outside any transaction, commit entries as records for T(n)), reads the
-//! ledger topic back into a [`LedgerPlan`], and reads the records a plan replays from
-//! their topics' logs. The ledger model itself is [`super::ledger`].
+//! (intents outside any transaction, commit entries as records for T(n)), reads a
+//! prefix's commits topic back, and reads the records a replay names from their
+//! topics' logs. The ledger model itself is [`super::ledger`]; the intents topic is
+//! tailed by [`super::group`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::client::CachedProducer;
-use super::ledger::{LedgerEntry, LedgerPlan, LedgerRange};
+use super::ledger::{LedgerEntry, LedgerRange};
 use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind, Result};
 use crate::share::Record;
@@ -48,58 +49,55 @@ impl LedgerLog {
         Ok(krafka::Record::new(topic, Bytes::from(entry.encode()?)).partition(0))
     }
 
-    /// Writes `entry` to `topic` outside any transaction and waits until it is durable.
-    pub(crate) async fn write(&self, topic: &str, entry: &LedgerEntry) -> Result<()> {
+    /// Writes `entry` to `topic` outside any transaction, waits until it is durable, and
+    /// returns its offset.
+    pub(crate) async fn write(&self, topic: &str, entry: &LedgerEntry) -> Result<i64> {
         let record = Self::record(topic, entry)?;
         let producer = self.intents.get(&self.cluster).await?;
-        let _ = producer
+        let meta = producer
             .send(record)
             .await
             .map_err(|e| kafka_error(format!("write {} to the ledger {topic}", entry.describe()), e))?;
-        Ok(())
+        Ok(meta.offset)
     }
 
-    /// Reads the ledger topic `topic` into a plan. `stable`: wait until no transaction
-    /// holds it open and read only committed entries (what the replay plan needs);
-    /// otherwise read everything written, open transactions included (enough to know
-    /// every epoch ever used). A record that is not a ledger entry is corruption.
-    pub(crate) async fn read(&self, topic: &str, stable: bool) -> Result<LedgerPlan> {
+    /// The commit entries of the commits topic `topic`, as `(generation, epoch, slot)`.
+    /// `stable`: wait until no transaction holds it open and read only committed
+    /// entries (which epochs committed); otherwise read everything written, open
+    /// transactions included (which epoch an open transaction carries). Anything but
+    /// a commit entry is corruption.
+    pub(crate) async fn commits(&self, topic: &str, stable: bool) -> Result<Vec<(u32, u64, u16)>> {
         let c = &self.cluster;
-        // Wait until no transaction holds the ledger open: every commit entry that can
-        // become visible has become visible.
         let wait = self.stable_wait;
         if stable && !c.wait_stable(topic, wait).await? {
             return Err(Error::Kafka {
-                op: format!("read the ledger {topic}"),
+                op: format!("read the commits topic {topic}"),
                 reason: format!(
-                    "a transaction has kept it open for {wait:?}; another instance of this job may be running: \
+                    "a transaction has kept it open for {wait:?}; another process of this instance may be running: \
                      stop it, or wait for its transaction timeout"
                 ),
                 kind: ErrorKind::Unavailable,
                 source: None,
             });
         }
-        let mut entries = Vec::new();
+        let mut out = Vec::new();
         for (partition, offset, _key, value) in c.read_topic(topic, stable).await? {
             let value = value.unwrap_or_default();
-            let entry = LedgerEntry::decode(&value).map_err(|reason| Error::Corrupt {
+            let corrupt = |reason: String| Error::Corrupt {
                 path: format!("kafka topic {topic} partition {partition} offset {offset}"),
                 reason: format!(
-                    "not a ledger entry: {reason}. The ledger topic must be written by this job only; \
-                     recreating it empty gives up exactly-once for epochs that were in flight"
+                    "{reason}. The commits topic must be written by this instance only; recreating it empty gives \
+                     up exactly-once for epochs that were in flight"
                 ),
-            })?;
-            entries.push(entry);
+            };
+            match LedgerEntry::decode(&value) {
+                Ok(LedgerEntry::Commit { generation, epoch, slot }) => out.push((generation, epoch, slot)),
+                Ok(other) => return Err(corrupt(format!("{} in a commits topic", other.describe()))),
+                Err(reason) => return Err(corrupt(format!("not a ledger entry: {reason}"))),
+            }
         }
-        let plan = LedgerPlan::from_entries(&entries);
-        tracing::info!(
-            ledger = %topic,
-            entries = entries.len(),
-            committed_epochs = plan.committed_epochs.len(),
-            replay_ranges = plan.replay.len(),
-            "read the acknowledgement ledger"
-        );
-        Ok(plan)
+        tracing::debug!(topic = %topic, commits = out.len(), stable, "read a commits topic");
+        Ok(out)
     }
 
     /// Reads the records of `ranges` from their topics' logs, for replay. Offsets the log
@@ -234,7 +232,7 @@ mod tests {
 
     #[test]
     fn ledger_records_go_to_partition_zero_of_the_ledger_topic() {
-        let entry = LedgerEntry::Commit { epoch: 4 };
+        let entry = LedgerEntry::Commit { generation: 1, epoch: 4, slot: 0 };
         let record = LedgerLog::record("g-job-ledger", &entry).unwrap();
         assert_eq!(record.topic, "g-job-ledger");
         assert_eq!(record.partition, Some(0));

@@ -18,9 +18,11 @@
 //! A crash between the manifest and the commit leaves T(n) open on the broker; recovery
 //! finds it with DescribeTransactions and commits it by producer id and epoch (EndTxn).
 
+mod claims;
 mod client;
 mod consumer;
 mod error;
+mod group;
 mod ledger;
 mod ledger_log;
 mod recovery;
@@ -28,6 +30,7 @@ mod sink;
 mod source;
 mod transactions;
 
+pub use claims::Claimant;
 pub use client::{KafkaCluster, ShareGroupBacklog};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use ledger::LedgerRange;

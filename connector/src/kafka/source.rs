@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
-use super::ledger::{to_ranges, AckLedger};
+use super::group::GroupLedger;
+use super::ledger::to_ranges;
 use super::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
 use crate::error::runtime_error;
@@ -27,7 +28,8 @@ pub struct KafkaShareSource {
     txns: Arc<KafkaTransactions>,
     config: SourceSettings,
     consumer: Option<KafkaShareConsumer>,
-    ledger: Option<Arc<AckLedger>>,
+    ledger: Option<Arc<GroupLedger>>,
+    parallelism: u32,
     replay: VecDeque<Record>,
     subtask: u32,
     idle_since: Option<tokio::time::Instant>,
@@ -59,6 +61,7 @@ impl KafkaShareSource {
             ledger: None,
             replay: VecDeque::new(),
             subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
             idle_since: None,
             buffer_empty_at: tokio::time::Instant::now(),
             last_drain_check: None,
@@ -117,6 +120,20 @@ impl KafkaShareSource {
         Ok(kept)
     }
 
+    /// Moves the replay work queued for this subtask (by a recovery, an adoption, or a
+    /// held claimant's late intent) into the replay queue, reading its records from
+    /// their topics' logs.
+    async fn take_replay(&mut self) -> Result<()> {
+        let Some(ledger) = self.ledger.clone() else { return Ok(()) };
+        let share = ledger.take_replay(self.subtask, self.parallelism, &self.config.topics);
+        if !share.is_empty() {
+            let records = self.txns.read_ranges(&share).await?;
+            tracing::info!(task = %self.task, records = records.len(), ranges = share.len(), "replaying records nobody committed");
+            self.replay.extend(records);
+        }
+        Ok(())
+    }
+
     fn emit(&mut self, records: Vec<Record>) -> Result<SourceEvent> {
         self.rate.emitted(records.len() as u64);
         self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -127,7 +144,7 @@ impl KafkaShareSource {
 
 #[async_trait]
 impl Source for KafkaShareSource {
-    async fn open(&mut self, ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
+    async fn open(&mut self, _ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
         self.config.validate("kafka").map_err(|e| runtime_error(&self.task, e))?;
         if self.config.decoder.is_some() || self.config.dead_letter_topic.is_some() {
             let key = if self.config.decoder.is_some() { "decoder" } else { "dead_letter_topic" };
@@ -148,18 +165,8 @@ impl Source for KafkaShareSource {
                 .await
                 .map_err(|e| runtime_error(&self.task, e))?;
         }
-        let (ledger, plan) = self.txns.ledger().await?;
-        let share: Vec<_> = plan
-            .replay_share(ctx.subtask, ctx.parallelism)
-            .into_iter()
-            .filter(|r| self.config.topics.contains(&r.topic))
-            .collect();
-        if !share.is_empty() {
-            let records = self.txns.read_ranges(&share).await?;
-            tracing::info!(task = %self.task, records = records.len(), ranges = share.len(), "replaying records of uncommitted epochs");
-            self.replay.extend(records);
-        }
-        self.ledger = Some(ledger);
+        self.ledger = Some(self.txns.group().clone());
+        self.take_replay().await?;
         let mut consumer_config = KafkaShareConsumerConfig::new(&self.config.group);
         consumer_config.max_poll_records = self.config.max_poll_records;
         consumer_config.fetch_max_wait = self.config.poll_timeout;
@@ -174,6 +181,9 @@ impl Source for KafkaShareSource {
 
     async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent> {
         self.rate.throttle().await;
+        if self.replay.is_empty() {
+            self.take_replay().await?;
+        }
         if !self.replay.is_empty() {
             let n = self.replay.len().min(self.config.max_poll_records);
             let records: Vec<Record> = self.replay.drain(..n).collect();

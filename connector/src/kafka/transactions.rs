@@ -1,11 +1,11 @@
 //! [`KafkaTransactions`]: the transactional participant on Kafka. T(n) is a real Kafka
-//! transaction; the participant also recovers transactions a crash left open: what to
-//! do with each is decided by [`super::recovery::plan`], and carried out here. The
-//! ledger's I/O is [`super::ledger_log`]; DescribeTransactions, ListTransactions and
-//! EndTxn are calls of [`KafkaCluster`], and queueing records on a producer is
-//! [`super::client`]'s.
+//! transaction on one of a bounded pool of transactional ids (decision 0008: the
+//! generation's slot `n mod K`); the participant also recovers transactions a crash left
+//! open, and takes over a dead or adopted instance's work. What to do with each
+//! transaction it finds is decided by [`super::recovery::plan`], which claims lost and
+//! which offsets to replay by [`super::claims`]; this module carries the decisions out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,16 +13,18 @@ use async_trait::async_trait;
 use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{
-    PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
+    Participant, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
 };
 
-use super::client::{await_all, enqueue_all, CachedProducer, KafkaTxnDescription, KafkaTxnState};
-use super::ledger::{AckLedger, LedgerEntry, LedgerPlan, LedgerRange};
+use super::claims::Claimant;
+use super::client::{await_all, enqueue_all, CachedProducer, KafkaTxnState};
+use super::group::GroupLedger;
+use super::ledger::{LedgerEntry, LedgerRange};
 use super::ledger_log::LedgerLog;
 use super::recovery::{plan, RecoveryAction, Request};
 use super::{kafka_error, KafkaCluster};
 use crate::error::runtime_error;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::share::Record;
 
 const NAME: &str = "kafka";
@@ -35,6 +37,8 @@ const BROKER_MAX_TIMEOUT: &str = "transaction.max.timeout.ms";
 const BATCH_BYTES: usize = 1 << 20;
 /// How long a producer waits to fill a batch.
 const LINGER: Duration = Duration::from_millis(2);
+/// How long the intents tailer may take to catch up or to pass an intent.
+const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Settings of [`KafkaTransactions`]: start from `KafkaTransactionsConfig::default()`
 /// and change what differs.
@@ -42,7 +46,7 @@ const LINGER: Duration = Duration::from_millis(2);
 /// ```
 /// # use std::time::Duration;
 /// # use shareflow_connector::kafka::KafkaTransactionsConfig;
-/// let config = KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(120));
+/// let config = KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(120)).slots(6);
 /// assert!(config.exactly_once);
 /// ```
 #[derive(Debug, Clone)]
@@ -57,13 +61,15 @@ pub struct KafkaTransactionsConfig {
     /// checkpoint and its commit loses that epoch's output, which the ledger then
     /// replays.
     pub transaction_timeout: Duration,
-    /// The ledger topic; by default `{group}-{prefix}-ledger`.
-    pub ledger_topic: Option<String>,
+    /// K, the transactional ids per attempt: T(n) runs on `{group}-{prefix}-g{generation}-s{n mod K}`.
+    /// At most K transactions of one attempt are open at once, so K must exceed the
+    /// job's tolerable checkpoint failures plus one (default 4).
+    pub slots: u16,
 }
 
 impl Default for KafkaTransactionsConfig {
     fn default() -> Self {
-        Self { exactly_once: true, transaction_timeout: Duration::from_secs(600), ledger_topic: None }
+        Self { exactly_once: true, transaction_timeout: Duration::from_secs(600), slots: 4 }
     }
 }
 
@@ -80,35 +86,82 @@ impl KafkaTransactionsConfig {
         self
     }
 
-    /// The ledger topic, instead of `{group}-{prefix}-ledger`.
-    pub fn ledger_topic(mut self, topic: impl Into<String>) -> Self {
-        self.ledger_topic = Some(topic.into());
+    /// K, the transactional ids per attempt (default 4, at least 2).
+    pub fn slots(mut self, slots: u16) -> Self {
+        self.slots = slots;
         self
     }
 }
 
+/// The Kafka transactional id of slot `slot` of generation `generation` of `template`.
+pub(crate) fn slot_id(template: &TransactionTemplate, generation: u32, slot: u16) -> String {
+    format!("{}-{}-g{generation}-s{slot}", template.group_id(), template.prefix())
+}
+
+/// `(generation, slot)` if `id` is a slot id of `template`'s prefix.
+pub(crate) fn parse_slot_id(id: &str, template: &TransactionTemplate) -> Option<(u32, u16)> {
+    let rest = id.strip_prefix(template.group_id())?.strip_prefix('-')?.strip_prefix(template.prefix())?;
+    let (generation, slot) = rest.strip_prefix("-g")?.split_once("-s")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(generation) || !digits(slot) {
+        return None;
+    }
+    Some((generation.parse().ok()?, slot.parse().ok()?))
+}
+
+/// The slot T(n) runs on, unless a transaction of the attempt still holds it: at most
+/// K consecutive transactions are open at once, so `n mod K` is unique among them.
+pub(crate) fn slot_for(n: u64, slots: u16, open: impl IntoIterator<Item = u64>) -> std::result::Result<u16, u64> {
+    let k = u64::from(slots.max(1));
+    let slot = n % k;
+    match open.into_iter().find(|&m| m != n && m % k == slot) {
+        Some(m) => Err(m),
+        None => Ok(slot as u16),
+    }
+}
+
 struct Live {
-    producer: Arc<TransactionalProducer>,
+    slot: u16,
     handles: Vec<DeliveryHandle>,
     /// Flushed, with its commit entry: a checkpoint may have decided it.
     prepared: bool,
 }
 
+/// The intents the current attempt wrote for one epoch.
+#[derive(Default)]
+struct EpochIntents {
+    ranges: Vec<LedgerRange>,
+    /// The highest offset of the intents topic they landed at.
+    last_offset: i64,
+}
+
 /// The job's transactional participant on a real Kafka cluster: one Kafka transaction
-/// T(n) = `{group}-{prefix}-{n}` per checkpoint, the output of every sink subtask in it,
-/// and the ledger that makes share acknowledgements exactly-once without KIP-1289.
+/// per checkpoint on a bounded pool of transactional ids, the output of every sink
+/// subtask in it, and the ledger that makes share acknowledgements exactly-once without
+/// KIP-1289, across every shareflow instance of the share group (decision 0008).
 pub struct KafkaTransactions {
     cluster: KafkaCluster,
     config: KafkaTransactionsConfig,
     template: Mutex<Option<TransactionTemplate>>,
+    /// False for an adopter: it decides another prefix's transactions and owns nothing.
+    owner: bool,
+    /// The current attempt's generation (0 before the first `open`).
+    generation: Mutex<u32>,
+    /// One transactional producer per slot, initialised when the attempt opened.
+    slots: Mutex<Vec<Arc<TransactionalProducer>>>,
     live: Mutex<BTreeMap<u64, Live>>,
+    epochs: Mutex<BTreeMap<u64, EpochIntents>>,
+    /// Open transactions of earlier attempts (or of an adopted prefix), by epoch: the
+    /// slot id that carries each.
+    recovered: Mutex<BTreeMap<u64, String>>,
+    /// The highest epoch the commits topic names (open transactions included).
+    highest_commit: Mutex<Option<u64>>,
     /// At-least-once writes: idempotent, not transactional.
     plain: CachedProducer,
-    /// The ledger topic's reads and writes, and the replay reader.
+    /// The ledger topics' reads and writes, and the replay reader.
     log: LedgerLog,
     plain_handles: Mutex<Vec<DeliveryHandle>>,
-    ledger: Arc<AckLedger>,
-    load: tokio::sync::Mutex<()>,
+    group: Arc<GroupLedger>,
 }
 
 impl std::fmt::Debug for KafkaTransactions {
@@ -136,17 +189,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl KafkaTransactions {
     /// A participant on `cluster`.
     pub fn new(cluster: KafkaCluster, config: KafkaTransactionsConfig) -> Arc<Self> {
+        Self::build(cluster, config, true)
+    }
+
+    fn build(cluster: KafkaCluster, config: KafkaTransactionsConfig, owner: bool) -> Arc<Self> {
         let log = LedgerLog::new(cluster.clone(), config.transaction_timeout);
         Arc::new(Self {
+            group: GroupLedger::new(cluster.clone()),
             cluster,
             config,
             template: Mutex::new(None),
+            owner,
+            generation: Mutex::new(0),
+            slots: Mutex::new(Vec::new()),
             live: Mutex::new(BTreeMap::new()),
+            epochs: Mutex::new(BTreeMap::new()),
+            recovered: Mutex::new(BTreeMap::new()),
+            highest_commit: Mutex::new(None),
             plain: CachedProducer::new(LINGER, BATCH_BYTES),
             log,
             plain_handles: Mutex::new(Vec::new()),
-            ledger: AckLedger::new(),
-            load: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -160,9 +222,22 @@ impl KafkaTransactions {
         self.config.exactly_once
     }
 
+    /// The current attempt's generation: its transactional ids are
+    /// `{group}-{prefix}-g{generation}-s{slot}`. 0 before the first `open`.
+    pub fn generation(&self) -> u32 {
+        *lock(&self.generation)
+    }
+
     /// Checks the transaction timeout against the job's checkpointing and the broker's
-    /// `transaction.max.timeout.ms`. Call it before running the job.
+    /// `transaction.max.timeout.ms`, and the slot count. Call it before running the job.
     pub async fn validate(&self, checkpoint_interval: Duration, checkpoint_timeout: Duration) -> crate::Result<()> {
+        if self.config.slots < 2 {
+            return Err(Error::InvalidConfig {
+                key: "slots".into(),
+                value: self.config.slots.to_string(),
+                rule: "must be at least 2: T(n+1) begins before T(n) commits".into(),
+            });
+        }
         let timeout = self.config.transaction_timeout;
         // Checked before asking the broker: a timeout too short fails without a cluster.
         check_transaction_timeout(timeout, checkpoint_interval + checkpoint_timeout, None)?;
@@ -174,17 +249,28 @@ impl KafkaTransactions {
         lock(&self.template).clone().ok_or_else(|| RuntimeError::Internal("kafka transactions used before open".into()))
     }
 
-    /// The ledger topic of this job.
+    /// The commits topic of this job's prefix: `{group}-{prefix}-ledger`.
     pub fn ledger_topic(&self) -> Result<String> {
-        if let Some(t) = &self.config.ledger_topic {
-            return Ok(t.clone());
-        }
-        let t = self.template()?;
-        Ok(format!("{}-{}-ledger", t.group_id(), t.prefix()))
+        Ok(commits_topic(&self.template()?))
+    }
+
+    /// The group's intents topic: `{group}-intents`.
+    pub fn intents_topic(&self) -> Result<String> {
+        Ok(intents_topic(self.template()?.group_id()))
+    }
+
+    fn me(&self) -> Result<Claimant> {
+        Ok(Claimant::new(self.template()?.prefix(), self.generation()))
     }
 
     async fn plain_producer(&self) -> Result<Arc<Producer>> {
         self.plain.get(&self.cluster).await.map_err(rt)
+    }
+
+    fn slot_producer(&self, slot: u16) -> Result<Arc<TransactionalProducer>> {
+        lock(&self.slots).get(usize::from(slot)).cloned().ok_or_else(|| {
+            RuntimeError::Internal(format!("kafka slot {slot} has no producer; the attempt was not opened"))
+        })
     }
 
     /// Writes records of epoch `epoch` to their topics: into T(epoch) in exactly-once
@@ -213,9 +299,10 @@ impl KafkaTransactions {
     /// [`send`](Self::send) for records already in the client's form (the sink's path).
     pub(crate) async fn send_records(&self, epoch: u64, records: Vec<krafka::Record>) -> Result<()> {
         if self.config.exactly_once {
-            let producer = lock(&self.live).get(&epoch).map(|l| l.producer.clone()).ok_or_else(|| {
+            let slot = lock(&self.live).get(&epoch).map(|l| l.slot).ok_or_else(|| {
                 RuntimeError::Internal(format!("T({epoch}) is not open on kafka; the sink ran ahead of its epoch"))
             })?;
+            let producer = self.slot_producer(slot)?;
             let p = &*producer;
             let handles = enqueue_all(records, &format!(" in T({epoch})"), |r| p.enqueue(r)).await.map_err(rt)?;
             if let Some(l) = lock(&self.live).get_mut(&epoch) {
@@ -230,48 +317,42 @@ impl KafkaTransactions {
         Ok(())
     }
 
-    /// Writes `entry` outside any transaction and waits until it is durable.
-    async fn write_ledger(&self, entry: &LedgerEntry) -> Result<()> {
-        self.log.write(&self.ledger_topic()?, entry).await.map_err(rt)
-    }
-
-    /// Durably records that `subtask` processes `ranges` in epoch `epoch`. The source
-    /// acknowledges the records at the share group only after this returns.
+    /// Durably records that `subtask` processes `ranges` in epoch `epoch`, in the
+    /// group's intents topic. The source acknowledges the records at the share group
+    /// only after this returns.
     pub async fn write_intent(&self, epoch: u64, subtask: u32, ranges: Vec<LedgerRange>) -> Result<()> {
         if ranges.is_empty() {
             return Ok(());
         }
-        let entry = LedgerEntry::Intent { epoch, subtask, ranges };
-        self.write_ledger(&entry).await?;
-        if let LedgerEntry::Intent { ranges, .. } = &entry {
-            self.ledger.cover(ranges);
+        let entry = LedgerEntry::Intent { by: self.me()?, epoch, subtask, ranges };
+        let offset = self.log.write(&self.intents_topic()?, &entry).await.map_err(rt)?;
+        if let LedgerEntry::Intent { ranges, .. } = entry {
+            self.group.cover_own(&ranges);
+            let mut epochs = lock(&self.epochs);
+            let e = epochs.entry(epoch).or_default();
+            e.last_offset = e.last_offset.max(offset);
+            e.ranges.extend(ranges);
         }
         Ok(())
     }
 
-    /// The ledger, read from its topic once per attempt: what to replay, and which
-    /// offsets a redelivery may skip.
-    pub(crate) async fn ledger(&self) -> Result<(Arc<AckLedger>, LedgerPlan)> {
-        let _g = self.load.lock().await;
-        if let Some(plan) = self.ledger.plan() {
-            return Ok((self.ledger.clone(), plan));
-        }
-        let plan = self.read_ledger(true).await?;
-        self.ledger.install(plan.clone());
-        Ok((self.ledger.clone(), plan))
+    /// The group's claims, for the source: which deliveries are covered, and what to
+    /// replay.
+    pub(crate) fn group(&self) -> &Arc<GroupLedger> {
+        &self.group
     }
 
-    /// The epochs whose `Commit` entry the ledger holds: checkpoints whose T(n) committed
-    /// (read_committed, once per attempt, like the source's replay plan).
-    pub async fn committed_epochs(&self) -> Result<std::collections::BTreeSet<u64>> {
-        Ok(self.ledger().await?.1.committed_epochs)
+    /// The replay work queued for this job's sources and not taken yet: offsets a
+    /// recovery, an adoption, or a held claimant's late intent left to replay.
+    pub fn queued_replay(&self) -> Vec<LedgerRange> {
+        self.group.queued()
     }
 
-    /// Reads the ledger. `stable`: wait until no transaction holds it open and read
-    /// only committed entries (what the replay plan needs); otherwise read everything
-    /// written, open transactions included (enough to know every epoch ever used).
-    async fn read_ledger(&self, stable: bool) -> Result<LedgerPlan> {
-        self.log.read(&self.ledger_topic()?, stable).await.map_err(rt)
+    /// The epochs of this job's prefix whose `Commit` entry is visible read_committed,
+    /// with their generations: checkpoints whose T(n) committed.
+    pub async fn committed_epochs(&self) -> Result<BTreeSet<u64>> {
+        let topic = self.ledger_topic()?;
+        Ok(self.log.commits(&topic, true).await.map_err(rt)?.into_iter().map(|(_, e, _)| e).collect())
     }
 
     /// Reads the records of `ranges` from their topics' logs, for replay. Offsets the log
@@ -281,62 +362,114 @@ impl KafkaTransactions {
         self.log.read_ranges(ranges).await.map_err(rt)
     }
 
-    /// Fences `txn`: a new producer with its transactional id aborts whatever
-    /// transaction the id has open, and the producer that began it can write nothing
+    /// Fences the transactional id `id`: a new producer with it aborts whatever
+    /// transaction the id has open, and the producer that held it can write nothing
     /// more.
-    async fn fence(&self, txn: &TransactionId) -> crate::Result<()> {
+    async fn fence(&self, id: &str) -> crate::Result<()> {
         let p = self
             .cluster
             .client()
             .producer()
             .transaction_timeout(self.config.transaction_timeout)
-            .build_transactional(txn.to_string())
+            .build_transactional(id.to_string())
             .await
-            .map_err(|e| kafka_error(format!("fence {txn} (a new producer with its id aborts it)"), e))?;
+            .map_err(|e| kafka_error(format!("fence {id} (a new producer with its id aborts it)"), e))?;
         let _ = p.close().await;
         Ok(())
     }
 
-    /// The recovery step of a new attempt: aborts every transaction of ours the broker
-    /// holds open that never prepared. No checkpoint can cover such a transaction (the
-    /// manifest is written only after every prepare returned), and left open it would
-    /// hold its topics' read_committed readers back until the transaction timeout. The
-    /// prepared ones are left for the runtime to decide
-    /// ([`TransactionParticipant::pending`]).
-    async fn fence_unprepared(&self, template: &TransactionTemplate) -> Result<()> {
-        let ledger = self.ledger_topic()?;
-        for (txn, described) in self.open_transactions(template).await? {
-            if plan(Request::Found, described.as_ref(), &ledger) == RecoveryAction::Fence {
-                tracing::info!(%txn, "recovery: aborting a transaction that never prepared");
-                self.fence(&txn).await.map_err(|e| failed("abort", &txn, e))?;
-            }
-        }
-        Ok(())
+    /// Fences every id of `ids` at once.
+    async fn fence_all(&self, ids: &[String]) -> crate::Result<()> {
+        let results = futures::future::join_all(ids.iter().map(|id| self.fence(id))).await;
+        results.into_iter().collect()
     }
 
-    /// Our transactions the broker lists as Ongoing and this instance does not hold
-    /// live, each with what DescribeTransactions says about it now. Observes only.
-    async fn open_transactions(
+    /// The slot ids of `template`'s prefix the broker knows, with generation, slot and
+    /// state: only those in `states` unless it is empty. Lists only.
+    async fn listed(
         &self,
         template: &TransactionTemplate,
-    ) -> Result<Vec<(TransactionId, Option<KafkaTxnDescription>)>> {
+        states: &[KafkaTxnState],
+    ) -> Result<Vec<(String, u32, u16, KafkaTxnState)>> {
         let mut out = Vec::new();
-        for (txn, _) in self.listed(template, &[KafkaTxnState::Ongoing]).await? {
-            if lock(&self.live).contains_key(&txn.checkpoint_id()) {
-                continue;
+        for (id, state) in self.cluster.list_transactions(states).await.map_err(rt)? {
+            if let Some((generation, slot)) = parse_slot_id(&id, template) {
+                out.push((id, generation, slot, state));
             }
-            let described = self.describe(&txn).await.map_err(rt)?;
-            out.push((txn, described));
         }
         Ok(out)
     }
 
-    /// Prepare of a transaction this instance does not hold live: what the broker says
-    /// decides ([`plan`]). A transaction an earlier instance prepared is prepared; one
-    /// the broker aborted, or never knew, answers that it is aborted.
+    /// True if `generation` is this attempt's own (its ids are live here).
+    fn is_current(&self, template: &TransactionTemplate, generation: u32) -> bool {
+        self.owner && generation == self.generation() && lock(&self.template).as_ref() == Some(template)
+    }
+
+    /// Aborts every open transaction of `template`'s prefix (other than this attempt's)
+    /// that never prepared: no checkpoint can cover it, and left open it would hold its
+    /// topics' read_committed readers back. Reports the prepared ones, by epoch, and
+    /// remembers which slot id carries each.
+    async fn scan_open(&self, template: &TransactionTemplate) -> Result<Vec<u64>> {
+        let commits_topic = commits_topic(template);
+        let mut commits: Option<Vec<(u32, u64, u16)>> = None;
+        let mut prepared = Vec::new();
+        for (id, generation, slot, _) in self.listed(template, &[KafkaTxnState::Ongoing]).await? {
+            if self.is_current(template, generation) {
+                continue;
+            }
+            let described = self.cluster.describe_transaction(&id).await.map_err(rt)?;
+            match plan(Request::Found, described.as_ref(), &commits_topic) {
+                RecoveryAction::AwaitDecision => {
+                    if commits.is_none() {
+                        commits = Some(self.log.commits(&commits_topic, false).await.map_err(rt)?);
+                    }
+                    // The open transaction of a slot is the last one begun on it: its
+                    // commit entry names the highest epoch of that slot.
+                    let n = commits
+                        .iter()
+                        .flatten()
+                        .filter(|(g, _, s)| *g == generation && *s == slot)
+                        .map(|(_, e, _)| *e)
+                        .max();
+                    match n {
+                        Some(n) => {
+                            lock(&self.recovered).insert(n, id);
+                            prepared.push(n);
+                        }
+                        None => {
+                            tracing::warn!(%id, "recovery: prepared but its commit entry is missing; aborting it");
+                            self.fence(&id).await.map_err(rt)?;
+                        }
+                    }
+                }
+                RecoveryAction::Fence => {
+                    tracing::info!(%id, "recovery: aborting a transaction that never prepared");
+                    self.fence(&id).await.map_err(rt)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// The slot id that carries T(n) of `txn`'s prefix, found by a scan if not known.
+    async fn recovered_id(&self, txn: &TransactionId) -> Result<Option<String>> {
+        let n = txn.checkpoint_id();
+        if let Some(id) = lock(&self.recovered).get(&n) {
+            return Ok(Some(id.clone()));
+        }
+        let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
+        self.scan_open(&template).await?;
+        Ok(lock(&self.recovered).get(&n).cloned())
+    }
+
+    /// Prepare of a transaction this attempt does not hold live: what the broker says
+    /// decides ([`plan`]).
     async fn prepare_not_live(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
-        let described = self.describe(txn).await.map_err(|e| failed("prepare", txn, e))?;
-        match plan(Request::Prepare, described.as_ref(), &self.ledger_topic()?) {
+        let Some(id) = self.recovered_id(txn).await? else { return Ok(PrepareOutcome::AlreadyAborted) };
+        let described = self.cluster.describe_transaction(&id).await.map_err(|e| failed("prepare", txn, e))?;
+        let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
+        match plan(Request::Prepare, described.as_ref(), &commits_topic(&template)) {
             RecoveryAction::AwaitDecision | RecoveryAction::AlreadyCommitted => Ok(PrepareOutcome::Prepared),
             RecoveryAction::AlreadyAborted => Ok(PrepareOutcome::AlreadyAborted),
             RecoveryAction::CannotPrepare { state } => Err(failed(
@@ -345,40 +478,61 @@ impl KafkaTransactions {
                 Error::kafka(
                     format!("prepare {txn}"),
                     format!(
-                        "the broker holds it {state} without the commit entry, and this instance did not begin it: \
-                         the producer that wrote it is gone with whatever it still held, so it cannot prepare. \
-                         Abort it; its epoch is replayed through the ledger"
+                        "the broker holds {id} {state} without the commit entry, and this instance did not begin \
+                         it: the producer that wrote it is gone with whatever it still held, so it cannot \
+                         prepare. Abort it; its epoch is replayed through the ledger"
                     ),
-                    // As before the plan existed: recovery cannot go on, and nothing
-                    // the caller changes makes it prepare.
-                    crate::error::ErrorKind::Internal,
+                    ErrorKind::Internal,
                 ),
             )),
             other => Err(plan_bug("prepare", txn, &other)),
         }
     }
 
-    /// DescribeTransactions for T(n): `None` when the broker does not know its id.
-    async fn describe(&self, txn: &TransactionId) -> crate::Result<Option<KafkaTxnDescription>> {
-        self.cluster.describe_transaction(&txn.to_string()).await
-    }
-
-    /// Our transactional ids, with their states, as the broker lists them: only those
-    /// in `states` unless it is empty. Lists only: it fences nothing.
-    async fn listed(
-        &self,
-        template: &TransactionTemplate,
-        states: &[KafkaTxnState],
-    ) -> Result<Vec<(TransactionId, KafkaTxnState)>> {
-        let mut out = Vec::new();
-        for (txn_id, state) in self.cluster.list_transactions(states).await.map_err(rt)? {
-            let Ok(id) = TransactionId::parse(&txn_id, template.group_id()) else { continue };
-            if id.group_id() == template.group_id() && id.prefix() == template.prefix() {
-                out.push((id, state));
+    /// Closes this attempt's producers and forgets its transactions: a new attempt.
+    /// Unprepared live transactions are aborted (buffered writes could otherwise open
+    /// them again); prepared ones are left to recovery, which commits them if their
+    /// checkpoint completed.
+    async fn retire_attempt(&self, template: &TransactionTemplate) -> Result<()> {
+        let stale: Vec<(u64, Live)> = std::mem::take(&mut *lock(&self.live)).into_iter().collect();
+        let slots = std::mem::take(&mut *lock(&self.slots));
+        let mut keep = BTreeSet::new();
+        for (n, l) in stale {
+            let Some(producer) = slots.get(usize::from(l.slot)) else { continue };
+            if l.prepared {
+                keep.insert(l.slot);
+                continue;
+            }
+            let aborted = tokio::time::timeout(Duration::from_secs(10), producer.abort()).await;
+            if !matches!(aborted, Ok(Ok(()))) {
+                let id = slot_id(template, self.generation(), l.slot);
+                self.fence(&id).await.map_err(|e| failed("abort", &template.transaction(n), e))?;
             }
         }
-        Ok(out)
+        for (slot, producer) in slots.into_iter().enumerate() {
+            // A producer whose prepared transaction waits for recovery is dropped, not
+            // closed: closing could abort it.
+            if !keep.contains(&(slot as u16)) {
+                tokio::spawn(async move {
+                    let _ = producer.close().await;
+                });
+            }
+        }
+        lock(&self.epochs).clear();
+        lock(&self.recovered).clear();
+        lock(&self.plain_handles).clear();
+        Ok(())
     }
+}
+
+/// The commits topic of `template`'s prefix.
+fn commits_topic(template: &TransactionTemplate) -> String {
+    format!("{}-{}-ledger", template.group_id(), template.prefix())
+}
+
+/// The intents topic of share group `group`.
+fn intents_topic(group: &str) -> String {
+    format!("{group}-intents")
 }
 
 #[async_trait]
@@ -398,39 +552,84 @@ impl TransactionParticipant for KafkaTransactions {
     }
 
     async fn open(&self, template: &TransactionTemplate) -> Result<()> {
+        if !self.owner {
+            // An adopter: it only decides the adopted prefix's transactions.
+            *lock(&self.template) = Some(template.clone());
+            lock(&self.recovered).clear();
+            if self.config.exactly_once {
+                self.scan_open(template).await?;
+            }
+            return Ok(());
+        }
+        let previous = lock(&self.template).clone();
+        if let Some(previous) = &previous {
+            self.retire_attempt(previous).await?;
+        }
+        // No generation is current while the last attempt's transactions are scanned.
+        let previous_generation = std::mem::take(&mut *lock(&self.generation));
         *lock(&self.template) = Some(template.clone());
-        // A new attempt. Live transactions of the last attempt that prepared are left
-        // to recovery, which commits them if their checkpoint completed (nothing of
-        // theirs is buffered any more). The others can never commit: abort them now, so
-        // buffered writes cannot open them again behind recovery's back. The ledger is
-        // read again.
-        let stale: Vec<(u64, Live)> = std::mem::take(&mut *lock(&self.live)).into_iter().collect();
-        for (n, l) in stale {
-            if l.prepared {
-                continue;
-            }
-            let aborted = tokio::time::timeout(Duration::from_secs(10), l.producer.abort()).await;
-            if !matches!(aborted, Ok(Ok(()))) {
-                let txn = template.transaction(n);
-                self.fence(&txn).await.map_err(|e| failed("abort", &txn, e))?;
-            }
-            tokio::spawn(async move {
-                let _ = l.producer.close().await;
-            });
+        let (intents, commits) = (intents_topic(template.group_id()), commits_topic(template));
+        // One partition each, kept forever: entries are needed until replayed, and one
+        // partition totally orders the claims.
+        for topic in [&intents, &commits] {
+            self.cluster
+                .ensure_topic(topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")])
+                .await
+                .map_err(rt)?;
         }
-        lock(&self.plain_handles).clear();
-        self.ledger.reset();
-        let topic = self.ledger_topic()?;
-        self.cluster
-            // One partition, kept forever: entries are needed until replayed.
-            .ensure_topic(&topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")])
-            .await
-            .map_err(|e| runtime_error(NAME, e))?;
+        self.group.start(&intents);
+        self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
+        // Every id of an earlier attempt that carries no open transaction is fenced now:
+        // a paused process of this prefix can begin nothing more on it. What the last
+        // attempt left open and never prepared can never commit, so it is aborted too;
+        // prepared ones wait for recovery's decision, and `take_over` fences them after.
+        let listed = if self.config.exactly_once { self.listed(template, &[]).await? } else { Vec::new() };
         if self.config.exactly_once {
-            // Taking over the prefix: what the last instance left open and never
-            // prepared can never commit.
-            self.fence_unprepared(template).await?;
+            let idle: Vec<String> =
+                listed.iter().filter(|(_, _, _, st)| *st != KafkaTxnState::Ongoing).map(|l| l.0.clone()).collect();
+            self.fence_all(&idle).await.map_err(rt)?;
+            self.scan_open(template).await?;
         }
+        // A generation above every one this prefix used: its ids are fresh.
+        let written = self.log.commits(&commits, false).await.map_err(rt)?;
+        *lock(&self.highest_commit) = written.iter().map(|(_, e, _)| *e).max();
+        let (intent_gen, _) = self.group.highest(template.prefix());
+        let generation = [
+            written.iter().map(|(g, _, _)| *g).max(),
+            intent_gen,
+            listed.iter().map(|(_, g, _, _)| *g).max(),
+            Some(previous_generation),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
+            + 1;
+        *lock(&self.generation) = generation;
+        self.group.set_me(Claimant::new(template.prefix(), generation));
+        if self.config.exactly_once {
+            // Every slot is initialised now, before the runtime checks that nobody
+            // adopted us: an adopter that fences us later fences these (rule R1).
+            let ids: Vec<String> = (0..self.config.slots).map(|s| slot_id(template, generation, s)).collect();
+            let producers = futures::future::join_all(ids.iter().map(|id| {
+                self.cluster
+                    .client()
+                    .producer()
+                    .transaction_timeout(self.config.transaction_timeout)
+                    .linger(LINGER)
+                    .batch_size(BATCH_BYTES)
+                    .build_transactional(id.clone())
+            }))
+            .await;
+            let mut slots = Vec::with_capacity(producers.len());
+            for (id, p) in ids.iter().zip(producers) {
+                slots.push(Arc::new(
+                    p.map_err(|e| rt(kafka_error(format!("initialise the transactional id {id}"), e)))?,
+                ));
+            }
+            *lock(&self.slots) = slots;
+        }
+        tracing::info!(prefix = %template.prefix(), generation, "kafka attempt opened");
         Ok(())
     }
 
@@ -442,18 +641,26 @@ impl TransactionParticipant for KafkaTransactions {
         if lock(&self.live).contains_key(&n) {
             return Ok(());
         }
-        let producer = self
-            .cluster
-            .client()
-            .producer()
-            .transaction_timeout(self.config.transaction_timeout)
-            .linger(LINGER)
-            .batch_size(BATCH_BYTES)
-            .build_transactional(txn.to_string())
-            .await
-            .map_err(|e| failed("begin", txn, kafka_error(format!("begin {txn}"), e)))?;
+        let open: Vec<u64> = lock(&self.live).keys().copied().collect();
+        let slot = slot_for(n, self.config.slots, open).map_err(|m| {
+            failed(
+                "begin",
+                txn,
+                Error::kafka(
+                    format!("begin {txn}"),
+                    format!(
+                        "its slot {} still carries T({m}), which has not committed: more checkpoints failed in a \
+                         row than the {} slots allow; restarting",
+                        n % u64::from(self.config.slots),
+                        self.config.slots
+                    ),
+                    ErrorKind::Unavailable,
+                ),
+            )
+        })?;
+        let producer = self.slot_producer(slot)?;
         producer.begin().map_err(|e| failed("begin", txn, kafka_error(format!("begin {txn}"), e)))?;
-        lock(&self.live).insert(n, Live { producer: Arc::new(producer), handles: Vec::new(), prepared: false });
+        lock(&self.live).insert(n, Live { slot, handles: Vec::new(), prepared: false });
         Ok(())
     }
 
@@ -464,13 +671,27 @@ impl TransactionParticipant for KafkaTransactions {
             await_all(handles, "output").await.map_err(|e| failed("prepare", txn, e))?;
             return Ok(PrepareOutcome::Prepared);
         }
-        let live = lock(&self.live).get_mut(&n).map(|l| (l.producer.clone(), std::mem::take(&mut l.handles)));
-        let Some((producer, mut handles)) = live else {
+        let live = lock(&self.live).get_mut(&n).map(|l| (l.slot, std::mem::take(&mut l.handles)));
+        let Some((slot, mut handles)) = live else {
             return self.prepare_not_live(txn).await;
         };
+        let producer = self.slot_producer(slot)?;
+        // Ordered claims: once the tailer has passed our intents of epoch n, any
+        // offset another instance claimed first is lost, and epoch n must not commit.
+        let intents = lock(&self.epochs).get(&n).map(|e| (e.ranges.clone(), e.last_offset));
+        if let Some((ranges, last)) = intents {
+            self.group.wait_past(last, TAIL_TIMEOUT).await.map_err(|e| failed("prepare", txn, e))?;
+            let lost = self.group.lost(&ranges).map_err(|e| failed("prepare", txn, e))?;
+            if !lost.is_empty() {
+                tracing::warn!(%txn, ranges = ?lost, "another instance claimed some of this epoch's records first; aborting the epoch");
+                lock(&self.live).remove(&n);
+                let _ = producer.abort().await;
+                return Ok(PrepareOutcome::AlreadyAborted);
+            }
+        }
         // The commit entry rides in T(n): visible exactly when the output is.
-        let entry = LedgerLog::record(&self.ledger_topic()?, &LedgerEntry::Commit { epoch: n })
-            .map_err(|e| failed("prepare", txn, e))?;
+        let entry = LedgerEntry::Commit { generation: self.generation(), epoch: n, slot };
+        let entry = LedgerLog::record(&self.ledger_topic()?, &entry).map_err(|e| failed("prepare", txn, e))?;
         let p = &*producer;
         let enqueued = enqueue_all(vec![entry], &format!(" in {txn}"), |r| p.enqueue(r)).await;
         handles.extend(enqueued.map_err(|e| failed("prepare", txn, e))?);
@@ -487,38 +708,41 @@ impl TransactionParticipant for KafkaTransactions {
         if !self.config.exactly_once {
             // At-least-once: the commit entry is written after the checkpoint; a crash
             // before it replays epoch n (duplicates, never loss).
-            let entry = LedgerEntry::Commit { epoch: n };
+            let entry = LedgerEntry::Commit { generation: self.generation(), epoch: n, slot: 0 };
             let written = self.log.write(&self.ledger_topic()?, &entry).await;
-            return written.map_err(|e| failed("commit", txn, e));
+            lock(&self.epochs).remove(&n);
+            return written.map(drop).map_err(|e| failed("commit", txn, e));
         }
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
-            l.producer.commit().await.map_err(|e| failed("commit", txn, kafka_error(format!("commit {txn}"), e)))?;
-            // Nothing is left to send; closing only releases its tasks.
-            tokio::spawn(async move {
-                let _ = l.producer.close().await;
-            });
+            let producer = self.slot_producer(l.slot)?;
+            producer.commit().await.map_err(|e| failed("commit", txn, kafka_error(format!("commit {txn}"), e)))?;
+            lock(&self.epochs).remove(&n);
             return Ok(());
         }
         // Recovery: a crash left T(n) open after its checkpoint completed.
-        let described = self.describe(txn).await.map_err(|e| failed("commit", txn, e))?;
-        match plan(Request::Commit, described.as_ref(), &self.ledger_topic()?) {
+        let Some(id) = self.recovered_id(txn).await? else {
+            tracing::warn!(%txn, "recovery: no open transaction carries it; it committed already, or the broker aborted it");
+            return Ok(());
+        };
+        let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
+        let described = self.cluster.describe_transaction(&id).await.map_err(|e| failed("commit", txn, e))?;
+        match plan(Request::Commit, described.as_ref(), &commits_topic(&template)) {
             RecoveryAction::CommitByProducerId { producer_id, epoch } => {
-                self.cluster
-                    .end_txn(&txn.to_string(), producer_id, epoch, true)
-                    .await
-                    .map_err(|e| failed("commit", txn, e))?;
-                tracing::info!(%txn, producer_id, epoch, "recovery: committed by producer id and epoch");
+                self.cluster.end_txn(&id, producer_id, epoch, true).await.map_err(|e| failed("commit", txn, e))?;
+                tracing::info!(%txn, %id, producer_id, epoch, "recovery: committed by producer id and epoch");
             }
             RecoveryAction::AlreadyCommitted => {}
             RecoveryAction::Lost { state } => tracing::warn!(
                 %txn,
+                %id,
                 state = ?state.as_ref().map(KafkaTxnState::as_str),
                 "recovery: the broker already aborted this transaction (transaction timeout?); its output is lost \
                  and its records are replayed from the log through the ledger"
             ),
             other => return Err(plan_bug("commit", txn, &other)),
         }
+        lock(&self.recovered).remove(&n);
         Ok(())
     }
 
@@ -526,51 +750,75 @@ impl TransactionParticipant for KafkaTransactions {
         if !self.config.exactly_once {
             return Ok(());
         }
-        let live = lock(&self.live).remove(&txn.checkpoint_id());
+        let n = txn.checkpoint_id();
+        let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
-            let r = l.producer.abort().await;
-            let _ = l.producer.close().await;
-            return r.map_err(|e| failed("abort", txn, kafka_error(format!("abort {txn}"), e)));
+            let producer = self.slot_producer(l.slot)?;
+            return producer.abort().await.map_err(|e| failed("abort", txn, kafka_error(format!("abort {txn}"), e)));
         }
         // Recovery, or a repeated abort: an open transaction whose producer is gone is
         // aborted by fencing its id.
-        let described = self.describe(txn).await.map_err(|e| failed("abort", txn, e))?;
-        match plan(Request::Abort, described.as_ref(), &self.ledger_topic()?) {
-            RecoveryAction::Fence => self.fence(txn).await.map_err(|e| failed("abort", txn, e)),
-            RecoveryAction::AlreadyAborted | RecoveryAction::AlreadyCommitted => Ok(()),
-            other => Err(plan_bug("abort", txn, &other)),
+        let Some(id) = self.recovered_id(txn).await? else { return Ok(()) };
+        let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
+        let described = self.cluster.describe_transaction(&id).await.map_err(|e| failed("abort", txn, e))?;
+        match plan(Request::Abort, described.as_ref(), &commits_topic(&template)) {
+            RecoveryAction::Fence => self.fence(&id).await.map_err(|e| failed("abort", txn, e))?,
+            RecoveryAction::AlreadyAborted | RecoveryAction::AlreadyCommitted => {}
+            other => return Err(plan_bug("abort", txn, &other)),
         }
+        lock(&self.recovered).remove(&n);
+        Ok(())
     }
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
         if !self.config.exactly_once {
             return Ok(Vec::new());
         }
-        // Lists only: `open` already fenced what never prepared. One that shows up
-        // unprepared now (begun since by another instance of the same prefix) is
-        // reported as such, and the runtime aborts it, which fences it.
-        let ledger = self.ledger_topic()?;
-        let mut pending = Vec::new();
-        for (id, described) in self.open_transactions(template).await? {
-            match plan(Request::Found, described.as_ref(), &ledger) {
-                RecoveryAction::AwaitDecision => pending.push(PendingTransaction { id, prepared: true }),
-                RecoveryAction::Fence => pending.push(PendingTransaction { id, prepared: false }),
-                _ => {}
-            }
+        // `open` aborted what never prepared; what shows up unprepared now is aborted
+        // here too (nothing can decide it).
+        let prepared = self.scan_open(template).await?;
+        Ok(prepared.into_iter().map(|n| PendingTransaction { id: template.transaction(n), prepared: true }).collect())
+    }
+
+    fn adopter(&self) -> Option<Participant> {
+        Some(Self::build(self.cluster.clone(), self.config.clone(), false))
+    }
+
+    /// Fences every transactional id of `template`'s prefix that could still commit
+    /// (for our own prefix: every earlier generation's), reads which of its epochs
+    /// committed, and queues the replay of whatever it holds that did not.
+    async fn take_over(&self, template: &TransactionTemplate) -> Result<()> {
+        if !self.owner {
+            return Ok(());
         }
-        Ok(pending)
+        let own = lock(&self.template).as_ref().is_some_and(|t| t.prefix() == template.prefix());
+        if self.config.exactly_once {
+            let current = self.generation();
+            let ids: Vec<String> = self
+                .listed(template, &[])
+                .await?
+                .into_iter()
+                .filter(|(_, g, _, _)| !own || *g < current)
+                .map(|(id, _, _, _)| id)
+                .collect();
+            self.fence_all(&ids).await.map_err(rt)?;
+            tracing::info!(prefix = %template.prefix(), fenced = ids.len(), "took over: every transactional id of the prefix is fenced");
+        }
+        let commits = self.log.commits(&commits_topic(template), true).await.map_err(rt)?;
+        self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
+        let prefix = template.prefix().to_string();
+        let committed = commits.into_iter().map(|(g, e, _)| (Claimant::new(prefix.clone(), g), e));
+        let queued = self.group.hold((!own).then_some(prefix.as_str()), committed);
+        tracing::info!(prefix = %template.prefix(), replay_ranges = queued, "took over the work of a prefix");
+        Ok(())
     }
 
     async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
-        // Every epoch the ledger names, open transactions included: an epoch number
-        // must never be used twice, or an old intent would pass for a new one.
-        let ledger = self.read_ledger(false).await?.highest_epoch;
-        let listed = if self.config.exactly_once {
-            self.listed(template, &[]).await?.iter().map(|(id, _)| id.checkpoint_id()).max()
-        } else {
-            None
-        };
-        Ok(ledger.max(listed))
+        // Epoch numbers are never reused within a prefix: above every epoch its
+        // intents and commit entries name, open transactions included.
+        self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
+        let (_, intents) = self.group.highest(template.prefix());
+        Ok(intents.max(*lock(&self.highest_commit)))
     }
 }
 

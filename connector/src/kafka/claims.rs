@@ -1,0 +1,328 @@
+//! Ordered claims: who owns the output of an input offset when several shareflow
+//! instances share one share group on stock Kafka (decision 0008). Pure: the tailer of
+//! the group's intents topic feeds [`ClaimIndex::apply`] in log order, and the
+//! transactional participant asks it three questions:
+//!
+//! - **covered**: does any intent name this offset? A delivery of it is accepted and
+//!   dropped (its output is committed, or some instance replays it).
+//! - **lost**: which offsets of my intents did another instance claim first? My epoch
+//!   must then abort: exactly one owner per offset.
+//! - **replay**: which offsets owned by claimants I hold (my own earlier generations,
+//!   instances I adopted) have no committed intent? I replay them from the input log.
+//!
+//! The first intent naming an offset in the intents log owns it. A later intent naming
+//! it is valid only if its writer holds the owner; every other later intent loses.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::ledger::{LedgerRange, RangeSet};
+use crate::common::ranges::OffsetRanges;
+
+/// One job attempt of one instance: its prefix and the attempt's generation. Every
+/// attempt has a generation of its own, higher than any its prefix used before.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Claimant {
+    /// The instance's prefix.
+    pub prefix: String,
+    /// The attempt's generation.
+    pub generation: u32,
+}
+
+impl Claimant {
+    /// `prefix` at `generation`.
+    pub fn new(prefix: impl Into<String>, generation: u32) -> Self {
+        Self { prefix: prefix.into(), generation }
+    }
+}
+
+impl std::fmt::Display for Claimant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/g{}", self.prefix, self.generation)
+    }
+}
+
+/// What the current attempt owns: itself, the earlier generations of its prefix, and
+/// every prefix it (or an instance it adopted) adopted. The claims of all but itself
+/// are final: their transactions are decided and their ids fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holdings {
+    /// The current attempt.
+    pub me: Claimant,
+    /// Adopted prefixes: every generation of each is held.
+    pub adopted: BTreeSet<String>,
+}
+
+impl Holdings {
+    /// The current attempt, holding only its own earlier generations.
+    pub(crate) fn new(me: Claimant) -> Self {
+        Self { me, adopted: BTreeSet::new() }
+    }
+
+    /// True if `c` is held: an earlier generation of my prefix, or an adopted prefix.
+    /// Not the current attempt itself, and never a later generation of my prefix (a
+    /// newer process took my prefix over; I am the zombie).
+    pub(crate) fn holds(&self, c: &Claimant) -> bool {
+        if c.prefix == self.me.prefix {
+            c.generation < self.me.generation
+        } else {
+            self.adopted.contains(&c.prefix)
+        }
+    }
+
+    /// True if an intent of mine naming an offset `owner` claimed first is valid.
+    pub(crate) fn may_reclaim(&self, owner: &Claimant) -> bool {
+        *owner == self.me || self.holds(owner)
+    }
+}
+
+/// One intent, as the index keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Intent {
+    by: Arc<Claimant>,
+    epoch: u64,
+    ranges: Vec<LedgerRange>,
+}
+
+/// Partition key of the index.
+type Tp = (Arc<str>, i32);
+
+/// The group-wide claims, built from the intents topic in log order.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ClaimIndex {
+    owners: HashMap<Tp, OffsetRanges<Arc<Claimant>>>,
+    intents: Vec<Intent>,
+    claimants: BTreeSet<Arc<Claimant>>,
+}
+
+impl ClaimIndex {
+    /// An empty index.
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies the next intent of the log: `by` owns every offset of `ranges` that
+    /// nobody claimed before.
+    pub(crate) fn apply(&mut self, by: &Claimant, epoch: u64, ranges: &[LedgerRange]) {
+        let by = match self.claimants.get(by) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Arc::new(by.clone());
+                self.claimants.insert(c.clone());
+                c
+            }
+        };
+        for r in ranges {
+            let owners = self.owners.entry((Arc::from(r.topic.as_str()), r.partition)).or_default();
+            let mut span = OffsetRanges::new();
+            span.assign(r.first, r.last, ());
+            let free: Vec<(i64, i64)> = span.minus(owners).iter().map(|(f, l, ())| (f, l)).collect();
+            for (f, l) in free {
+                owners.assign(f, l, by.clone());
+            }
+        }
+        self.intents.push(Intent { by, epoch, ranges: ranges.to_vec() });
+    }
+
+    /// The claimant that owns `offset` of `topic`-`partition`, if any intent names it.
+    pub(crate) fn owner(&self, topic: &Arc<str>, partition: i32, offset: i64) -> Option<&Claimant> {
+        self.owners.get(&(topic.clone(), partition))?.get(offset).map(|(_, _, c)| &**c)
+    }
+
+    /// The pieces of `ranges` (intents of the current attempt, already applied) that
+    /// another claimant owns and `holdings` does not hold. An offset nobody owns is lost
+    /// too: the tailer has not seen the intent yet, so nothing can be claimed for it.
+    pub(crate) fn lost(&self, holdings: &Holdings, ranges: &[LedgerRange]) -> Vec<LedgerRange> {
+        let mut out = Vec::new();
+        for r in ranges {
+            let key: Tp = (Arc::from(r.topic.as_str()), r.partition);
+            let mut next = Some(r.first);
+            let mut push = |first: i64, last: i64| {
+                out.push(LedgerRange { topic: r.topic.clone(), partition: r.partition, first, last })
+            };
+            if let Some(owners) = self.owners.get(&key) {
+                for (f, l, owner) in owners.overlapping(r.first, r.last) {
+                    if let Some(n) = next.filter(|&n| f > n) {
+                        push(n, f - 1);
+                    }
+                    if !holdings.may_reclaim(owner) {
+                        push(f, l);
+                    }
+                    next = l.checked_add(1);
+                }
+            }
+            if let Some(n) = next.filter(|&n| n <= r.last) {
+                push(n, r.last);
+            }
+        }
+        out
+    }
+
+    /// The offsets the current attempt must replay: owned by a claimant `holdings`
+    /// holds, not named by an intent of a `committed` epoch, not named by an intent of
+    /// the current attempt (those are in flight), and not in `scheduled` (already
+    /// queued). `committed` holds `(claimant, epoch)` pairs.
+    pub(crate) fn replay(
+        &self,
+        holdings: &Holdings,
+        committed: &BTreeSet<(Claimant, u64)>,
+        scheduled: &HashMap<Tp, RangeSet>,
+    ) -> Vec<LedgerRange> {
+        let mut excluded: HashMap<Tp, RangeSet> = scheduled.clone();
+        for i in &self.intents {
+            if *i.by == holdings.me || committed.contains(&((*i.by).clone(), i.epoch)) {
+                for r in &i.ranges {
+                    excluded.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
+                }
+            }
+        }
+        let empty = RangeSet::default();
+        let mut keys: Vec<&Tp> = self.owners.keys().collect();
+        keys.sort();
+        let mut out = Vec::new();
+        for key in keys {
+            let mut held = RangeSet::default();
+            for (f, l, owner) in self.owners[key].iter() {
+                if holdings.holds(owner) {
+                    held.insert(f, l);
+                }
+            }
+            for (first, last) in held.minus(excluded.get(key).unwrap_or(&empty)) {
+                out.push(LedgerRange { topic: key.0.to_string(), partition: key.1, first, last });
+            }
+        }
+        out
+    }
+
+    /// The highest epoch any intent of `prefix` names.
+    pub(crate) fn highest_epoch(&self, prefix: &str) -> Option<u64> {
+        self.intents.iter().filter(|i| i.by.prefix == prefix).map(|i| i.epoch).max()
+    }
+
+    /// The highest generation any intent of `prefix` names.
+    pub(crate) fn highest_generation(&self, prefix: &str) -> Option<u32> {
+        self.claimants.iter().filter(|c| c.prefix == prefix).map(|c| c.generation).max()
+    }
+
+    /// How many intents the index holds.
+    #[cfg(test)]
+    pub(crate) fn intent_count(&self) -> usize {
+        self.intents.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(first: i64, last: i64) -> LedgerRange {
+        LedgerRange { topic: "in".into(), partition: 0, first, last }
+    }
+
+    fn c(prefix: &str, generation: u32) -> Claimant {
+        Claimant::new(prefix, generation)
+    }
+
+    fn t() -> Arc<str> {
+        Arc::from("in")
+    }
+
+    #[test]
+    fn the_first_intent_owns_and_later_ones_never_take_over() {
+        let mut ix = ClaimIndex::new();
+        ix.apply(&c("a", 1), 5, &[r(0, 9)]);
+        ix.apply(&c("b", 1), 3, &[r(5, 14)]);
+        ix.apply(&c("a", 1), 6, &[r(0, 20)]); // the owner's own second intent changes nothing
+        assert_eq!(ix.owner(&t(), 0, 0), Some(&c("a", 1)));
+        assert_eq!(ix.owner(&t(), 0, 9), Some(&c("a", 1)));
+        assert_eq!(ix.owner(&t(), 0, 10), Some(&c("b", 1)));
+        assert_eq!(ix.owner(&t(), 0, 14), Some(&c("b", 1)));
+        assert_eq!(ix.owner(&t(), 0, 15), Some(&c("a", 1)));
+        assert_eq!(ix.owner(&t(), 0, 21), None);
+        assert_eq!(ix.owner(&t(), 1, 0), None);
+        assert_eq!(ix.owner(&Arc::from("other"), 0, 0), None);
+    }
+
+    #[test]
+    fn holdings_cover_earlier_generations_and_adopted_prefixes_only() {
+        let mut h = Holdings::new(c("a", 3));
+        h.adopted.insert("x".into());
+        // (claimant, held, may reclaim)
+        let table = [
+            (c("a", 1), true, true),
+            (c("a", 2), true, true),
+            (c("a", 3), false, true),  // myself: in flight, not held
+            (c("a", 4), false, false), // a newer process took my prefix
+            (c("x", 1), true, true),
+            (c("x", 9), true, true),
+            (c("b", 1), false, false),
+        ];
+        for (claimant, held, may) in table {
+            assert_eq!(h.holds(&claimant), held, "{claimant}");
+            assert_eq!(h.may_reclaim(&claimant), may, "{claimant}");
+        }
+    }
+
+    #[test]
+    fn an_intent_loses_where_an_unheld_claimant_was_first() {
+        let mut ix = ClaimIndex::new();
+        ix.apply(&c("b", 1), 1, &[r(10, 19)]); // live instance b
+        ix.apply(&c("a", 1), 2, &[r(30, 39)]); // my previous generation
+        ix.apply(&c("x", 1), 1, &[r(40, 49)]); // adopted
+        ix.apply(&c("a", 3), 7, &[r(50, 59)]); // a newer process of my prefix
+        let mine = [r(0, 12), r(30, 45), r(50, 51), r(60, 61)];
+        ix.apply(&c("a", 2), 4, &mine);
+        let mut h = Holdings::new(c("a", 2));
+        h.adopted.insert("x".into());
+        // 0..=9 are mine, 10..=12 b's, 30..=45 held, 50..=51 the newer generation's.
+        assert_eq!(ix.lost(&h, &mine), vec![r(10, 12), r(50, 51)]);
+        // Without adopting x, x's offsets are lost too.
+        let h = Holdings::new(c("a", 2));
+        assert_eq!(ix.lost(&h, &mine), vec![r(10, 12), r(40, 45), r(50, 51)]);
+        // An offset nobody owns yet (the tailer is behind) counts as lost.
+        assert_eq!(ix.lost(&h, &[r(100, 101)]), vec![r(100, 101)]);
+        assert_eq!(ix.lost(&h, &[r(5, 5), r(99, 100)]), vec![r(99, 100)]);
+        let other = LedgerRange { topic: "in".into(), partition: 3, first: 0, last: 0 };
+        assert_eq!(ix.lost(&h, std::slice::from_ref(&other)), vec![other]);
+    }
+
+    #[test]
+    fn replay_is_held_offsets_without_a_committed_intent_minus_work_in_flight() {
+        let mut ix = ClaimIndex::new();
+        ix.apply(&c("a", 1), 1, &[r(0, 9)]); // committed
+        ix.apply(&c("a", 1), 2, &[r(10, 19)]); // never committed
+        ix.apply(&c("x", 4), 8, &[r(20, 29)]); // adopted x, never committed
+        ix.apply(&c("a", 2), 3, &[r(10, 14)]); // my second generation replayed 10..=14, committed
+        ix.apply(&c("b", 1), 1, &[r(30, 39)]); // another live instance
+        ix.apply(&c("a", 3), 9, &[r(16, 17), r(40, 44)]); // the current attempt, in flight
+        ix.apply(&c("x", 4), 9, &[r(45, 49)]); // a late zombie intent of x
+        let committed = BTreeSet::from([(c("a", 1), 1), (c("a", 2), 3)]);
+        let mut h = Holdings::new(c("a", 3));
+        assert_eq!(ix.replay(&h, &committed, &HashMap::new()), vec![r(15, 15), r(18, 19)]);
+        h.adopted.insert("x".into());
+        assert_eq!(ix.replay(&h, &committed, &HashMap::new()), vec![r(15, 15), r(18, 29), r(45, 49)]);
+        let mut scheduled: HashMap<Tp, RangeSet> = HashMap::new();
+        scheduled.entry((t(), 0)).or_default().insert(18, 29);
+        assert_eq!(ix.replay(&h, &committed, &scheduled), vec![r(15, 15), r(45, 49)]);
+        // x's epoch 8 committed after all (its adopter committed it by producer id).
+        let committed = BTreeSet::from([(c("a", 1), 1), (c("a", 2), 3), (c("x", 4), 8)]);
+        assert_eq!(ix.replay(&h, &committed, &HashMap::new()), vec![r(15, 15), r(18, 19), r(45, 49)]);
+        // A zombie (generation 1 while 3 exists) holds nothing of the newer ones.
+        let zombie = Holdings::new(c("a", 1));
+        assert!(ix.replay(&zombie, &committed, &HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn highest_epoch_and_generation_are_per_prefix() {
+        let mut ix = ClaimIndex::new();
+        assert_eq!((ix.highest_epoch("a"), ix.highest_generation("a")), (None, None));
+        ix.apply(&c("a", 2), 7, &[r(0, 0)]);
+        ix.apply(&c("a", 5), 3, &[r(1, 1)]);
+        ix.apply(&c("b", 9), 99, &[r(2, 2)]);
+        assert_eq!((ix.highest_epoch("a"), ix.highest_generation("a")), (Some(7), Some(5)));
+        assert_eq!(ix.intent_count(), 3);
+    }
+}
