@@ -796,7 +796,7 @@ fn pipeline(
 }
 
 /// Returns on SIGTERM or Ctrl-C; never, if neither can be listened for.
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -13,6 +13,8 @@ use std::time::Duration;
 mod demo;
 #[cfg(feature = "kafka")]
 mod kafka_demo;
+#[cfg(feature = "kafka")]
+mod kafka_run;
 
 use demo::DemoOptions;
 
@@ -54,6 +56,20 @@ commands:
     --no-verify          skip the read_committed check at the end (with --at-least-once the
                          check passes when nothing is lost: duplicates are allowed)
     --max-rate R         at most R records per second through the job
+  run --kafka HOST:PORT --group G --instance ID --checkpoints URL
+               run one instance of the main job in share group G on a real Kafka 4.x broker,
+               until SIGTERM or Ctrl-C (a final checkpoint, then it retires). Start more with
+               other IDs and the same G and URL: exactly-once holds across them, and a live
+               instance adopts one silent for longer than the adoption timeout
+    --input T, --output T  topics (default G-input, G-output)
+    --interval MS        checkpoint interval (default 1000)
+    --checkpoint-timeout MS  how long a checkpoint may take (default 10000)
+    --adoption-timeout MS  silence before adoption (default 30000; more than interval plus
+                         checkpoint timeout)
+    --parallelism P      subtasks per operator (default 2)
+    --partitions P       partitions of topics this instance creates (default 4)
+    --max-rate R         at most R records per second through this instance
+    --json               print the summary as one JSON object on the last line
   txn list     list the transactions of an embedded broker
     --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
   checkpoints  list a job's checkpoints
@@ -253,6 +269,47 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
 }
 
 #[cfg(feature = "kafka")]
+fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String> {
+    let mut required = |name: &str, what: &str| -> Result<String, String> {
+        args.value(name)?.ok_or_else(|| format!("{name} is required: {what}"))
+    };
+    let bootstrap = required("--kafka", "the broker, HOST:PORT")?;
+    let group = required("--group", "the share group every instance joins")?;
+    let instance = required("--instance", "this instance's name, unique in the group")?;
+    let checkpoints = required("--checkpoints", "the checkpoint root every instance shares (s3://..., file://...)")?;
+    let mut o = kafka_run::RunOptions::new(&bootstrap, &group, &instance, &checkpoints);
+    o.input = args.value("--input")?;
+    o.output = args.value("--output")?;
+    let ms = |v: Option<u64>, name: &str| -> Result<Option<Duration>, String> {
+        match v {
+            Some(0) => Err(format!("{name} must be > 0 ms")),
+            v => Ok(v.map(Duration::from_millis)),
+        }
+    };
+    if let Some(d) = ms(args.number("--interval")?, "--interval")? {
+        o.interval = d;
+    }
+    if let Some(d) = ms(args.number("--checkpoint-timeout")?, "--checkpoint-timeout")? {
+        o.checkpoint_timeout = d;
+    }
+    if let Some(d) = ms(args.number("--adoption-timeout")?, "--adoption-timeout")? {
+        o.adoption_timeout = d;
+    }
+    match args.number::<u32>("--parallelism")? {
+        Some(0) => return Err("--parallelism must be >= 1".into()),
+        Some(p) => o.parallelism = p,
+        None => {}
+    }
+    match args.number::<u32>("--partitions")? {
+        Some(0) => return Err("--partitions must be >= 1".into()),
+        Some(p) => o.partitions = p,
+        None => {}
+    }
+    o.max_rate = args.number("--max-rate")?;
+    Ok((o, args.flag("--json")))
+}
+
+#[cfg(feature = "kafka")]
 fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, bool), String> {
     let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
     let c = common_options(args)?;
@@ -424,6 +481,14 @@ fn main() -> ExitCode {
                 // At-least-once may repeat records; it must never lose one.
                 |s| !options.verify || (s.lost == 0 && (s.duplicates == 0 || !options.exactly_once)),
             )
+        }
+        #[cfg(feature = "kafka")]
+        "run" => {
+            let (options, json) = match run_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            report("run", runtime.block_on(kafka_run::run(&options)), json, |s| s.to_json(), |s| s.to_text(), |_| true)
         }
         "demo" => {
             let (options, json) = match demo_options(&mut args).and_then(|o| args.finish().map(|()| o)) {

@@ -26,7 +26,7 @@ pub(crate) struct Instance {
     config: InstanceConfig,
     template: TransactionTemplate,
     incarnation: u64,
-    beats: u64,
+    beats: std::sync::atomic::AtomicU64,
     tracker: SilenceTracker,
 }
 
@@ -42,7 +42,15 @@ impl Instance {
         let prefix = template.prefix().to_string();
         let incarnation = registry.register(&prefix).await?;
         tracing::info!(%prefix, incarnation, "registered as an instance of the group");
-        Ok(Self { registry, storage, config, template, incarnation, beats: 0, tracker: SilenceTracker::new() })
+        Ok(Self {
+            registry,
+            storage,
+            config,
+            template,
+            incarnation,
+            beats: Default::default(),
+            tracker: SilenceTracker::new(),
+        })
     }
 
     /// Fails (kind Fenced) if a newer incarnation or an adopter took this prefix over.
@@ -54,10 +62,36 @@ impl Instance {
         Ok(())
     }
 
+    fn next_beat(&self, checkpoint_id: Option<u64>) -> Heartbeat {
+        let beat = self.beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Heartbeat { incarnation: self.incarnation, beat, checkpoint_id }
+    }
+
+    /// Runs `work` (a recovery) while beating every interval, so that a recovery that
+    /// takes longer than the adoption timeout does not look like silence. Beats only:
+    /// the fencing check stays with the job's ticks and `ensure_current`.
+    pub(crate) async fn beating<T>(&self, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let mut work = std::pin::pin!(work);
+        let mut every = tokio::time::interval(self.config.heartbeat_interval);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        loop {
+            tokio::select! {
+                r = &mut work => return r,
+                _ = every.tick() => {
+                    let beat = self.next_beat(None);
+                    if let Err(e) = self.registry.write_heartbeat(self.template.prefix(), beat).await {
+                        tracing::warn!(error = %e, "cannot write a heartbeat during recovery");
+                    }
+                }
+            }
+        }
+    }
+
     /// The prefixes this instance holds: finished adoptions by it, transitively.
-    pub(crate) async fn held(&mut self) -> Result<Vec<String>> {
+    pub(crate) async fn held(&self) -> Result<Vec<String>> {
         let records = self.registry.observe().await?;
-        let views = self.tracker.views(&records, std::time::Instant::now());
+        let views = SilenceTracker::new().views(&records, std::time::Instant::now());
         Ok(held_prefixes(self.template.prefix(), &views).into_iter().collect())
     }
 
@@ -82,8 +116,7 @@ impl Instance {
             Some(own) => own.ensure_current(self.incarnation)?,
             None => return Err(RuntimeError::Internal(format!("instance {me} is missing from the registry"))),
         }
-        self.beats += 1;
-        let beat = Heartbeat { incarnation: self.incarnation, beat: self.beats, checkpoint_id };
+        let beat = self.next_beat(checkpoint_id);
         self.registry.write_heartbeat(&me, beat).await?;
         let views = self.tracker.views(&records, std::time::Instant::now());
         for step in plan_adoption(&me, &views, self.config.adoption_timeout) {
@@ -98,7 +131,8 @@ impl Instance {
             } else {
                 tracing::warn!(%prefix, "resuming an unfinished adoption");
             }
-            self.adopt(&prefix, participants, metrics, failpoints).await?;
+            // An adoption can outlast the adoption timeout: beat meanwhile.
+            self.beating(self.adopt(&prefix, participants, metrics, failpoints)).await?;
         }
         Ok(())
     }
@@ -134,9 +168,18 @@ impl Instance {
         let restored = self.registry.record_plan(prefix, latest).await?;
         failpoints.hit(points::ADOPTION_MID)?;
         let decided = decide(&adopters, &template, &theirs, restored, metrics, None).await?;
-        // Its transactions are decided: fence what is left of it and take its work over.
+        // Its transactions are decided: fence what is left of it and take its work over,
+        // with that of every instance it held (holding is transitive).
+        let records = self.registry.observe().await?;
+        let views = SilenceTracker::new().views(&records, std::time::Instant::now());
+        let mut taken = vec![template.clone()];
+        for theirs in held_prefixes(prefix, &views) {
+            taken.push(TransactionTemplate::new(self.template.group_id(), &theirs)?);
+        }
         for p in participants {
-            p.take_over(&template).await?;
+            for t in &taken {
+                p.take_over(t).await?;
+            }
         }
         self.registry.finish_adoption(prefix).await?;
         metrics.checkpoints(|c| c.instances_adopted += 1);

@@ -191,13 +191,13 @@ impl Job {
 
     /// DESIGN.md §3 step 7: restore the newest complete checkpoint, then commit the
     /// PREPARE transactions it covers and abort everything else. Idempotent.
-    async fn recover(&self, mut instance: Option<&mut Instance>) -> Result<Recovered> {
+    async fn recover(&self, instance: Option<&Instance>) -> Result<Recovered> {
         for p in &self.spec.participants {
             p.open(&self.template).await?;
         }
         // Opened first, checked second: an adopter that claims us from now on fences
         // what we just opened (decision 0008, rule R1).
-        if let Some(i) = instance.as_deref() {
+        if let Some(i) = instance {
             i.ensure_current().await?;
         }
         let storage = &self.config.storage;
@@ -226,7 +226,7 @@ impl Job {
         .await?;
         // Everything of our prefix, and of every prefix we adopted, is decided: the
         // participants take the rest of their work over before any task starts.
-        let held = match instance.as_deref_mut() {
+        let held = match instance {
             Some(i) => i.held().await?,
             None => Vec::new(),
         };
@@ -309,8 +309,11 @@ impl Job {
         Wiring { receivers, out_edges, input_edge }
     }
 
-    async fn attempt(&self, mut instance: Option<&mut Instance>) -> Result<Option<u64>> {
-        let recovered = self.recover(instance.as_deref_mut()).await?;
+    async fn attempt(&self, instance: Option<&mut Instance>) -> Result<Option<u64>> {
+        let recovered = match instance.as_deref() {
+            Some(i) => i.beating(self.recover(Some(i))).await?,
+            None => self.recover(None).await?,
+        };
         // T(first epoch) must exist before any task writes into it.
         let first = self.template.transaction(recovered.first_epoch);
         for p in &self.spec.participants {

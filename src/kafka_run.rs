@@ -1,0 +1,196 @@
+//! `shareflow run --kafka`: one instance of the main job in a share group on a real
+//! Kafka 4.x broker (decision 0008). Start as many as you like with the same group and
+//! checkpoint root and different `--instance` names: Kafka spreads the records, the
+//! instances keep the output exactly-once between them, and a live one adopts a dead
+//! one. SIGTERM or Ctrl-C stops an instance gracefully: a final checkpoint, commit,
+//! and a retirement record, so nobody adopts it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shareflow_checkpoint::CheckpointStore;
+use shareflow_connector::kafka::{
+    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig,
+};
+use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow_runtime::{InstanceConfig, JobBuilder, JobConfig, RestartStrategy};
+
+use crate::demo::{run_job, stop_signal, ProgressLine, TRANSFORM_SQL};
+use crate::kafka_demo::{input_topic, output_topic};
+
+/// Settings of one instance.
+#[derive(Debug, Clone)]
+pub(crate) struct RunOptions {
+    /// `host:port` of the broker.
+    pub(crate) bootstrap: String,
+    /// The share group; the topics are `{group}-input` and `{group}-output` unless set.
+    pub(crate) group: String,
+    /// This instance's name: its transaction prefix and job id.
+    pub(crate) instance: String,
+    /// The checkpoint root every instance of the group shares.
+    pub(crate) checkpoints: String,
+    /// The input topic.
+    pub(crate) input: Option<String>,
+    /// The output topic.
+    pub(crate) output: Option<String>,
+    /// Checkpoint interval.
+    pub(crate) interval: Duration,
+    /// Checkpoint timeout.
+    pub(crate) checkpoint_timeout: Duration,
+    /// How long an instance may stay silent before a live one adopts it.
+    pub(crate) adoption_timeout: Duration,
+    /// Subtasks per operator.
+    pub(crate) parallelism: u32,
+    /// At most this many records per second through this instance.
+    pub(crate) max_rate: Option<u64>,
+    /// Partitions of the topics, if this instance creates them.
+    pub(crate) partitions: u32,
+}
+
+impl RunOptions {
+    /// Defaults for everything but the required four.
+    pub(crate) fn new(bootstrap: &str, group: &str, instance: &str, checkpoints: &str) -> Self {
+        Self {
+            bootstrap: bootstrap.into(),
+            group: group.into(),
+            instance: instance.into(),
+            checkpoints: checkpoints.into(),
+            input: None,
+            output: None,
+            interval: Duration::from_secs(1),
+            checkpoint_timeout: Duration::from_secs(10),
+            adoption_timeout: Duration::from_secs(30),
+            parallelism: 2,
+            max_rate: None,
+            partitions: 4,
+        }
+    }
+}
+
+/// What an instance did before it stopped.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunSummary {
+    pub(crate) instance: String,
+    pub(crate) emitted: u64,
+    pub(crate) replayed: u64,
+    pub(crate) skipped: u64,
+    pub(crate) attempts: u32,
+    pub(crate) checkpoints_completed: u64,
+    pub(crate) adoptions: u64,
+    pub(crate) transactions_recovered: u64,
+    pub(crate) stopped_by_signal: bool,
+    pub(crate) seconds: f64,
+}
+
+impl RunSummary {
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::json!({
+            "instance": self.instance,
+            "emitted": self.emitted,
+            "replayed": self.replayed,
+            "skipped": self.skipped,
+            "attempts": self.attempts,
+            "checkpoints_completed": self.checkpoints_completed,
+            "adoptions": self.adoptions,
+            "transactions_recovered": self.transactions_recovered,
+            "stopped": self.stopped_by_signal,
+            "seconds": self.seconds,
+        })
+        .to_string()
+    }
+
+    pub(crate) fn to_text(&self) -> String {
+        format!(
+            "instance {}: {} records emitted ({} replayed, {} redeliveries skipped), {} checkpoints, {} adoptions, \
+             {} attempts, {:.1} s{}",
+            self.instance,
+            self.emitted,
+            self.replayed,
+            self.skipped,
+            self.checkpoints_completed,
+            self.adoptions,
+            self.attempts,
+            self.seconds,
+            if self.stopped_by_signal { "; stopped by a signal and retired" } else { "" }
+        )
+    }
+}
+
+/// Runs one instance until SIGTERM or Ctrl-C, or until another process takes its
+/// prefix over (an error of kind Fenced).
+pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std::error::Error + Send + Sync>> {
+    let cluster = KafkaCluster::connect(&options.bootstrap).await?;
+    let input = options.input.clone().unwrap_or_else(|| input_topic(&options.group));
+    let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
+    cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
+    cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
+    let storage = CheckpointStore::from_url(&options.checkpoints, &[], &options.instance)?;
+    let txns = KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default());
+    let mut config = JobConfig::new(storage, &options.group, &options.instance)
+        .checkpoint_interval(options.interval)
+        .checkpoint_timeout(options.checkpoint_timeout)
+        .restart(RestartStrategy::FixedDelay { attempts: 1_000, delay: Duration::from_millis(500) })
+        .instance(InstanceConfig::new(options.adoption_timeout));
+    config.channel_capacity = 8;
+    config.tolerable_checkpoint_failures = 2;
+
+    let metrics = Arc::new(SourceMetrics::default());
+    let mut source = SourceSettings::new(&options.group, &[&input]);
+    source.from_earliest = true;
+    source.max_poll_records = 2_000;
+    source.max_records_per_second = options.max_rate.map(|r| (r / u64::from(options.parallelism)).max(1));
+    if let Some(rate) = source.max_records_per_second {
+        source.max_poll_records = source.max_poll_records.min(rate.max(10) as usize / 10);
+    }
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        KafkaShareSource::factory(cluster.clone(), txns.clone(), source, metrics.clone()),
+    )
+    .parallelism(options.parallelism)
+    .sql("transform", TRANSFORM_SQL)
+    .parallelism(options.parallelism)
+    .sink("kafka-sink", KafkaSink::factory(txns.clone(), &output))
+    .parallelism(options.parallelism);
+    job.participant(txns.clone());
+    let job = job.build(config)?;
+
+    let stopped = Arc::new(AtomicBool::new(false));
+    let on_signal = tokio::spawn({
+        let (stop, stopped) = (job.stop_handle(), stopped.clone());
+        async move {
+            stop_signal().await;
+            stopped.store(true, Ordering::SeqCst);
+            stop.stop();
+        }
+    });
+    let progress = {
+        let metrics = metrics.clone();
+        move || -> ProgressLine {
+            let line = format!(
+                "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
+                metrics.records_emitted.load(Ordering::Relaxed),
+                metrics.records_replayed.load(Ordering::Relaxed),
+                metrics.records_skipped.load(Ordering::Relaxed)
+            );
+            Box::pin(async move { Some(line) })
+        }
+    };
+    let result = run_job(&job, Some(progress)).await;
+    on_signal.abort();
+    let (report, seconds) = result?;
+    Ok(RunSummary {
+        instance: options.instance.clone(),
+        emitted: metrics.records_emitted.load(Ordering::Relaxed),
+        replayed: metrics.records_replayed.load(Ordering::Relaxed),
+        skipped: metrics.records_skipped.load(Ordering::Relaxed),
+        attempts: report.attempts,
+        checkpoints_completed: report.metrics.checkpoints.completed,
+        adoptions: report.metrics.checkpoints.instances_adopted,
+        transactions_recovered: report.metrics.checkpoints.transactions_recovered,
+        stopped_by_signal: stopped.load(Ordering::SeqCst),
+        seconds,
+    })
+}
