@@ -224,40 +224,13 @@ pub(crate) async fn run(
     config.tolerable_checkpoint_failures = 3;
 
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source_config = SourceSettings::new(&options.name, &[&input]);
+    let mut source_config = source_settings(&options.name, &input, options.parallelism, options.max_rate);
     source_config.stop_when_drained = true;
-    source_config.max_poll_records = 2_000;
-    source_config.max_records_per_second = options.max_rate.map(|r| (r / u64::from(options.parallelism)).max(1));
-    if let Some(rate) = source_config.max_records_per_second {
-        source_config.max_poll_records = source_config.max_poll_records.min(rate.max(10) as usize / 10);
-    }
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        KafkaShareSource::factory(cluster.clone(), txns.clone(), source_config, metrics.clone()),
-    )
-    .parallelism(options.parallelism)
-    .sql("transform", TRANSFORM_SQL)
-    .parallelism(options.parallelism)
-    .sink("kafka-sink", KafkaSink::factory(txns.clone(), &output))
-    .parallelism(options.parallelism);
-    job.participant(txns.clone());
+    let job = pipeline(&cluster, &txns, source_config, &output, options.parallelism, &metrics);
     let job = job.build(config)?;
     job.failpoints().schedule(options.crashes.clone());
 
-    let progress = options.progress.then(|| {
-        let metrics = metrics.clone();
-        move || -> ProgressLine {
-            let line = format!(
-                "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
-                metrics.records_emitted.load(Ordering::Relaxed),
-                metrics.records_replayed.load(Ordering::Relaxed),
-                metrics.records_skipped.load(Ordering::Relaxed)
-            );
-            Box::pin(async move { Some(line) })
-        }
-    });
+    let progress = options.progress.then(|| progress_line(&metrics));
     let (report, seconds) = run_job(&job, progress).await?;
     let emitted = metrics.records_emitted.load(Ordering::Relaxed);
     let input_records: u64 = cluster.end_offsets(&input, false).await?.iter().map(|&o| o.max(0) as u64).sum();
@@ -284,6 +257,57 @@ pub(crate) async fn run(
         records_per_second: emitted as f64 / seconds,
         seconds,
     })
+}
+
+/// The source settings of the main job on Kafka: group `group`, topic `input`, at most
+/// `max_rate` records per second over `parallelism` subtasks.
+pub(crate) fn source_settings(group: &str, input: &str, parallelism: u32, max_rate: Option<u64>) -> SourceSettings {
+    let mut source = SourceSettings::new(group, &[input]);
+    source.max_poll_records = 2_000;
+    source.max_records_per_second = max_rate.map(|r| (r / u64::from(parallelism)).max(1));
+    if let Some(rate) = source.max_records_per_second {
+        source.max_poll_records = source.max_poll_records.min(rate.max(10) as usize / 10);
+    }
+    source
+}
+
+/// The main job on Kafka: share source -> SQL -> transactional Kafka sink into `output`,
+/// every operator at `parallelism`, `txns` its participant.
+pub(crate) fn pipeline(
+    cluster: &KafkaCluster,
+    txns: &Arc<KafkaTransactions>,
+    source: SourceSettings,
+    output: &str,
+    parallelism: u32,
+    metrics: &Arc<SourceMetrics>,
+) -> JobBuilder {
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        KafkaShareSource::factory(cluster.clone(), txns.clone(), source, metrics.clone()),
+    )
+    .parallelism(parallelism)
+    .sql("transform", TRANSFORM_SQL)
+    .parallelism(parallelism)
+    .sink("kafka-sink", KafkaSink::factory(txns.clone(), output))
+    .parallelism(parallelism);
+    job.participant(txns.clone());
+    job
+}
+
+/// The progress line of a Kafka run, from its source metrics.
+pub(crate) fn progress_line(metrics: &Arc<SourceMetrics>) -> impl Fn() -> ProgressLine + Send + 'static {
+    let metrics = metrics.clone();
+    move || -> ProgressLine {
+        let line = format!(
+            "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
+            metrics.records_emitted.load(Ordering::Relaxed),
+            metrics.records_replayed.load(Ordering::Relaxed),
+            metrics.records_skipped.load(Ordering::Relaxed)
+        );
+        Box::pin(async move { Some(line) })
+    }
 }
 
 fn cwd() -> String {

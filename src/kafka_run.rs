@@ -10,14 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shareflow_checkpoint::CheckpointStore;
-use shareflow_connector::kafka::{
-    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig,
-};
-use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
-use shareflow_runtime::{InstanceConfig, JobBuilder, JobConfig, RestartStrategy};
+use shareflow_connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
+use shareflow_connector::SourceMetrics;
+use shareflow_runtime::{InstanceConfig, JobConfig, RestartStrategy};
 
-use crate::demo::{run_job, stop_signal, ProgressLine, TRANSFORM_SQL};
-use crate::kafka_demo::{input_topic, output_topic};
+use crate::demo::{run_job, stop_signal};
+use crate::kafka_demo::{input_topic, output_topic, pipeline, progress_line, source_settings};
 
 /// Settings of one instance.
 #[derive(Debug, Clone)]
@@ -136,25 +134,9 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     config.tolerable_checkpoint_failures = 2;
 
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source = SourceSettings::new(&options.group, &[&input]);
+    let mut source = source_settings(&options.group, &input, options.parallelism, options.max_rate);
     source.from_earliest = true;
-    source.max_poll_records = 2_000;
-    source.max_records_per_second = options.max_rate.map(|r| (r / u64::from(options.parallelism)).max(1));
-    if let Some(rate) = source.max_records_per_second {
-        source.max_poll_records = source.max_poll_records.min(rate.max(10) as usize / 10);
-    }
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        KafkaShareSource::factory(cluster.clone(), txns.clone(), source, metrics.clone()),
-    )
-    .parallelism(options.parallelism)
-    .sql("transform", TRANSFORM_SQL)
-    .parallelism(options.parallelism)
-    .sink("kafka-sink", KafkaSink::factory(txns.clone(), &output))
-    .parallelism(options.parallelism);
-    job.participant(txns.clone());
+    let job = pipeline(&cluster, &txns, source, &output, options.parallelism, &metrics);
     let job = job.build(config)?;
 
     let stopped = Arc::new(AtomicBool::new(false));
@@ -166,19 +148,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
             stop.stop();
         }
     });
-    let progress = {
-        let metrics = metrics.clone();
-        move || -> ProgressLine {
-            let line = format!(
-                "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
-                metrics.records_emitted.load(Ordering::Relaxed),
-                metrics.records_replayed.load(Ordering::Relaxed),
-                metrics.records_skipped.load(Ordering::Relaxed)
-            );
-            Box::pin(async move { Some(line) })
-        }
-    };
-    let result = run_job(&job, Some(progress)).await;
+    let result = run_job(&job, Some(progress_line(&metrics))).await;
     on_signal.abort();
     let (report, seconds) = result?;
     Ok(RunSummary {

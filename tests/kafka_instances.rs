@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use support::demo::{identity, value_of};
-use support::kafka::{cluster, unique};
+use support::kafka::{cluster, read_committed_with_java, unique};
 
 const RECORDS: u64 = 100_000;
 /// Restartable kills; the permanent one comes on top.
@@ -127,19 +127,6 @@ impl Instance {
     }
 }
 
-/// Every committed value of `topic`, read by Kafka's Java console consumer.
-fn read_committed_with_java(bootstrap: &str, topic: &str) -> Vec<String> {
-    let lib = std::env::var("SHAREFLOW_KAFKA_LIB").expect("SHAREFLOW_KAFKA_LIB: ./scripts/kafka env sets it");
-    let out = Command::new("java")
-        .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.consumer.ConsoleConsumer"])
-        .args(["--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning"])
-        .args(["--isolation-level", "read_committed", "--timeout-ms", "20000"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("run the Java console consumer");
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
     let Some(c) = cluster().await else { return };
@@ -239,7 +226,8 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
         eprintln!("{name}: {last}");
     }
 
-    let values = read_committed_with_java(&bootstrap, &output);
+    let values = read_committed_with_java(&bootstrap, &output)
+        .expect("SHAREFLOW_KAFKA_LIB: ./scripts/kafka env sets it; the check must be Kafka's own reader");
     let mut count: HashMap<u64, u32> = HashMap::new();
     for v in &values {
         let id = identity(v.as_bytes()).unwrap_or_else(|| panic!("seed {seed}: foreign output value {v:?}"));

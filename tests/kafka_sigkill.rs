@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use support::demo::{identity, input_topic, output_topic, value_of};
-use support::kafka::{cluster, unique};
+use support::kafka::{cluster, read_committed_with_java, unique};
 
 const RECORDS: u64 = 100_000;
 const KILLS: usize = 5;
@@ -38,19 +38,6 @@ fn job(bootstrap: &str, name: &str, checkpoints: &str, rate: Option<u64>) -> Com
         .env("AWS_REGION", "us-east-1")
         .env("SHAREFLOW_LOG", "warn");
     cmd
-}
-
-/// Every committed value of `topic`, read by Kafka's Java console consumer.
-fn read_committed_with_java(bootstrap: &str, topic: &str) -> Option<Vec<String>> {
-    let lib = std::env::var("SHAREFLOW_KAFKA_LIB").ok()?;
-    let out = Command::new("java")
-        .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.consumer.ConsoleConsumer"])
-        .args(["--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning"])
-        .args(["--isolation-level", "read_committed", "--timeout-ms", "20000"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("run the Java console consumer");
-    Some(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,3 +54,17 @@ pub async fn until<F: FnMut() -> bool>(deadline: Duration, mut done: F) {
 pub async fn transactional_ids(c: &KafkaCluster, prefix: &str) -> Vec<(String, String)> {
     c.transactional_ids(prefix).await.expect("list transactions")
 }
+
+/// Every committed value of `topic`, read by Kafka's Java console consumer (the jars of
+/// `./scripts/kafka`); `None` when `SHAREFLOW_KAFKA_LIB` is not set.
+pub fn read_committed_with_java(bootstrap: &str, topic: &str) -> Option<Vec<String>> {
+    let lib = std::env::var("SHAREFLOW_KAFKA_LIB").ok()?;
+    let out = std::process::Command::new("java")
+        .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.consumer.ConsoleConsumer"])
+        .args(["--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning"])
+        .args(["--isolation-level", "read_committed", "--timeout-ms", "20000"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("run the Java console consumer");
+    Some(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+}
