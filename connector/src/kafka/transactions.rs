@@ -685,6 +685,7 @@ impl TransactionParticipant for KafkaTransactions {
             if !lost.is_empty() {
                 tracing::warn!(%txn, ranges = ?lost, "another instance claimed some of this epoch's records first; aborting the epoch");
                 lock(&self.live).remove(&n);
+                lock(&self.epochs).remove(&n);
                 let _ = producer.abort().await;
                 return Ok(PrepareOutcome::AlreadyAborted);
             }
@@ -753,6 +754,8 @@ impl TransactionParticipant for KafkaTransactions {
         let n = txn.checkpoint_id();
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
+            // Its intents stay in the log; the next attempt replays them.
+            lock(&self.epochs).remove(&n);
             let producer = self.slot_producer(l.slot)?;
             return producer.abort().await.map_err(|e| failed("abort", txn, kafka_error(format!("abort {txn}"), e)));
         }
