@@ -146,6 +146,46 @@ async fn an_adopter_fences_the_adopted_instance_commits_what_its_checkpoint_deci
     }
 }
 
+/// A chain: a dies with epoch 1 uncommitted; b adopts a and commits a's work in an epoch
+/// of its own; b dies; c adopts b, so it holds a too. Whatever order c takes the two
+/// prefixes over in (a restart takes them in name order, a before b), nothing is
+/// replayed: b committed it. Found by `kafka_instances` as 151 duplicated records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_an_adopter_already_committed_is_not_replayed_by_the_adopter_of_the_adopter() {
+    let Some(c) = cluster().await else { return };
+    let group = unique("chain");
+    let out = output_topic(&c).await;
+    let t = |prefix: &str| TransactionTemplate::new(&group, prefix).unwrap();
+    let (ta, tb, tc) = (t("a"), t("b"), t("c"));
+    let a = participant(&c);
+    a.open(&ta).await.expect("open a");
+    a.take_over(&ta).await.expect("take over");
+    a.begin(&ta.transaction(1)).await.expect("begin");
+    a.write_intent(1, 0, vec![range(0, 9)]).await.expect("intent a");
+    // a goes silent with epoch 1 open; b adopts it and replays 0..=9 in its epoch 1.
+    let b = participant(&c);
+    b.open(&tb).await.expect("open b");
+    b.take_over(&tb).await.expect("take over own");
+    b.adopter().expect("kafka can adopt").open(&ta).await.expect("adopter open");
+    b.take_over(&ta).await.expect("take over a");
+    assert_eq!(queued(&b), vec![(0, 9)], "a's uncommitted epoch is b's to replay");
+    b.begin(&tb.transaction(1)).await.expect("begin");
+    b.write_intent(1, 0, vec![range(0, 9)]).await.expect("b re-claims what it holds");
+    b.send(1, records(&out, 10)).await.expect("send");
+    assert_eq!(b.prepare(&tb.transaction(1)).await.expect("prepare"), PrepareOutcome::Prepared);
+    b.commit(&tb.transaction(1)).await.expect("commit");
+    // b dies; c adopts b and holds a through it. Taken over a first, then b.
+    let cc = participant(&c);
+    cc.open(&tc).await.expect("open c");
+    cc.take_over(&tc).await.expect("take over own");
+    cc.adopter().expect("kafka can adopt").open(&tb).await.expect("adopter open");
+    cc.take_over(&ta).await.expect("take over a");
+    cc.take_over(&tb).await.expect("take over b");
+    assert_eq!(queued(&cc), vec![], "b committed a's work; replaying it would duplicate it");
+    assert!(c.wait_stable(&out, Duration::from_secs(30)).await.expect("stable"));
+    assert_eq!(c.read_committed(&out).await.expect("read").len(), 10, "b's epoch, once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_ids_stay_at_k_per_generation_however_many_checkpoints_run() {
     let Some(c) = cluster().await else { return };

@@ -197,6 +197,29 @@ impl ClaimIndex {
         out
     }
 
+    /// The prefixes, other than `prefix`, whose intents name an offset a claimant of
+    /// `prefix` owns: the later holders that replayed its work (its adopter, that
+    /// adopter's adopter, ...), or instances whose claim on it lost. A replay plan for
+    /// `prefix`'s offsets must know the committed epochs of every one of them, or it
+    /// replays work a holder already committed.
+    pub(crate) fn reclaimers(&self, prefix: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for i in &self.intents {
+            if i.by.prefix == prefix || out.contains(&i.by.prefix) {
+                continue;
+            }
+            let names_theirs = i.ranges.iter().any(|r| {
+                self.owners
+                    .get(&(Arc::from(r.topic.as_str()), r.partition))
+                    .is_some_and(|o| o.overlapping(r.first, r.last).any(|(_, _, owner)| owner.prefix == prefix))
+            });
+            if names_theirs {
+                out.insert(i.by.prefix.clone());
+            }
+        }
+        out
+    }
+
     /// The highest epoch any intent of `prefix` names.
     pub(crate) fn highest_epoch(&self, prefix: &str) -> Option<u64> {
         self.intents.iter().filter(|i| i.by.prefix == prefix).map(|i| i.epoch).max()
@@ -313,6 +336,29 @@ mod tests {
         // A zombie (generation 1 while 3 exists) holds nothing of the newer ones.
         let zombie = Holdings::new(c("a", 1));
         assert!(ix.replay(&zombie, &committed, &HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn reclaimers_are_every_other_prefix_naming_an_owned_offset() {
+        let mut ix = ClaimIndex::new();
+        ix.apply(&c("i1", 1), 7, &[r(0, 9)]); // i1 owns 0..=9, dies
+        ix.apply(&c("b", 1), 1, &[r(20, 29)]); // b owns 20..=29
+        ix.apply(&c("i2", 2), 12, &[r(0, 4)]); // i2 adopted i1 and replays a part
+        ix.apply(&c("i4", 1), 30, &[r(5, 9), r(25, 25)]); // i4 adopted i2, replays the rest; a lost claim on b's
+        ix.apply(&c("i1", 2), 8, &[r(3, 3)]); // a late zombie intent of i1 itself
+        ix.apply(&c("x", 1), 2, &[r(40, 49)]); // unrelated
+                                               // (prefix, reclaimers)
+        let table: [(&str, &[&str]); 5] = [
+            ("i1", &["i2", "i4"]),
+            ("b", &["i4"]),
+            ("i2", &[]), // i2 owns nothing: its intents all re-claim i1's
+            ("x", &[]),
+            ("nobody", &[]),
+        ];
+        for (prefix, want) in table {
+            let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+            assert_eq!(ix.reclaimers(prefix), want, "{prefix}");
+        }
     }
 
     #[test]

@@ -15,6 +15,51 @@ use crate::error::{Error, ErrorKind, Result};
 /// Partition key.
 type Tp = (Arc<str>, i32);
 
+/// One intent of a share group's intents topic `{group}-intents`, as a tool or an
+/// operator reads it: `by`'s source subtask `subtask` processes `ranges` in epoch `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupIntent {
+    /// The attempt that wrote it.
+    pub by: Claimant,
+    /// The epoch (checkpoint id) whose transaction carries the output.
+    pub epoch: u64,
+    /// The source subtask.
+    pub subtask: u32,
+    /// The offsets it names.
+    pub ranges: Vec<LedgerRange>,
+}
+
+impl KafkaCluster {
+    /// Every intent the instances of share group `group` wrote, in log order (read
+    /// once, from the start of `{group}-intents` to its end). A record that is not an
+    /// intent is an error of kind Data naming its offset: only shareflow instances of
+    /// this group may write the topic.
+    pub async fn group_intents(&self, group: &str) -> Result<Vec<GroupIntent>> {
+        let topic = format!("{group}-intents");
+        let mut out = Vec::new();
+        for (_, offset, _, value) in self.read_topic(&topic, false).await? {
+            match LedgerEntry::decode(value.as_deref().unwrap_or_default()) {
+                Ok(LedgerEntry::Intent { by, epoch, subtask, ranges }) => {
+                    out.push(GroupIntent { by, epoch, subtask, ranges })
+                }
+                Ok(other) => {
+                    return Err(Error::Corrupt {
+                        path: format!("kafka topic {topic} partition 0 offset {offset}"),
+                        reason: format!("{} in the intents topic, which holds intents only", other.describe()),
+                    })
+                }
+                Err(reason) => {
+                    return Err(Error::Corrupt {
+                        path: format!("kafka topic {topic} partition 0 offset {offset}"),
+                        reason: format!("not a ledger entry: {reason}"),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// What the tailer and the participant share.
 #[derive(Debug, Default)]
 struct Inner {
@@ -267,6 +312,12 @@ impl GroupLedger {
         let g = self.lock();
         let h = g.holdings.as_ref().ok_or_else(|| Error::Internal("claims checked before the attempt began".into()))?;
         Ok(g.index.lost(h, ranges))
+    }
+
+    /// The prefixes other than `prefix` whose intents name offsets `prefix` owns
+    /// ([`ClaimIndex::reclaimers`]).
+    pub(crate) fn reclaimers(&self, prefix: &str) -> BTreeSet<String> {
+        self.lock().index.reclaimers(prefix)
     }
 
     /// Takes the queued replay work of `subtask` of `parallelism` for `topics`.

@@ -2,18 +2,23 @@
 //! exactly-once on stock brokers through an acknowledgement ledger.
 //!
 //! Stock Kafka has share groups (KIP-932) but not KIP-1289: share acknowledgements
-//! cannot join a Kafka transaction. [`KafkaTransactions`] closes the gap
-//! (`docs/decisions/kafka-exactly-once.md`):
+//! cannot join a Kafka transaction. [`KafkaTransactions`] closes the gap (decisions
+//! `kafka-exactly-once.md` and 0008):
 //!
-//! 1. T(n) is a Kafka transaction with `transactional.id` = `{group}-{prefix}-{n}`. The
-//!    sink writes the output of epoch n into it, and each source subtask writes a
-//!    **ledger entry** (the offsets it will acknowledge for epoch n) into the ledger
-//!    topic inside the same transaction.
-//! 2. The checkpoint manifest decides; T(n) commits on `notify_checkpoint_complete`.
-//! 3. Only then does the source send the acknowledgements to the share group.
-//! 4. A record the broker hands out again (its acknowledgement was lost in a crash, or
-//!    its lock expired) is looked up in the committed ledger and acknowledged without
-//!    being processed again.
+//! 1. Before a source subtask's records of epoch n go anywhere, it writes an **intent**
+//!    naming their offsets to the group's intents topic `{group}-intents`, which every
+//!    instance of the group tails. The first intent naming an offset owns it
+//!    ([`Claimant`], `claims.rs`); an epoch that lost a claim aborts at prepare.
+//! 2. T(n) is a Kafka transaction on `{group}-{prefix}-g{generation}-s{n mod K}`: a
+//!    bounded pool of K transactional ids per job attempt, so a new attempt or an
+//!    adopter can fence every id the prefix ever used. The sink writes the output of
+//!    epoch n into it, with a **commit entry** for epoch n in `{group}-{prefix}-ledger`.
+//! 3. The checkpoint manifest decides; T(n) commits on `notify_checkpoint_complete`.
+//!    Only then does the source send the acknowledgements to the share group.
+//! 4. A delivery that any intent names is acknowledged and dropped: its owner commits
+//!    or replays it. An offset owned by a claimant the attempt holds (its own earlier
+//!    generations, or an adopted instance) and not in a committed epoch is replayed from
+//!    the topic's log.
 //!
 //! A crash between the manifest and the commit leaves T(n) open on the broker; recovery
 //! finds it with DescribeTransactions and commits it by producer id and epoch (EndTxn).
@@ -33,6 +38,7 @@ mod transactions;
 pub use claims::Claimant;
 pub use client::{KafkaCluster, ShareGroupBacklog};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
+pub use group::GroupIntent;
 pub use ledger::LedgerRange;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;

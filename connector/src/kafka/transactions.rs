@@ -807,10 +807,20 @@ impl TransactionParticipant for KafkaTransactions {
             self.fence_all(&ids).await.map_err(rt)?;
             tracing::info!(prefix = %template.prefix(), fenced = ids.len(), "took over: every transactional id of the prefix is fenced");
         }
-        let commits = self.log.commits(&commits_topic(template), true).await.map_err(rt)?;
+        // The replay plan needs the committed epochs of the prefix and of every prefix
+        // that re-claimed its offsets (its adopter replayed them, that adopter's
+        // adopter, ...), whatever order the prefixes are taken over in: without a
+        // re-claimer's commits, work it already committed would be replayed again.
         self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
         let prefix = template.prefix().to_string();
-        let committed = commits.into_iter().map(|(g, e, _)| (Claimant::new(prefix.clone(), g), e));
+        let mut prefixes = self.group.reclaimers(&prefix);
+        prefixes.insert(prefix.clone());
+        let mut committed = Vec::new();
+        for p in prefixes {
+            let t = TransactionTemplate::new(template.group_id(), &p)?;
+            let commits = self.log.commits(&commits_topic(&t), true).await.map_err(rt)?;
+            committed.extend(commits.into_iter().map(|(g, e, _)| (Claimant::new(p.clone(), g), e)));
+        }
         let queued = self.group.hold((!own).then_some(prefix.as_str()), committed);
         tracing::info!(prefix = %template.prefix(), replay_ranges = queued, "took over the work of a prefix");
         Ok(())
