@@ -117,7 +117,7 @@ async fn pipeline(c: &KafkaCluster, records: u64, value: &Bytes, exactly_once: b
     job.run().await?;
     let rate = metrics.records_emitted.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
     // 2 x records of value per run: give the disk back.
-    c.delete_topics(&[&input, &output, &format!("{name}-bench-ledger")]).await?;
+    c.delete_topics(&[&input, &output, &format!("{name}-bench-ledger"), &format!("{name}-intents")]).await?;
     Ok(rate)
 }
 

@@ -14,6 +14,8 @@ mod demo;
 #[cfg(feature = "kafka")]
 mod kafka_demo;
 #[cfg(feature = "kafka")]
+mod kafka_instances;
+#[cfg(feature = "kafka")]
 mod kafka_run;
 
 use demo::DemoOptions;
@@ -56,6 +58,18 @@ commands:
     --no-verify          skip the read_committed check at the end (with --at-least-once the
                          check passes when nothing is lost: duplicates are allowed)
     --max-rate R         at most R records per second through the job
+  demo --kafka HOST:PORT --instances N
+               run N `shareflow run` processes of the job in one share group, then check the
+               output read_committed; --json adds per-instance counts and the adoptions
+    --kills K            K SIGKILLs of random instances at seeded moments, each restarted; with
+                         K >= 1 also: i1 is killed for good first (and adopted), a new instance
+                         joins halfway, and one is paused with SIGSTOP past the adoption
+                         timeout, then resumed (it must stop fenced) (default 0)
+    --seed S             seed of the schedule (default: the clock; printed)
+    --name, --records, --value-bytes, --partitions, --parallelism, --checkpoints as above
+    --interval MS        checkpoint interval (default 500)
+    --checkpoint-timeout MS, --adoption-timeout MS  as for run (defaults 3000, 5000)
+    --max-rate R         at most R records per second through each instance
   run --kafka HOST:PORT --group G --instance ID --checkpoints URL
                run one instance of the main job in share group G on a real Kafka 4.x broker,
                until SIGTERM or Ctrl-C (a final checkpoint, then it retires). Start more with
@@ -310,6 +324,54 @@ fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String>
 }
 
 #[cfg(feature = "kafka")]
+fn kafka_instances_options(args: &mut Args) -> Result<(kafka_instances::InstancesOptions, bool), String> {
+    let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
+    let instances = args.number::<u32>("--instances")?.ok_or("--instances needs a number")?;
+    let c = common_options(args)?;
+    if c.crashes.is_some() || c.schedule.is_some() || c.at_least_once {
+        return Err("--instances runs exactly-once with a schedule of SIGKILLs: use --kills and --seed, \
+                    not --crashes, --crash-at or --at-least-once"
+            .into());
+    }
+    let name = match args.value("--name")? {
+        Some(n) => n,
+        None => kafka_demo::KafkaDemoOptions::new(&bootstrap).name,
+    };
+    let mut o = kafka_instances::InstancesOptions::new(&bootstrap, &name, instances);
+    if let Some(b) = args.number::<usize>("--value-bytes")? {
+        if b < 16 {
+            return Err("--value-bytes must be >= 16".into());
+        }
+        o.value_len = b;
+    }
+    o.records = c.records.unwrap_or(o.records);
+    o.interval = c.interval.unwrap_or(o.interval);
+    o.partitions = c.partitions.unwrap_or(o.partitions);
+    o.parallelism = c.parallelism.unwrap_or(o.parallelism);
+    o.checkpoints = c.checkpoints;
+    o.kills = args.number("--kills")?.unwrap_or(0);
+    o.seed = c.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    for (flag, field) in
+        [("--checkpoint-timeout", &mut o.checkpoint_timeout), ("--adoption-timeout", &mut o.adoption_timeout)]
+    {
+        match args.number::<u64>(flag)? {
+            Some(0) => return Err(format!("{flag} must be > 0 ms")),
+            Some(ms) => *field = Duration::from_millis(ms),
+            None => {}
+        }
+    }
+    o.max_rate = args.number("--max-rate")?;
+    if o.max_rate == Some(0) {
+        return Err("--max-rate must be >= 1".into());
+    }
+    o.progress = !c.json;
+    o.validate()?;
+    Ok((o, c.json))
+}
+
+#[cfg(feature = "kafka")]
 fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, bool), String> {
     let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
     let c = common_options(args)?;
@@ -465,6 +527,27 @@ fn main() -> ExitCode {
         #[cfg(not(feature = "kafka"))]
         "demo" if args.0.iter().any(|a| a == "--kafka") => {
             fail("this shareflow was built without the kafka feature; rebuild with default features".to_string())
+        }
+        #[cfg(feature = "kafka")]
+        "demo" if args.0.iter().any(|a| a == "--kafka") && args.0.iter().any(|a| a == "--instances") => {
+            let (options, json) = match kafka_instances_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            if options.progress {
+                eprintln!("schedule seed {} (replay it with --seed {})", options.seed, options.seed);
+            }
+            report(
+                "demo --kafka --instances",
+                // A failure names the seed, so that the schedule can be replayed.
+                runtime
+                    .block_on(kafka_instances::run(&options))
+                    .map_err(|e| format!("{e} (seed {})", options.seed).into()),
+                json,
+                |s| s.to_json(),
+                |s| s.to_text(),
+                |s| s.clean(),
+            )
         }
         #[cfg(feature = "kafka")]
         "demo" if args.0.iter().any(|a| a == "--kafka") => {

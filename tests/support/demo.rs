@@ -117,10 +117,16 @@ pub fn number(summary: &serde_json::Value, field: &str) -> u64 {
 /// Runs `shareflow ARGS` to its end, at most `timeout` (then it is killed by pid and the
 /// test fails).
 pub fn shareflow(args: &[&str], timeout: Duration) -> Outcome {
+    shareflow_with_env(args, &[], timeout)
+}
+
+/// [`shareflow`] with these environment variables set for the process.
+pub fn shareflow_with_env(args: &[&str], env: &[(&str, String)], timeout: Duration) -> Outcome {
     let logs = tempfile::tempdir().expect("temporary directory");
     let (out, err) = (logs.path().join("out"), logs.path().join("err"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_shareflow"))
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).expect("stdout file"))
         .stderr(std::fs::File::create(&err).expect("stderr file"))

@@ -32,3 +32,16 @@ pub fn run_tag() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{}-{}", std::process::id(), nanos % 1_000_000_000)
 }
+
+/// The environment a `shareflow` process needs to keep its checkpoints on the S3 server
+/// (object_store reads the `AWS_*` variables).
+pub fn aws_env() -> Vec<(&'static str, String)> {
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    vec![
+        ("AWS_ACCESS_KEY_ID", var("SHAREFLOW_S3_ACCESS_KEY")),
+        ("AWS_SECRET_ACCESS_KEY", var("SHAREFLOW_S3_SECRET_KEY")),
+        ("AWS_ENDPOINT_URL", var("SHAREFLOW_S3_ENDPOINT")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ]
+}
