@@ -3,7 +3,7 @@
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
-use datafusion::common::hash_utils::{create_hashes, RandomState};
+use datafusion_common::hash_utils::{create_hashes, RandomState};
 
 use crate::error::{Result, RuntimeError};
 

@@ -12,10 +12,19 @@ use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
-use datafusion::datasource::MemTable;
-use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::prelude::SessionContext;
+use std::collections::HashMap;
+
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{DFSchema, DataFusionError, TableReference};
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::logical_plan::builder::LogicalTableSource;
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::planner::{ContextProvider, ExprPlanner};
+use datafusion_expr::{AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF};
+use datafusion_optimizer::{Analyzer, Optimizer, OptimizerContext};
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_sql::parser::DFParserBuilder;
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
 
 use crate::channel::Collector;
 use crate::error::{Result, RuntimeError};
@@ -47,14 +56,8 @@ fn sql_error(query: &str, message: impl ToString) -> RuntimeError {
 impl SqlPlan {
     /// Plans `query` against `input` (the table is called `input`).
     pub fn plan(query: &str, input: SchemaRef) -> Result<Self> {
-        let ctx = SessionContext::new();
-        let table = MemTable::try_new(input.clone(), vec![vec![]]).map_err(|e| sql_error(query, e))?;
-        ctx.register_table("input", Arc::new(table)).map_err(|e| sql_error(query, e))?;
-        let plan = futures::executor::block_on(async {
-            let df = ctx.sql(query).await?;
-            df.into_optimized_plan()
-        })
-        .map_err(|e| sql_error(query, e))?;
+        let ctx = Planner::new(input);
+        let plan = ctx.logical_plan(query).map_err(|e| sql_error(query, e))?;
         let mut nodes = Vec::new();
         let mut node = &plan;
         loop {
@@ -86,23 +89,20 @@ impl SqlPlan {
                         steps.push(Step::Columns(cols.clone()));
                     }
                     for f in &scan.filters {
-                        let e = ctx
-                            .create_physical_expr(f.clone(), scan.projected_schema.as_ref())
-                            .map_err(|e| sql_error(query, e))?;
+                        let e =
+                            ctx.physical_expr(f, scan.projected_schema.as_ref()).map_err(|e| sql_error(query, e))?;
                         steps.push(Step::Filter(e));
                     }
                 }
                 LogicalPlan::Filter(f) => {
-                    let e = ctx
-                        .create_physical_expr(f.predicate.clone(), f.input.schema())
-                        .map_err(|e| sql_error(query, e))?;
+                    let e = ctx.physical_expr(&f.predicate, f.input.schema()).map_err(|e| sql_error(query, e))?;
                     steps.push(Step::Filter(e));
                 }
                 LogicalPlan::Projection(p) => {
                     let exprs = p
                         .expr
                         .iter()
-                        .map(|e| ctx.create_physical_expr(e.clone(), p.input.schema()))
+                        .map(|e| ctx.physical_expr(e, p.input.schema()))
                         .collect::<std::result::Result<Vec<_>, _>>()
                         .map_err(|e| sql_error(query, e))?;
                     let schema: Schema = p.schema.as_ref().as_arrow().clone();
@@ -122,7 +122,7 @@ impl SqlPlan {
 
     /// Runs the query on one batch.
     pub fn execute(&self, batch: RecordBatch, task: &str) -> Result<RecordBatch> {
-        let err = |e: datafusion::error::DataFusionError| {
+        let err = |e: DataFusionError| {
             RuntimeError::task_message(
                 task,
                 crate::ErrorKind::Invalid,
@@ -155,6 +155,126 @@ impl SqlPlan {
             };
         }
         Ok(batch)
+    }
+}
+
+/// What DataFusion's SQL planner asks of a session, for the one table `input`: the
+/// scalar and aggregate functions DataFusion ships, and its default analyzer and
+/// optimizer rules. Planning needs no execution engine, so the runtime depends on
+/// DataFusion's planning crates only (decision 0009).
+struct Planner {
+    table: Arc<dyn TableSource>,
+    scalars: HashMap<String, Arc<ScalarUDF>>,
+    aggregates: HashMap<String, Arc<AggregateUDF>>,
+    expr_planners: Vec<Arc<dyn ExprPlanner>>,
+    options: ConfigOptions,
+    props: ExecutionProps,
+}
+
+impl Planner {
+    fn new(input: SchemaRef) -> Self {
+        let mut scalars = HashMap::new();
+        for f in datafusion_functions::all_default_functions() {
+            for name in std::iter::once(f.name()).chain(f.aliases().iter().map(String::as_str)) {
+                scalars.insert(name.to_lowercase(), f.clone());
+            }
+        }
+        let mut aggregates = HashMap::new();
+        for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
+            for name in std::iter::once(f.name()).chain(f.aliases().iter().map(String::as_str)) {
+                aggregates.insert(name.to_lowercase(), f.clone());
+            }
+        }
+        let expr_planners: Vec<Arc<dyn ExprPlanner>> = vec![
+            Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
+            Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+            Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
+            Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
+        ];
+        Self {
+            table: Arc::new(LogicalTableSource::new(input)),
+            scalars,
+            aggregates,
+            expr_planners,
+            options: ConfigOptions::default(),
+            props: ExecutionProps::new(),
+        }
+    }
+
+    /// Parses, plans, analyzes (type coercion) and optimizes `query`.
+    fn logical_plan(&self, query: &str) -> std::result::Result<LogicalPlan, DataFusionError> {
+        let mut statements = DFParserBuilder::new(query).build()?.parse_statements()?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::Plan(format!("one SQL statement expected, found {}", statements.len())));
+        }
+        let statement = statements.pop_front().ok_or_else(|| DataFusionError::Plan("no statement".into()))?;
+        let options = ParserOptions::from(&self.options.sql_parser);
+        let plan = SqlToRel::new_with_options(self, options).statement_to_plan(statement)?;
+        let plan = Analyzer::new().execute_and_check(plan, &self.options, |_, _| {})?;
+        Optimizer::new().optimize(plan, &OptimizerContext::new(), |_, _| {})
+    }
+
+    /// The physical form of `expr` over `schema`.
+    fn physical_expr(
+        &self,
+        expr: &Expr,
+        schema: &DFSchema,
+    ) -> std::result::Result<Arc<dyn PhysicalExpr>, DataFusionError> {
+        datafusion_physical_expr::create_physical_expr(expr, schema, &self.props, &PhysicalPlanningContext::default())
+    }
+}
+
+impl ContextProvider for Planner {
+    fn get_table_source(&self, name: TableReference) -> std::result::Result<Arc<dyn TableSource>, DataFusionError> {
+        if name.table() == "input" && name.schema().is_none() {
+            Ok(self.table.clone())
+        } else {
+            Err(DataFusionError::Plan(format!("table '{name}' not found: the SQL operator reads the table `input`")))
+        }
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &self.expr_planners
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.scalars.get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+        None
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.aggregates.get(name).cloned()
+    }
+
+    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+        None
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<arrow::datatypes::DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        &self.options
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.scalars.keys().cloned().collect()
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.aggregates.keys().cloned().collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
