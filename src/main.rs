@@ -323,6 +323,15 @@ fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String>
     Ok((o, args.flag("--json")))
 }
 
+/// `--value-bytes B` of the Kafka demos: at least 16, the room a record's identity takes.
+#[cfg(feature = "kafka")]
+fn value_bytes(args: &mut Args) -> Result<Option<usize>, String> {
+    match args.number::<usize>("--value-bytes")? {
+        Some(b) if b < 16 => Err("--value-bytes must be >= 16".into()),
+        b => Ok(b),
+    }
+}
+
 #[cfg(feature = "kafka")]
 fn kafka_instances_options(args: &mut Args) -> Result<(kafka_instances::InstancesOptions, bool), String> {
     let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
@@ -338,10 +347,7 @@ fn kafka_instances_options(args: &mut Args) -> Result<(kafka_instances::Instance
         None => kafka_demo::KafkaDemoOptions::new(&bootstrap).name,
     };
     let mut o = kafka_instances::InstancesOptions::new(&bootstrap, &name, instances);
-    if let Some(b) = args.number::<usize>("--value-bytes")? {
-        if b < 16 {
-            return Err("--value-bytes must be >= 16".into());
-        }
+    if let Some(b) = value_bytes(args)? {
         o.value_len = b;
     }
     o.records = c.records.unwrap_or(o.records);
@@ -379,10 +385,7 @@ fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, 
     if let Some(n) = args.value("--name")? {
         o.name = n;
     }
-    if let Some(b) = args.number::<usize>("--value-bytes")? {
-        if b < 16 {
-            return Err("--value-bytes must be >= 16".into());
-        }
+    if let Some(b) = value_bytes(args)? {
         o.value_len = b;
     }
     o.records = c.records.unwrap_or(o.records);

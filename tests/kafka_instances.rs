@@ -255,3 +255,23 @@ async fn run_refuses_bad_settings_by_name() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("--checkpoints is required"), "{}", run.stderr);
 }
+
+/// `demo --kafka --instances` checks its whole schedule before it touches the broker
+/// (none listens on port 1): each bad setting is named.
+#[test]
+fn demo_instances_refuses_bad_settings_before_it_starts() {
+    let table: [(&[&str], &str); 5] = [
+        (&["--instances", "1", "--kills", "2"], "--kills 2 needs --instances >= 2"),
+        (&["--instances", "0"], "--instances must be >= 1"),
+        (&["--instances", "2", "--adoption-timeout", "1000"], "--adoption-timeout 1000 ms must be longer"),
+        (&["--instances", "2", "--value-bytes", "8"], "--value-bytes must be >= 16"),
+        (&["--instances", "2", "--crashes", "1"], "use --kills and --seed"),
+    ];
+    for (extra, message) in table {
+        let mut args = vec!["demo", "--kafka", "127.0.0.1:1"];
+        args.extend_from_slice(extra);
+        let run = support::demo::shareflow(&args, Duration::from_secs(30));
+        assert_eq!(run.code, 2, "{extra:?}: {run:?}");
+        assert!(run.stderr.contains(message), "{extra:?}: {}", run.stderr);
+    }
+}
