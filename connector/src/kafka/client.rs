@@ -60,16 +60,29 @@ impl KafkaCluster {
                 rule: "name at least one broker as host:port".into(),
             });
         }
-        let kafka = Kafka::builder(bootstrap)
+        let kafka = Self::handle(bootstrap).await?;
+        let admin = std::sync::Arc::new(kafka.admin());
+        Ok(Self { bootstrap: bootstrap.to_string(), kafka, admin })
+    }
+
+    async fn handle(bootstrap: &str) -> Result<Kafka> {
+        Kafka::builder(bootstrap)
             .client_id("shareflow")
             .connect_timeout(Duration::from_secs(5))
             .request_timeout(Duration::from_secs(30))
             .allow_auto_create_topics(false)
             .connect()
             .await
-            .map_err(|e| kafka_error(format!("connect to {bootstrap}"), e))?;
-        let admin = std::sync::Arc::new(kafka.admin());
-        Ok(Self { bootstrap: bootstrap.to_string(), kafka, admin })
+            .map_err(|e| kafka_error(format!("connect to {bootstrap}"), e))
+    }
+
+    /// A client handle with connections of its own, for a reader that long-polls.
+    ///
+    /// The broker reads one request per connection at a time, and a handle keeps one
+    /// data connection per broker: a fetch that waits for new records would hold every
+    /// produce of the job behind it on that socket.
+    pub(crate) async fn dedicated_client(&self) -> Result<Kafka> {
+        Self::handle(&self.bootstrap).await
     }
 
     /// The bootstrap servers.

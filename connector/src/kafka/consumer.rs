@@ -69,8 +69,11 @@ impl KafkaShareConsumer {
                 rule: "must be at least 1".into(),
             });
         }
-        let inner = cluster
-            .client()
+        // Its own connections, as each Java client has: a share fetch waits up to
+        // `fetch_max_wait` for records, and on the job's shared socket the intent
+        // writes and the sink's produces would queue behind it.
+        let client = cluster.dedicated_client().await?;
+        let inner = client
             .share_consumer(config.group.clone())
             .acknowledgement_mode(KafkaAckMode::Explicit)
             .max_poll_records(config.max_poll_records as i32)

@@ -159,9 +159,10 @@ impl GroupLedger {
     }
 
     async fn tail(&self, topic: &str, session: u64) -> Result<()> {
-        let consumer = self
-            .cluster
-            .client()
+        // Its own connections: its fetches wait for new intents, and on the job's
+        // shared socket every intent write would queue behind them.
+        let client = self.cluster.dedicated_client().await?;
+        let consumer = client
             .consumer_without_group()
             .build()
             .await
