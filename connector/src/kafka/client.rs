@@ -17,6 +17,11 @@ use krafka::Kafka;
 use super::kafka_error;
 use crate::error::{Error, ErrorKind, Result};
 
+/// How long a fetch of a bounded read (up to end offsets known in advance) may wait at
+/// the log end. Short: such a fetch shares the job's socket, and the broker serves that
+/// socket's produces and commits only after it.
+pub(crate) const BOUNDED_READ_WAIT: Duration = Duration::from_millis(10);
+
 /// A connected Kafka cluster: the client handle every consumer and producer of a job
 /// shares, plus an admin client.
 #[derive(Clone)]
@@ -306,6 +311,7 @@ impl KafkaCluster {
             .kafka
             .consumer_without_group()
             .isolation_level(isolation)
+            .fetch_max_wait(BOUNDED_READ_WAIT)
             .build()
             .await
             .map_err(|e| kafka_error(format!("read {topic}"), e))?;
