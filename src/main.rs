@@ -79,7 +79,8 @@ commands:
     --interval MS        checkpoint interval (default 1000)
     --checkpoint-timeout MS  how long a checkpoint may take (default 10000)
     --adoption-timeout MS  silence before adoption (default 30000; more than interval plus
-                         checkpoint timeout)
+                         checkpoint timeout); the instance beats every quarter of it, at
+                         most every interval
     --parallelism P      subtasks per operator (default 2)
     --partitions P       partitions of topics this instance creates (default 4)
     --max-rate R         at most R records per second through this instance
