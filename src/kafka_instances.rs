@@ -402,14 +402,21 @@ impl Process {
     }
 }
 
-/// Distinct record ids in the committed output.
-async fn committed_ids(cluster: &KafkaCluster, output: &str) -> Result<HashSet<u64>, BoxError> {
-    Ok(cluster
-        .read_committed(output)
-        .await?
-        .iter()
-        .filter_map(|(_, _, _, v)| v.as_deref().and_then(identity))
-        .collect())
+/// The distinct record ids committed to the output so far, read incrementally: each
+/// [`advance`](Self::advance) reads only what was committed since the last one.
+#[derive(Debug, Default)]
+struct CommittedOutput {
+    next: Vec<i64>,
+    ids: HashSet<u64>,
+}
+
+impl CommittedOutput {
+    async fn advance(&mut self, cluster: &KafkaCluster, output: &str) -> Result<&HashSet<u64>, BoxError> {
+        let (records, ends) = cluster.read_committed_from(output, &self.next).await?;
+        self.ids.extend(records.iter().filter_map(|(_, _, _, v)| v.as_deref().and_then(identity)));
+        self.next = ends;
+        Ok(&self.ids)
+    }
 }
 
 /// The record ids the intents of `prefix` name, read from the intents topic and the input.
@@ -456,6 +463,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
     let started = Instant::now();
     let at = |what: String| format!("{:>6.1} s: {what}", started.elapsed().as_secs_f64());
 
+    let mut committed = CommittedOutput::default();
     let mut live: Vec<Process> = Vec::new();
     for n in 1..=options.instances {
         let name = format!("i{n}");
@@ -476,23 +484,35 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
         let name = gone.name.clone();
         gone.sigkill(summary.instances.entry(name.clone()).or_default());
         summary.sigkills += 1;
-        let committed_at_kill = committed_ids(&cluster, &output).await?;
+        let committed_at_kill = committed.advance(&cluster, &output).await?.clone();
         let deadline = killed_at + options.adoption_timeout * 4 + Duration::from_secs(60);
-        loop {
-            if registry.observe().await?.iter().any(|r| r.prefix == name && r.adoption_done) {
-                summary.adoption_seconds = Some(killed_at.elapsed().as_secs_f64());
-                break;
+        let adopted = async {
+            loop {
+                if registry.observe().await?.iter().any(|r| r.prefix == name && r.adoption_done) {
+                    return Ok::<_, BoxError>(killed_at.elapsed().as_secs_f64());
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("nobody adopted {name} within {:?} of its kill", deadline - killed_at).into());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if Instant::now() > deadline {
-                return Err(format!("nobody adopted {name} within {:?} of its kill", deadline - killed_at).into());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let named = named_by(&cluster, &options.name, &name, &input).await?;
+        };
+        // Meanwhile, what it named: its last intent writes have landed a second after
+        // the kill, long before anyone may adopt it.
+        let named = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            named_by(&cluster, &options.name, &name, &input).await
+        };
+        let (adopted, named) = tokio::join!(adopted, named);
+        summary.adoption_seconds = Some(adopted?);
+        let named = named?;
         summary.adopted_uncommitted = named.difference(&committed_at_kill).count() as u64;
         loop {
-            if committed_ids(&cluster, &output).await?.is_superset(&named) {
-                summary.adopted_output_seconds = Some(killed_at.elapsed().as_secs_f64());
+            // Timed at the read's start: it takes the last stable offsets first, so what
+            // it returns was committed within milliseconds of that.
+            let read_at = killed_at.elapsed().as_secs_f64();
+            if committed.advance(&cluster, &output).await?.is_superset(&named) {
+                summary.adopted_output_seconds = Some(read_at);
                 break;
             }
             if Instant::now() > deadline {
@@ -502,7 +522,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
                 )
                 .into());
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         say(at(format!(
             "{name} adopted after {:.1} s; its {} uncommitted records committed after {:.1} s",
@@ -557,7 +577,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
     // The survivors finish the input, including everything adopted.
     let deadline = Instant::now() + Duration::from_secs(600 + options.records / 500);
     loop {
-        let distinct = committed_ids(&cluster, &output).await?.len() as u64;
+        let distinct = committed.advance(&cluster, &output).await?.len() as u64;
         if distinct >= options.records {
             break;
         }

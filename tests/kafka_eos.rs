@@ -74,6 +74,41 @@ async fn output_of_t_n_is_visible_only_once_it_commits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_committed_read_returns_each_committed_record_once_and_no_open_one() {
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let p = participant(&c);
+    p.open(&template).await.expect("open");
+    let commit = |n: u64, count: u32| {
+        let (p, out, t) = (p.clone(), out.clone(), template.transaction(n));
+        async move {
+            p.begin(&t).await.expect("begin");
+            p.send(n, records(&out, count)).await.expect("send");
+            assert_eq!(p.prepare(&t).await.expect("prepare"), PrepareOutcome::Prepared);
+            p.commit(&t).await.expect("commit");
+        }
+    };
+    commit(1, 4).await;
+    assert!(c.wait_stable(&out, Duration::from_secs(30)).await.expect("ends"));
+    let (first, ends) = c.read_committed_from(&out, &[]).await.expect("read");
+    assert_eq!(first.len(), 4);
+    // An open transaction's records are not read, and the end stops before them.
+    let t2 = template.transaction(2);
+    p.begin(&t2).await.expect("begin");
+    p.send(2, records(&out, 3)).await.expect("send");
+    assert_eq!(p.prepare(&t2).await.expect("prepare"), PrepareOutcome::Prepared);
+    let (open, same) = c.read_committed_from(&out, &ends).await.expect("read");
+    assert_eq!((open.len(), &same), (0, &ends), "nothing committed since");
+    p.commit(&t2).await.expect("commit");
+    commit(3, 2).await;
+    assert!(c.wait_stable(&out, Duration::from_secs(30)).await.expect("ends"));
+    let (next, _) = c.read_committed_from(&out, &ends).await.expect("read");
+    let offsets: Vec<i64> = next.iter().map(|r| r.1).collect();
+    assert_eq!(next.len(), 5, "T(2) and T(3), and nothing read before: {offsets:?}");
+    assert!(offsets.iter().all(|o| *o >= ends[0]), "{offsets:?} from {ends:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_commits_a_decided_transaction_by_producer_id_and_aborts_the_rest() {
     let Some(c) = cluster().await else { return };
     let (template, out) = setup(&c).await;

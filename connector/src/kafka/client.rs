@@ -301,7 +301,32 @@ impl KafkaCluster {
         topic: &str,
         read_committed: bool,
     ) -> Result<Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>> {
+        Ok(self.read_topic_from(topic, read_committed, &[]).await?.0)
+    }
+
+    /// Reads the committed records of `topic` from offset `from[p]` of each partition `p`
+    /// (0 past the end of `from`) to the last stable offset, as `(partition, offset,
+    /// key, value)`, and returns those end offsets: pass them as `from` next time to
+    /// read only what was committed since.
+    pub async fn read_committed_from(
+        &self,
+        topic: &str,
+        from: &[i64],
+    ) -> Result<(Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>, Vec<i64>)> {
+        self.read_topic_from(topic, true, from).await
+    }
+
+    async fn read_topic_from(
+        &self,
+        topic: &str,
+        read_committed: bool,
+        from: &[i64],
+    ) -> Result<(Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>, Vec<i64>)> {
         let ends = self.end_offsets(topic, read_committed).await?;
+        let start = |p: i32| from.get(p as usize).copied().unwrap_or(0);
+        if (0i32..).zip(&ends).all(|(p, end)| start(p) >= *end) {
+            return Ok((Vec::new(), ends));
+        }
         let isolation = if read_committed {
             krafka::consumer::IsolationLevel::ReadCommitted
         } else {
@@ -320,7 +345,11 @@ impl KafkaCluster {
             .await
             .map_err(|e| kafka_error(format!("assign {topic}"), e))?;
         for p in 0..ends.len() as i32 {
-            consumer.seek_to_beginning(topic, p).await.map_err(|e| kafka_error(format!("seek {topic}-{p}"), e))?;
+            match start(p) {
+                0 => consumer.seek_to_beginning(topic, p).await,
+                offset => consumer.seek(topic, p, offset).await,
+            }
+            .map_err(|e| kafka_error(format!("seek {topic}-{p}"), e))?;
         }
         let mut out = Vec::new();
         let stall = Duration::from_secs(60);
@@ -340,11 +369,14 @@ impl KafkaCluster {
             for r in
                 consumer.poll(Duration::from_millis(200)).await.map_err(|e| kafka_error(format!("read {topic}"), e))?
             {
-                out.push((r.partition, r.offset, r.key, r.value));
+                let end = ends.get(r.partition as usize).copied().unwrap_or(0);
+                if r.offset < end {
+                    out.push((r.partition, r.offset, r.key, r.value));
+                }
             }
         }
         consumer.close().await.map_err(|e| kafka_error("close consumer", e))?;
-        Ok(out)
+        Ok((out, ends))
     }
 }
 

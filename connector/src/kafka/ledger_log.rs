@@ -111,13 +111,14 @@ impl LedgerLog {
         let mut out = Vec::new();
         for ((topic, partition), wanted) in by_tp {
             let op = |what: &str| format!("{what} {topic}-{partition} for replay");
-            let consumer =
-                self.cluster
+            let consumer = self
+                .cluster
                 .client()
                 .consumer_without_group()
                 .fetch_max_wait(super::client::BOUNDED_READ_WAIT)
                 .build()
-                .await.map_err(|e| kafka_error(op("read"), e))?;
+                .await
+                .map_err(|e| kafka_error(op("read"), e))?;
             consumer.assign(&topic, vec![partition]).await.map_err(|e| kafka_error(op("assign"), e))?;
             let first = wanted.iter().map(|w| w.0).min().unwrap_or(0);
             let last = wanted.iter().map(|w| w.1).max().unwrap_or(-1);
