@@ -138,6 +138,10 @@ pub struct SourceMetrics {
     pub intents_written: AtomicU64,
 }
 
+/// How far behind its pace a rate-limited subtask may be and still catch up at full
+/// speed.
+const RATE_BURST: Duration = Duration::from_secs(1);
+
 /// Paces a subtask to at most `max_records_per_second`.
 #[derive(Debug, Default)]
 pub(crate) struct RateLimit {
@@ -152,11 +156,19 @@ impl RateLimit {
         Self { per_second: per_second.filter(|r| *r > 0), start: None }
     }
 
-    /// When the next record may go, given what was emitted so far; `None`: now.
+    /// When the next record may go, given what was emitted so far; `None`: now. A
+    /// subtask that fell behind (idle, no records) may catch up by at most
+    /// [`RATE_BURST`] worth of records, not by everything it did not emit while idle.
     pub(crate) fn due(&mut self) -> Option<tokio::time::Instant> {
         let rate = self.per_second?;
-        let (start, emitted) = *self.start.get_or_insert((tokio::time::Instant::now(), 0));
-        Some(start + Duration::from_secs_f64(emitted as f64 / rate as f64))
+        let now = tokio::time::Instant::now();
+        let (start, emitted) = self.start.get_or_insert((now, 0));
+        let due = *start + Duration::from_secs_f64(*emitted as f64 / rate as f64);
+        if let Some(behind) = now.checked_duration_since(due).and_then(|b| b.checked_sub(RATE_BURST)) {
+            *start += behind;
+            return Some(due + behind);
+        }
+        Some(due)
     }
 
     /// Sleeps while the subtask is ahead of its limit.
@@ -213,5 +225,22 @@ mod tests {
         assert_eq!(tokio::time::Instant::now() - t0, Duration::from_millis(500));
         assert!(RateLimit::new(None).due().is_none());
         assert!(RateLimit::new(Some(0)).due().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_subtask_catches_up_by_at_most_one_second_of_records() {
+        let mut r = RateLimit::new(Some(100));
+        r.throttle().await; // the pace starts now
+        let t0 = tokio::time::Instant::now();
+        // 10 s without records: the limiter owes 1 s of them, not 10 s.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        r.throttle().await;
+        assert_eq!(tokio::time::Instant::now() - t0, Duration::from_secs(10), "behind: no wait");
+        r.emitted(100); // one second's worth, at once
+        r.throttle().await;
+        assert_eq!(tokio::time::Instant::now() - t0, Duration::from_secs(10), "the burst is allowed");
+        r.emitted(100); // one more second's worth: paced again
+        r.throttle().await;
+        assert_eq!(tokio::time::Instant::now() - t0, Duration::from_secs(11));
     }
 }
