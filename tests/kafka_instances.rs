@@ -89,8 +89,12 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
     assert!(adopted.contains(&"i1"), "seed {seed}: i1 was killed for good and must be adopted: {adopted:?}");
     assert!(adopted.contains(&s["paused"].as_str().expect("paused")), "seed {seed}: the paused one must be adopted");
     assert_eq!(s["instances"]["i4"]["end"], "retired", "seed {seed}: the joiner runs to the end");
-    let emitted: u64 = s["instances"].as_object().expect("instances").values().map(|i| number(i, "emitted")).sum();
-    assert!(emitted >= RECORDS, "seed {seed}: the instances emitted {emitted} of {RECORDS} records");
+    // Every instance did work. (A count is the last progress line a process printed, so a
+    // SIGKILLed process's is a lower bound, and their sum can fall short of the input:
+    // the output checks above and below are the exact ones.)
+    for (name, i) in s["instances"].as_object().expect("instances") {
+        assert!(number(i, "emitted") > 0, "seed {seed}: instance {name} emitted nothing: {i}");
+    }
 
     // Kafka's own reader agrees, independently of the demo.
     let values = read_committed_with_java(&bootstrap, &format!("{group}-output"))
