@@ -129,10 +129,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
         .checkpoint_interval(options.interval)
         .checkpoint_timeout(options.checkpoint_timeout)
         .restart(RestartStrategy::FixedDelay { attempts: 1_000, delay: Duration::from_millis(500) })
-        .instance(
-            InstanceConfig::new(options.adoption_timeout)
-                .heartbeat_interval(heartbeat_interval(options.adoption_timeout, options.interval)),
-        );
+        .instance(InstanceConfig::new(options.adoption_timeout));
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 2;
 
@@ -166,31 +163,4 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
         stopped_by_signal: stopped.load(Ordering::SeqCst),
         seconds,
     })
-}
-
-/// How often an instance beats and looks for silent ones: a quarter of the adoption
-/// timeout, and at most one checkpoint interval. A silent instance is noticed within
-/// two beat intervals past the timeout, so beating once per checkpoint keeps adoption
-/// within the timeout plus two checkpoint intervals.
-fn heartbeat_interval(adoption_timeout: Duration, checkpoint_interval: Duration) -> Duration {
-    (adoption_timeout / 4).min(checkpoint_interval).max(Duration::from_millis(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_instance_beats_once_per_checkpoint_or_four_times_per_adoption_timeout_whichever_is_more_often() {
-        let ms = Duration::from_millis;
-        for (timeout, interval, beat) in [
-            (ms(5_000), ms(500), ms(500)),
-            (ms(30_000), ms(1_000), ms(1_000)),
-            (ms(2_000), ms(1_000), ms(500)),
-            (ms(30_000), ms(60_000), ms(7_500)),
-            (ms(2), ms(0), ms(1)),
-        ] {
-            assert_eq!(heartbeat_interval(timeout, interval), beat, "timeout {timeout:?}, interval {interval:?}");
-        }
-    }
 }

@@ -64,7 +64,8 @@ pub struct InstanceConfig {
     /// checkpoint interval + checkpoint timeout.
     pub adoption_timeout: Duration,
     /// How often the instance beats and looks for silent instances. Default: a quarter
-    /// of the adoption timeout.
+    /// of the adoption timeout. A job beats at least once per checkpoint interval
+    /// whatever this says ([`Self::beat_every`]).
     pub heartbeat_interval: Duration,
 }
 
@@ -74,13 +75,16 @@ impl InstanceConfig {
         Self { adoption_timeout, heartbeat_interval: adoption_timeout / 4 }
     }
 
-    /// Beats and looks around every `interval` instead. A silent instance is seen
-    /// between the adoption timeout and the timeout plus two intervals after its last
-    /// beat, so a shorter interval adopts sooner, for one registry write and one read
-    /// more per interval.
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.heartbeat_interval = interval;
-        self
+    /// How often a job that checkpoints every `checkpoint_interval` beats: the
+    /// heartbeat interval, and at most one checkpoint interval. A silent instance is
+    /// noticed within two beats past the adoption timeout, so beating once per
+    /// checkpoint keeps adoption within the timeout plus two checkpoint intervals, for
+    /// one registry write and read per interval, fewer than the checkpoint's own.
+    pub(crate) fn beat_every(&self, checkpoint_interval: Option<Duration>) -> Duration {
+        match checkpoint_interval.filter(|i| !i.is_zero()) {
+            Some(i) => self.heartbeat_interval.min(i),
+            None => self.heartbeat_interval,
+        }
     }
 }
 
@@ -199,5 +203,26 @@ impl JobConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_beats_once_per_checkpoint_or_four_times_per_adoption_timeout_whichever_is_more_often() {
+        let ms = Duration::from_millis;
+        for (timeout, interval, beat) in [
+            (ms(5_000), Some(ms(500)), ms(500)),
+            (ms(30_000), Some(ms(1_000)), ms(1_000)),
+            (ms(2_000), Some(ms(1_000)), ms(500)),
+            (ms(30_000), Some(ms(60_000)), ms(7_500)),
+            (ms(30_000), None, ms(7_500)),
+            (ms(30_000), Some(ms(0)), ms(7_500)),
+        ] {
+            let beat_every = InstanceConfig::new(timeout).beat_every(interval);
+            assert_eq!(beat_every, beat, "timeout {timeout:?}, interval {interval:?}");
+        }
     }
 }

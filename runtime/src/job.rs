@@ -141,7 +141,8 @@ impl Job {
             }
         }
         let mut instance = None;
-        if let Some(c) = self.config.instance.clone() {
+        if let Some(mut c) = self.config.instance.clone() {
+            c.heartbeat_interval = c.beat_every(self.config.checkpoint_interval);
             let storage = self.config.storage.clone();
             instance = Some(Instance::register(storage, c, self.template.clone()).await?);
         }
