@@ -37,6 +37,13 @@ fn records(topic: &str, n: u32) -> Vec<ProducerRecord> {
         .collect()
 }
 
+/// Begins `txn`, sends `count` records to `out` in it and prepares it.
+async fn prepared(p: &KafkaTransactions, txn: &shareflow::checkpoint::TransactionId, out: &str, count: u32) {
+    p.begin(txn).await.expect("begin");
+    p.send(txn.checkpoint_id(), records(out, count)).await.expect("send");
+    assert_eq!(p.prepare(txn).await.expect("prepare"), PrepareOutcome::Prepared);
+}
+
 /// What a read_committed reader sees right now.
 async fn visible_now(c: &KafkaCluster, topic: &str) -> usize {
     c.read_committed(topic).await.expect("read").len()
@@ -55,9 +62,7 @@ async fn output_of_t_n_is_visible_only_once_it_commits() {
     let p = participant(&c);
     p.open(&template).await.expect("open");
     let t1 = template.transaction(1);
-    p.begin(&t1).await.expect("begin");
-    p.send(1, records(&out, 10)).await.expect("send");
-    assert_eq!(p.prepare(&t1).await.expect("prepare"), PrepareOutcome::Prepared);
+    prepared(&p, &t1, &out, 10).await;
     assert_eq!(visible_now(&c, &out).await, 0, "nothing visible before the commit");
     p.commit(&t1).await.expect("commit");
     assert_eq!(committed(&c, &out).await, 10);
@@ -79,28 +84,19 @@ async fn an_incremental_committed_read_returns_each_committed_record_once_and_no
     let (template, out) = setup(&c).await;
     let p = participant(&c);
     p.open(&template).await.expect("open");
-    let commit = |n: u64, count: u32| {
-        let (p, out, t) = (p.clone(), out.clone(), template.transaction(n));
-        async move {
-            p.begin(&t).await.expect("begin");
-            p.send(n, records(&out, count)).await.expect("send");
-            assert_eq!(p.prepare(&t).await.expect("prepare"), PrepareOutcome::Prepared);
-            p.commit(&t).await.expect("commit");
-        }
-    };
-    commit(1, 4).await;
+    let t = |n| template.transaction(n);
+    prepared(&p, &t(1), &out, 4).await;
+    p.commit(&t(1)).await.expect("commit");
     assert!(c.wait_stable(&out, Duration::from_secs(30)).await.expect("ends"));
     let (first, ends) = c.read_committed_from(&out, &[]).await.expect("read");
     assert_eq!(first.len(), 4);
     // An open transaction's records are not read, and the end stops before them.
-    let t2 = template.transaction(2);
-    p.begin(&t2).await.expect("begin");
-    p.send(2, records(&out, 3)).await.expect("send");
-    assert_eq!(p.prepare(&t2).await.expect("prepare"), PrepareOutcome::Prepared);
+    prepared(&p, &t(2), &out, 3).await;
     let (open, same) = c.read_committed_from(&out, &ends).await.expect("read");
     assert_eq!((open.len(), &same), (0, &ends), "nothing committed since");
-    p.commit(&t2).await.expect("commit");
-    commit(3, 2).await;
+    p.commit(&t(2)).await.expect("commit");
+    prepared(&p, &t(3), &out, 2).await;
+    p.commit(&t(3)).await.expect("commit");
     assert!(c.wait_stable(&out, Duration::from_secs(30)).await.expect("ends"));
     let (next, _) = c.read_committed_from(&out, &ends).await.expect("read");
     let offsets: Vec<i64> = next.iter().map(|r| r.1).collect();
