@@ -10,7 +10,7 @@
 //! throughput figures.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,6 +55,8 @@ pub(crate) struct InstancesOptions {
     pub(crate) checkpoints: Option<String>,
     /// Print the schedule and progress to stderr.
     pub(crate) progress: bool,
+    /// Append each process's whole stderr to `{logs}/{instance}.log`.
+    pub(crate) logs: Option<std::path::PathBuf>,
 }
 
 impl InstancesOptions {
@@ -76,6 +78,7 @@ impl InstancesOptions {
             max_rate: None,
             checkpoints: None,
             progress: true,
+            logs: None,
         }
     }
 
@@ -305,10 +308,30 @@ impl Process {
             .spawn()
             .map_err(|e| format!("cannot start instance {name}: {e}"))?;
         let seen = Arc::new(Mutex::new((0, Vec::new())));
+        let mut log = match &options.logs {
+            Some(dir) => {
+                let path = dir.join(format!("{name}.log"));
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| format!("cannot open the log file {}: {e}", path.display()))?;
+                writeln!(f, "=== process {} of {name} started", child.id())
+                    .map_err(|e| format!("cannot write the log file {}: {e}", path.display()))?;
+                Some(f)
+            }
+            None => None,
+        };
         if let Some(stderr) = child.stderr.take() {
             let s = seen.clone();
             std::thread::spawn(move || {
                 for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                    // A failing log write must not stop the reader: the pipe would fill.
+                    if let Some(f) = &mut log {
+                        if writeln!(f, "{line}").is_err() {
+                            log = None;
+                        }
+                    }
                     let Ok(mut g) = s.lock() else { return };
                     match line.strip_prefix("progress: ").and_then(|l| l.split(' ').next()?.parse().ok()) {
                         Some(n) => g.0 = n,

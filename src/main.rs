@@ -70,6 +70,8 @@ commands:
     --interval MS        checkpoint interval (default 500)
     --checkpoint-timeout MS, --adoption-timeout MS  as for run (defaults 3000, 5000)
     --max-rate R         at most R records per second through each instance
+    --logs DIR           append each instance process's whole stderr to DIR/ID.log (set
+                         SHAREFLOW_LOG for more than warnings)
   run --kafka HOST:PORT --group G --instance ID --checkpoints URL
                run one instance of the main job in share group G on a real Kafka 4.x broker,
                until SIGTERM or Ctrl-C (a final checkpoint, then it retires). Start more with
@@ -375,6 +377,11 @@ fn kafka_instances_options(args: &mut Args) -> Result<(kafka_instances::Instance
     }
     o.progress = !c.json;
     o.validate()?;
+    if let Some(dir) = args.value("--logs")? {
+        // Made here, so that a directory that cannot be made fails before anything starts.
+        std::fs::create_dir_all(&dir).map_err(|e| format!("--logs {dir}: cannot make the directory: {e}"))?;
+        o.logs = Some(dir.into());
+    }
     Ok((o, c.json))
 }
 

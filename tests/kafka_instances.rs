@@ -36,6 +36,10 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
     let group = unique("instances");
     let bucket = std::env::var("SHAREFLOW_S3_BUCKET").unwrap_or_else(|_| "shareflow".into());
     let checkpoints = format!("s3://{bucket}/{group}");
+    // Every process's whole stderr, for the post-mortem of a failing seed.
+    let logs = std::env::temp_dir().join(&group);
+    eprintln!("instance logs in {}", logs.display());
+    let logs_arg = logs.display().to_string();
     let numbers = [RECORDS, KILLS, ADOPTION_TIMEOUT_MS, MAX_RATE, seed].map(|n| n.to_string());
     let [records, kills, adoption, rate, seed_arg] = numbers.each_ref().map(String::as_str);
     let args = [
@@ -62,6 +66,8 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
         adoption,
         "--max-rate",
         rate,
+        "--logs",
+        &logs_arg,
         "--json",
     ]
     .map(String::from);
@@ -88,12 +94,19 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
         s["adoptions"].as_array().expect("adoptions").iter().filter_map(|a| a["adopted"].as_str()).collect();
     assert!(adopted.contains(&"i1"), "seed {seed}: i1 was killed for good and must be adopted: {adopted:?}");
     assert!(adopted.contains(&s["paused"].as_str().expect("paused")), "seed {seed}: the paused one must be adopted");
-    assert_eq!(s["instances"]["i4"]["end"], "retired", "seed {seed}: the joiner runs to the end");
+    // The joiner runs to the end, unless the schedule paused it (it picks the paused one
+    // among all live instances), and then it must stop fenced like any paused one.
+    let joiner_end = if s["paused"] == "i4" { "fenced" } else { "retired" };
+    assert_eq!(s["instances"]["i4"]["end"], joiner_end, "seed {seed}: the joiner's end (paused: {})", s["paused"]);
     // Every instance did work. (A count is the last progress line a process printed, so a
     // SIGKILLed process's is a lower bound, and their sum can fall short of the input:
     // the output checks above and below are the exact ones.)
     for (name, i) in s["instances"].as_object().expect("instances") {
         assert!(number(i, "emitted") > 0, "seed {seed}: instance {name} emitted nothing: {i}");
+        // Its log holds one header per process started under the name.
+        let log = std::fs::read_to_string(logs.join(format!("{name}.log"))).expect("instance log");
+        let started = log.lines().filter(|l| l.starts_with("=== process ")).count() as u64;
+        assert_eq!(started, number(i, "processes"), "seed {seed}: {name}.log");
     }
 
     // Kafka's own reader agrees, independently of the demo.
@@ -264,7 +277,8 @@ async fn run_refuses_bad_settings_by_name() {
 /// (none listens on port 1): each bad setting is named.
 #[test]
 fn demo_instances_refuses_bad_settings_before_it_starts() {
-    let table: [(&[&str], &str); 5] = [
+    let table: [(&[&str], &str); 6] = [
+        (&["--instances", "2", "--logs", "/dev/null/logs"], "--logs /dev/null/logs: cannot make the directory"),
         (&["--instances", "1", "--kills", "2"], "--kills 2 needs --instances >= 2"),
         (&["--instances", "0"], "--instances must be >= 1"),
         (&["--instances", "2", "--adoption-timeout", "1000"], "--adoption-timeout 1000 ms must be longer"),
