@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::claims::{ClaimIndex, Claimant, Holdings};
-use super::ledger::{replay_owner, LedgerEntry, LedgerRange, RangeSet};
+use super::ledger::{replay_piece, LedgerEntry, LedgerRange, RangeSet};
 use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -74,8 +74,8 @@ struct Inner {
     scheduled: HashMap<Tp, RangeSet>,
     /// Offsets this attempt's intents name (before the tailer sees them).
     own: HashMap<Tp, RangeSet>,
-    /// Replay work not yet taken by a source subtask.
-    queue: Vec<LedgerRange>,
+    /// Replay work not yet taken by every source subtask.
+    queue: Vec<Queued>,
     /// The tailer applied an intent of a held claimant since the last plan.
     dirty: bool,
     /// Why the tailer stopped, if it failed.
@@ -92,9 +92,47 @@ impl Inner {
             self.scheduled.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
         }
         let n = ranges.len();
-        self.queue.extend(ranges);
+        self.queue.extend(ranges.into_iter().map(|range| Queued { range, taken: BTreeSet::new(), parallelism: 0 }));
         n
     }
+}
+
+/// Takes the pieces of `subtask` of `parallelism` out of `queue`, for `topics`.
+fn take_pieces(queue: &mut Vec<Queued>, subtask: u32, parallelism: u32, topics: &[String]) -> Vec<LedgerRange> {
+    let parallelism = parallelism.max(1);
+    let mut mine = Vec::new();
+    for q in queue.iter_mut().filter(|q| topics.contains(&q.range.topic)) {
+        if q.taken.insert(subtask) {
+            q.parallelism = parallelism;
+            mine.extend(replay_piece(&q.range, subtask, parallelism));
+        }
+    }
+    queue.retain(|q| q.parallelism == 0 || q.taken.len() < q.parallelism as usize);
+    mine
+}
+
+/// The pieces of `queue` no subtask took yet, in offset order.
+fn pieces_left(queue: &[Queued]) -> Vec<LedgerRange> {
+    let mut out = Vec::new();
+    for q in queue {
+        if q.parallelism == 0 {
+            out.push(q.range.clone());
+        } else {
+            let left = (0..q.parallelism).filter(|s| !q.taken.contains(s));
+            out.extend(left.filter_map(|s| replay_piece(&q.range, s, q.parallelism)));
+        }
+    }
+    out.sort_by(|a, b| (&a.topic, a.partition, a.first).cmp(&(&b.topic, b.partition, b.first)));
+    out
+}
+
+/// A range queued for replay, and the subtasks that took their piece of it.
+#[derive(Debug)]
+struct Queued {
+    range: LedgerRange,
+    taken: BTreeSet<u32>,
+    /// The parallelism of the subtasks taking it; 0 until the first takes its piece.
+    parallelism: u32,
 }
 
 /// The group-wide claims of one process, fed by a tailer of the intents topic.
@@ -321,27 +359,57 @@ impl GroupLedger {
         self.lock().index.reclaimers(prefix)
     }
 
-    /// Takes the queued replay work of `subtask` of `parallelism` for `topics`.
+    /// Takes the queued replay work of `subtask` of `parallelism` for `topics`: its
+    /// piece of every queued range ([`replay_piece`]). A range leaves the queue once
+    /// every subtask took its piece.
     pub(crate) fn take_replay(&self, subtask: u32, parallelism: u32, topics: &[String]) -> Vec<LedgerRange> {
-        let mut g = self.lock();
-        if g.queue.is_empty() {
-            return Vec::new();
-        }
-        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut g.queue)
-            .into_iter()
-            .partition(|r| topics.contains(&r.topic) && replay_owner(&r.topic, r.partition, parallelism) == subtask);
-        g.queue = rest;
-        mine
+        take_pieces(&mut self.lock().queue, subtask, parallelism, topics)
     }
 
-    /// The replay work queued and not taken yet.
+    /// The replay work queued and not taken yet: the pieces no subtask took.
     pub(crate) fn queued(&self) -> Vec<LedgerRange> {
-        self.lock().queue.clone()
+        pieces_left(&self.lock().queue)
     }
 
     /// The highest generation and epoch the intents of `prefix` name.
     pub(crate) fn highest(&self, prefix: &str) -> (Option<u32>, Option<u64>) {
         let g = self.lock();
         (g.index.highest_generation(prefix), g.index.highest_epoch(prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queued(topic: &str, first: i64, last: i64) -> Queued {
+        Queued {
+            range: LedgerRange { topic: topic.into(), partition: 0, first, last },
+            taken: BTreeSet::new(),
+            parallelism: 0,
+        }
+    }
+
+    #[test]
+    fn every_subtask_takes_its_piece_once_and_the_queue_empties() {
+        let topics = vec!["in".to_string()];
+        let mut queue = vec![queued("in", 0, 999), queued("in", 5_000, 5_000), queued("other", 0, 9)];
+        let a = take_pieces(&mut queue, 1, 2, &topics);
+        // Taking again returns nothing new.
+        assert!(take_pieces(&mut queue, 1, 2, &topics).is_empty());
+        // What is left is exactly what subtask 0 will take, and the other topic's range.
+        let left = pieces_left(&queue);
+        let b = take_pieces(&mut queue, 0, 2, &topics);
+        let mut expected_left = b.clone();
+        expected_left.push(LedgerRange { topic: "other".into(), partition: 0, first: 0, last: 9 });
+        expected_left.sort_by_key(|r| (r.topic.clone(), r.first));
+        assert_eq!(left, expected_left);
+        // Both together cover the two ranges of "in" exactly, half of the long one each.
+        let mut all: Vec<(i64, i64)> = a.iter().chain(&b).map(|r| (r.first, r.last)).collect();
+        all.sort();
+        assert_eq!(all, vec![(0, 499), (500, 999), (5_000, 5_000)]);
+        // Only the range of a topic nobody took is left.
+        assert_eq!(queue.len(), 1);
+        assert_eq!(pieces_left(&queue), vec![LedgerRange { topic: "other".into(), partition: 0, first: 0, last: 9 }]);
     }
 }

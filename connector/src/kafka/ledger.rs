@@ -134,16 +134,37 @@ impl RangeSet {
     }
 }
 
-/// The subtask of `parallelism` that replays `topic`-`partition`: whole partitions, by a
-/// stable hash, so two subtasks never replay the same offsets.
-pub(crate) fn replay_owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
+/// The piece of `range` that subtask `subtask` of `parallelism` replays.
+///
+/// The range is cut into `parallelism` contiguous pieces of near-equal length, so an
+/// adopted instance's replay runs on every subtask at once: whole partitions per subtask
+/// put 1,164 records of one adoption on one of 2 subtasks, and under a rate limit the
+/// replay took twice as long. Piece i goes to subtask `(base + i) mod parallelism`, with
+/// `base` a stable hash of the range's topic, partition and first offset, so that short
+/// ranges (empty pieces) still spread. The pieces of all subtasks are disjoint and cover
+/// the range: no offset is replayed twice, none is left out.
+pub(crate) fn replay_piece(range: &LedgerRange, subtask: u32, parallelism: u32) -> Option<LedgerRange> {
+    let p = i128::from(parallelism.max(1));
     // FNV-1a: stable across processes and versions.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in topic.bytes().chain(partition.to_le_bytes()) {
+    for b in range.topic.bytes().chain(range.partition.to_le_bytes()).chain(range.first.to_le_bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    (h % u64::from(parallelism.max(1))) as u32
+    let base = i128::from(h % parallelism.max(1) as u64);
+    let piece = (i128::from(subtask) - base).rem_euclid(p);
+    let n = i128::from(range.last) - i128::from(range.first) + 1;
+    if n <= 0 {
+        return None;
+    }
+    let first = i128::from(range.first) + n * piece / p;
+    let last = i128::from(range.first) + n * (piece + 1) / p - 1;
+    (last >= first).then(|| LedgerRange {
+        topic: range.topic.clone(),
+        partition: range.partition,
+        first: first as i64,
+        last: last as i64,
+    })
 }
 
 /// Turns offsets into merged ranges per partition.
@@ -235,14 +256,44 @@ mod tests {
     }
 
     #[test]
-    fn replay_shares_partition_the_work() {
-        // Every partition has exactly one owner among 3 subtasks, and all 3 get some.
-        let owners: Vec<u32> = (0..16).map(|p| replay_owner("in", p, 3)).collect();
-        assert!(owners.iter().all(|&o| o < 3), "{owners:?}");
-        assert!((0..3).all(|s| owners.contains(&s)), "{owners:?}");
-        assert_eq!(owners, (0..16).map(|p| replay_owner("in", p, 3)).collect::<Vec<_>>());
-        assert_eq!(replay_owner("in", 5, 1), 0);
-        assert_eq!(replay_owner("in", 5, 0), 0);
+    fn replay_pieces_cover_each_range_once_and_spread() {
+        let range = |first, last| LedgerRange { topic: "in".into(), partition: 2, first, last };
+        // (range, parallelism): the pieces of all subtasks, in offset order, tile it.
+        for (first, last, p) in [(0, 1163, 2), (100, 100, 2), (5, 6, 3), (0, 9, 1), (40, 1_000_039, 4), (7, 7, 1)] {
+            let r = range(first, last);
+            let mut pieces: Vec<(u32, LedgerRange)> =
+                (0..p).filter_map(|s| replay_piece(&r, s, p).map(|x| (s, x))).collect();
+            pieces.sort_by_key(|(_, x)| x.first);
+            let mut next = first;
+            for (_, x) in &pieces {
+                assert_eq!(x.first, next, "{first}..={last} on {p}: {pieces:?}");
+                assert!(x.last >= x.first);
+                next = x.last + 1;
+            }
+            assert_eq!(next, last + 1, "{first}..={last} on {p}: {pieces:?}");
+            // Near-equal: no piece longer than another by more than one offset.
+            let lens: Vec<i64> = pieces.iter().map(|(_, x)| x.last - x.first + 1).collect();
+            let n = last - first + 1;
+            if n >= i64::from(p) {
+                assert_eq!(pieces.len(), p as usize, "every subtask gets a piece of {n} offsets");
+                assert!(lens.iter().max().expect("some") - lens.iter().min().expect("some") <= 1, "{lens:?}");
+            }
+        }
+        // 1,164 offsets on 2 subtasks: 582 each, not all on one.
+        let r = range(0, 1163);
+        let lens: Vec<i64> = (0..2).map(|s| replay_piece(&r, s, 2).map_or(0, |x| x.last - x.first + 1)).collect();
+        assert_eq!(lens, vec![582, 582]);
+        // Single offsets spread over the subtasks (by the hash of the first offset).
+        let owners: std::collections::BTreeSet<u32> =
+            (0..32).map(|o| (0..3).find(|&s| replay_piece(&range(o, o), s, 3).is_some()).expect("one owner")).collect();
+        assert_eq!(owners.len(), 3, "{owners:?}");
+        // Parallelism 0 is read as 1; an empty range has no pieces.
+        assert_eq!(replay_piece(&range(3, 9), 0, 0), Some(range(3, 9)));
+        assert_eq!(replay_piece(&range(9, 3), 0, 1), None);
+    }
+
+    #[test]
+    fn ranges_merge_per_partition() {
         let ranges = to_ranges([("in", 0, 3), ("in", 0, 1), ("in", 0, 2), ("x", 1, 9)]);
         assert_eq!(ranges, vec![r(1, 3), LedgerRange { topic: "x".into(), partition: 1, first: 9, last: 9 }]);
     }
