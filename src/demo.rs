@@ -303,6 +303,8 @@ pub(crate) struct DemoOptions {
     /// Run the job as this many instances of the share group in this process
     /// (decision 0007); 1: one lone job.
     pub(crate) instances: u32,
+    /// Serve Prometheus metrics on this `HOST:PORT`.
+    pub(crate) metrics_addr: Option<String>,
 }
 
 impl Default for DemoOptions {
@@ -321,6 +323,7 @@ impl Default for DemoOptions {
             progress: true,
             mode: AcknowledgementMode::Transactional,
             resume: false,
+            metrics_addr: None,
         }
     }
 }
@@ -597,7 +600,14 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
                 DemoError::Instances { reason: "a run of several instances cannot be resumed; drop --resume" }.into()
             );
         }
+        if options.metrics_addr.is_some() {
+            return Err(DemoError::Instances {
+                reason: "--metrics-addr serves one job; run each instance with `shareflow run --metrics-addr`",
+            }
+            .into());
+        }
     }
+    let endpoint = metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let input = if options.resume {
         if !options.dir.is_dir() {
             return Err(DemoError::NothingToResume { dir: options.dir.clone() }.into());
@@ -687,6 +697,16 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
     config.tolerable_checkpoint_failures = 3;
     let job = job.build(config)?;
     job.failpoints().schedule(schedule.clone());
+    if let Some(server) = &endpoint {
+        server.add(shareflow::prometheus::job_source(&job));
+        let source = metrics.clone();
+        server.add(shareflow::prometheus::source(move || source.metrics()));
+        let b = broker.clone();
+        server.add(Arc::new(move || {
+            let b = b.clone();
+            Box::pin(async move { b.metrics().await.map(|m| m.metrics()).unwrap_or_default() })
+        }));
+    }
 
     let progress = options.progress.then(|| {
         let broker = broker.clone();
@@ -796,6 +816,16 @@ fn pipeline(
 }
 
 /// Returns on SIGTERM or Ctrl-C; never, if neither can be listened for.
+/// Binds the metrics endpoint of `--metrics-addr`, if any, and says where it is.
+pub(crate) async fn metrics_endpoint(
+    addr: Option<&str>,
+) -> Result<Option<shareflow::prometheus::MetricsServer>, shareflow::prometheus::MetricsError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let server = shareflow::prometheus::MetricsServer::bind(addr).await?;
+    eprintln!("metrics on http://{}/metrics", server.local_addr());
+    Ok(Some(server))
+}
+
 pub(crate) async fn stop_signal() {
     #[cfg(unix)]
     {

@@ -60,6 +60,8 @@ pub(crate) struct KafkaDemoOptions {
     pub(crate) progress: bool,
     /// At most this many records per second through the job; `None`: unlimited.
     pub(crate) max_rate: Option<u64>,
+    /// Serve Prometheus metrics on this `HOST:PORT`.
+    pub(crate) metrics_addr: Option<String>,
 }
 
 impl KafkaDemoOptions {
@@ -80,8 +82,25 @@ impl KafkaDemoOptions {
             verify: true,
             progress: true,
             max_rate: None,
+            metrics_addr: None,
         }
     }
+}
+
+/// Serves a Kafka job's metrics, its source's, and seed 000's five as the job sees them
+/// ([`shareflow_connector::kafka::seed_transaction_metrics`]).
+pub(crate) fn serve_job_metrics(
+    server: &shareflow::prometheus::MetricsServer,
+    job: &shareflow_runtime::Job,
+    source: &Arc<SourceMetrics>,
+) {
+    server.add(shareflow::prometheus::job_source(job));
+    let handle = job.metrics_handle();
+    server.add(shareflow::prometheus::source(move || {
+        shareflow_connector::kafka::seed_transaction_metrics(&handle.snapshot())
+    }));
+    let source = source.clone();
+    server.add(shareflow::prometheus::source(move || source.metrics()));
 }
 
 /// What a run did and what the check found.
@@ -192,6 +211,7 @@ pub(crate) async fn run(
     if options.partitions == 0 || options.parallelism == 0 {
         return Err("partitions and parallelism must be >= 1".into());
     }
+    let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));
     cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
@@ -229,6 +249,9 @@ pub(crate) async fn run(
     let job = pipeline(&cluster, &txns, source_config, &output, options.parallelism, &metrics);
     let job = job.build(config)?;
     job.failpoints().schedule(options.crashes.clone());
+    if let Some(server) = &endpoint {
+        serve_job_metrics(server, &job, &metrics);
+    }
 
     let progress = options.progress.then(|| progress_line(&metrics));
     let (report, seconds) = run_job(&job, progress).await?;

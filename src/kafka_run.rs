@@ -44,6 +44,8 @@ pub(crate) struct RunOptions {
     pub(crate) max_rate: Option<u64>,
     /// Partitions of the topics, if this instance creates them.
     pub(crate) partitions: u32,
+    /// Serve Prometheus metrics on this `HOST:PORT`.
+    pub(crate) metrics_addr: Option<String>,
 }
 
 impl RunOptions {
@@ -62,6 +64,7 @@ impl RunOptions {
             parallelism: 2,
             max_rate: None,
             partitions: 4,
+            metrics_addr: None,
         }
     }
 }
@@ -118,6 +121,7 @@ impl RunSummary {
 /// Runs one instance until SIGTERM or Ctrl-C, or until another process takes its
 /// prefix over (an error of kind Fenced).
 pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std::error::Error + Send + Sync>> {
+    let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let input = options.input.clone().unwrap_or_else(|| input_topic(&options.group));
     let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
@@ -138,6 +142,9 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     source.from_earliest = true;
     let job = pipeline(&cluster, &txns, source, &output, options.parallelism, &metrics);
     let job = job.build(config)?;
+    if let Some(server) = &endpoint {
+        crate::kafka_demo::serve_job_metrics(server, &job, &metrics);
+    }
 
     let stopped = Arc::new(AtomicBool::new(false));
     let on_signal = tokio::spawn({

@@ -4,7 +4,10 @@
 //!
 //! - [`connector`]: the share-group contract, the embedded broker, sources and sinks;
 //! - [`runtime`]: the dataflow runtime;
-//! - [`checkpoint`]: checkpoint storage and its durable format.
+//! - [`checkpoint`]: checkpoint storage and its durable format;
+//! - [`prometheus`]: a metrics endpoint for a job, its sources and the embedded broker.
+
+pub mod prometheus;
 
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_connector as connector;

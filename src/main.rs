@@ -47,6 +47,8 @@ commands:
                          seeded crashes hit instances 2..N (which restart), instance 1 dies for
                          good and is adopted, one more instance joins late (default 1)
     --json               print the summary as one JSON object on the last line
+    --metrics-addr HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics while it
+                         runs (port 0: any free one; the address is printed); one job only
   demo --kafka HOST:PORT   run the same job against a real Kafka 4.x broker
     --name NAME          group, topics NAME-input/NAME-output and job id (default: fresh)
     --records N          records to produce first; 0 resumes without producing (default 100000)
@@ -58,6 +60,7 @@ commands:
     --no-verify          skip the read_committed check at the end (with --at-least-once the
                          check passes when nothing is lost: duplicates are allowed)
     --max-rate R         at most R records per second through the job
+    --metrics-addr HOST:PORT  as above
   demo --kafka HOST:PORT --instances N
                run N `shareflow run` processes of the job in one share group, then check the
                output read_committed; --json adds per-instance counts and the adoptions
@@ -86,6 +89,7 @@ commands:
     --parallelism P      subtasks per operator (default 2)
     --partitions P       partitions of topics this instance creates (default 4)
     --max-rate R         at most R records per second through this instance
+    --metrics-addr HOST:PORT  serve this instance's Prometheus metrics (as for demo)
     --json               print the summary as one JSON object on the last line
   txn list     list the transactions of an embedded broker
     --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
@@ -281,6 +285,7 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
             Some(0) => return Err("--instances must be >= 1".into()),
             n => n.unwrap_or(d.instances),
         },
+        metrics_addr: args.value("--metrics-addr")?,
     };
     Ok((o, c.json))
 }
@@ -323,6 +328,7 @@ fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String>
         None => {}
     }
     o.max_rate = args.number("--max-rate")?;
+    o.metrics_addr = args.value("--metrics-addr")?;
     Ok((o, args.flag("--json")))
 }
 
@@ -403,6 +409,7 @@ fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, 
     o.checkpoints = c.checkpoints;
     o.exactly_once = !c.at_least_once;
     o.verify = !args.flag("--no-verify");
+    o.metrics_addr = args.value("--metrics-addr")?;
     o.max_rate = args.number("--max-rate")?;
     if o.max_rate == Some(0) {
         return Err("--max-rate must be >= 1".into());

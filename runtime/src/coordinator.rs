@@ -60,7 +60,14 @@ impl Coordinator<'_> {
             p.begin(&txn).await.map_err(|e| self.txn_error("begin", n, e))?;
         }
         self.uncommitted.insert(n);
+        self.count_open();
         Ok(())
+    }
+
+    /// Sets the open-transactions gauge from what is begun and not yet decided.
+    fn count_open(&self) {
+        let open = (self.uncommitted.len() * self.participants.len()) as u64;
+        self.metrics.checkpoints(|c| c.transactions_open = open);
     }
 
     async fn trigger(&mut self, is_final: bool) -> Result<InFlight> {
@@ -194,6 +201,7 @@ impl Coordinator<'_> {
     /// Every subtask acknowledged barrier n: prepare, write the decision, commit, notify.
     async fn complete(&mut self, n: u64, acks: BTreeMap<(usize, u32), StateItems>, started: Instant) -> Result<()> {
         tracing::debug!(checkpoint = n, "all subtasks acknowledged");
+        let aligned = started.elapsed();
         let to_commit = plan_completion(n, &self.uncommitted);
         // Phase one: every pending epoch up to n, on every participant.
         let mut refused = Vec::new();
@@ -206,6 +214,7 @@ impl Coordinator<'_> {
                 }
             }
         }
+        let prepared = started.elapsed() - aligned;
         if let Some(&k) = refused.first() {
             for &k in &refused {
                 let txn = self.template.transaction(k);
@@ -213,8 +222,12 @@ impl Coordinator<'_> {
                     p.abort(&txn).await.map_err(|e| self.txn_error("abort", k, e))?;
                 }
                 self.uncommitted.remove(&k);
-                self.metrics.checkpoints(|c| c.transactions_aborted += 1);
+                self.metrics.checkpoints(|c| {
+                    c.transactions_aborted += 1;
+                    c.transactions_timed_out += 1;
+                });
             }
+            self.count_open();
             return Err(RuntimeError::Cancelled(format!(
                 "transaction {} was aborted before it could prepare (its timeout passed?); restarting from the last checkpoint",
                 self.template.transaction(k)
@@ -252,6 +265,7 @@ impl Coordinator<'_> {
         storage.publish_manifest(&manifest).await?;
         self.failpoints.hit(points::AFTER_MANIFEST)?;
         // Phase two.
+        let phase_two = Instant::now();
         self.failpoints.hit(points::COMMIT_BEFORE)?;
         let mut first = true;
         for &k in &to_commit {
@@ -265,6 +279,8 @@ impl Coordinator<'_> {
             }
             self.uncommitted.remove(&k);
         }
+        let committed_in = phase_two.elapsed();
+        self.count_open();
         self.failpoints.hit(points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY)?;
         self.notify(Control::Complete(n));
         let elapsed = started.elapsed();
@@ -274,6 +290,10 @@ impl Coordinator<'_> {
             c.last_duration = elapsed;
             c.max_duration = c.max_duration.max(elapsed);
             c.total_duration += elapsed;
+            c.duration.record(elapsed);
+            c.alignment.record(aligned);
+            c.prepare.record(prepared);
+            c.commit.record(committed_in);
             c.last_size_bytes = size;
             c.last_completed_id = Some(n);
             c.transactions_committed += committed * self.participants.len() as u64;

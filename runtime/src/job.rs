@@ -47,7 +47,7 @@ impl StopHandle {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobReport {
     /// Attempts, 1 if nothing failed.
     pub attempts: u32,
@@ -117,6 +117,12 @@ impl Job {
     /// Live metrics.
     pub fn metrics(&self) -> JobMetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// The live metrics themselves, cheap to clone, to read while the job runs (an
+    /// exporter holds one).
+    pub fn metrics_handle(&self) -> JobMetrics {
+        self.metrics.clone()
     }
 
     /// The job's configuration.
@@ -311,10 +317,13 @@ impl Job {
     }
 
     async fn attempt(&self, instance: Option<&mut Instance>) -> Result<Option<u64>> {
+        let recovering = std::time::Instant::now();
         let recovered = match instance.as_deref() {
             Some(i) => i.beating(self.recover(Some(i))).await?,
             None => self.recover(None).await?,
         };
+        let took = recovering.elapsed();
+        self.metrics.checkpoints(|c| c.recovery.record(took));
         // T(first epoch) must exist before any task writes into it.
         let first = self.template.transaction(recovered.first_epoch);
         for p in &self.spec.participants {

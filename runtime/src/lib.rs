@@ -61,7 +61,9 @@ pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};
 pub use job::{Job, JobReport, StopHandle};
-pub use metrics::{CheckpointMetrics, JobMetrics, JobMetricsSnapshot, OperatorMetricsSnapshot};
+pub use metrics::{
+    CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,
+};
 pub use operator::{
     Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems, SubtaskContext,
     TransactionParticipant, TransactionTemplate,

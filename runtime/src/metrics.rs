@@ -1,9 +1,111 @@
-//! Job metrics: checkpoints, and rows and backpressure per operator.
+//! Job metrics: checkpoints, and rows and backpressure per operator; and the typed
+//! [`Metric`] list an exporter reads (the broker's metrics use the same types).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// A latency histogram with power-of-two millisecond buckets.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Histogram {
+    /// Samples recorded.
+    pub count: u64,
+    /// Sum of samples, ms.
+    pub sum_ms: f64,
+    /// Largest sample, ms.
+    pub max_ms: f64,
+    /// `buckets[i]` counts samples below `2^i` ms (the last bucket takes the rest).
+    pub buckets: [u64; 24],
+}
+
+impl Histogram {
+    /// Adds one sample.
+    pub fn record(&mut self, d: Duration) {
+        let ms = d.as_secs_f64() * 1e3;
+        self.count += 1;
+        self.sum_ms += ms;
+        self.max_ms = self.max_ms.max(ms);
+        let i = (0..self.buckets.len()).find(|&i| ms < (1u64 << i) as f64).unwrap_or(self.buckets.len() - 1);
+        self.buckets[i] += 1;
+    }
+
+    /// Upper bound of the bucket holding quantile `q` (0..=1), in ms.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let target = (q.clamp(0.0, 1.0) * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return ((1u64 << i) as f64).min(self.max_ms);
+            }
+        }
+        self.max_ms
+    }
+
+    /// Mean, ms.
+    pub fn mean_ms(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum_ms / self.count as f64
+        }
+    }
+
+    /// `(upper bound in ms, samples at or below it)` for every bucket but the last, which
+    /// is `+Inf` and holds [`count`](Self::count): the cumulative form Prometheus reads.
+    pub fn cumulative_buckets(&self) -> Vec<(f64, u64)> {
+        let mut cumulative = 0;
+        self.buckets
+            .iter()
+            .take(self.buckets.len() - 1)
+            .enumerate()
+            .map(|(i, n)| {
+                cumulative += n;
+                ((1u64 << i) as f64, cumulative)
+            })
+            .collect()
+    }
+}
+
+/// The value of one metric. Exhaustive on purpose: an exporter must know every kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricValue {
+    /// A count that only grows.
+    Counter(u64),
+    /// A level that goes up and down.
+    Gauge(u64),
+    /// A latency distribution, ms.
+    Histogram(Box<Histogram>),
+}
+
+/// One named metric, for an exporter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metric {
+    /// The name, words joined by `-` (seed 000's spelling); an exporter whose format
+    /// forbids `-` writes `_`.
+    pub name: &'static str,
+    /// One line saying what it measures.
+    pub help: &'static str,
+    /// Labels telling apart the series of one name, e.g. `("operator", "sink")`.
+    pub labels: Vec<(&'static str, String)>,
+    /// Its value: a counter, a gauge or a latency histogram.
+    pub value: MetricValue,
+}
+
+impl Metric {
+    /// A metric without labels.
+    pub fn new(name: &'static str, help: &'static str, value: MetricValue) -> Self {
+        Self { name, help, labels: Vec::new(), value }
+    }
+
+    /// The same metric with one more label.
+    pub fn label(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.labels.push((key, value.into()));
+        self
+    }
+}
 
 /// Counters of one operator, summed over its subtasks.
 #[derive(Debug, Default)]
@@ -50,7 +152,7 @@ struct Inner {
 }
 
 /// Checkpoint counters and durations.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CheckpointMetrics {
     /// Checkpoints completed.
     pub completed: u64,
@@ -74,10 +176,27 @@ pub struct CheckpointMetrics {
     pub transactions_recovered: u64,
     /// Silent instances of the group this job adopted (decision 0007).
     pub instances_adopted: u64,
+    /// Transactions begun and not yet committed or aborted, over every participant.
+    pub transactions_open: u64,
+    /// Prepares refused because the participant had aborted the transaction already
+    /// (its timeout passed).
+    pub transactions_timed_out: u64,
+    /// Trigger to commit, per completed checkpoint.
+    pub duration: Histogram,
+    /// Trigger to the last subtask's acknowledgement (barrier alignment), per completed
+    /// checkpoint.
+    pub alignment: Histogram,
+    /// Phase one (every participant prepares), per completed checkpoint.
+    pub prepare: Histogram,
+    /// Phase two (every participant commits), from the manifest's publication, per
+    /// completed checkpoint.
+    pub commit: Histogram,
+    /// Recovery before an attempt: read the latest checkpoint, decide and take over.
+    pub recovery: Histogram,
 }
 
 /// A copy of every job metric.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobMetricsSnapshot {
     /// Per operator.
     pub operators: BTreeMap<String, OperatorMetricsSnapshot>,
@@ -122,5 +241,151 @@ impl JobMetrics {
             checkpoints: self.inner.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             restarts: self.inner.restarts.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl JobMetricsSnapshot {
+    /// Every job metric, typed, for an exporter: per operator (label `operator`) records
+    /// in and out and backpressure time; checkpoints completed and aborted, their
+    /// duration, alignment, prepare and commit latency and size; transactions; restarts,
+    /// recovery time and adoptions.
+    pub fn metrics(&self) -> Vec<Metric> {
+        use MetricValue::{Counter, Gauge};
+        let hist = |h: &Histogram| MetricValue::Histogram(Box::new(h.clone()));
+        let mut out = Vec::new();
+        for (name, op) in &self.operators {
+            out.push(
+                Metric::new(
+                    "shareflow-records-in-total",
+                    "rows an operator received (a source: read)",
+                    Counter(op.rows_in),
+                )
+                .label("operator", name),
+            );
+            out.push(
+                Metric::new("shareflow-records-out-total", "rows an operator emitted", Counter(op.rows_out))
+                    .label("operator", name),
+            );
+            out.push(
+                Metric::new(
+                    "shareflow-backpressure-ms-total",
+                    "time an operator waited for downstream channel space, ms",
+                    Counter(op.backpressure.as_millis() as u64),
+                )
+                .label("operator", name),
+            );
+        }
+        let c = &self.checkpoints;
+        out.extend([
+            Metric::new("shareflow-checkpoints-completed-total", "checkpoints completed", Counter(c.completed)),
+            Metric::new(
+                "shareflow-checkpoints-aborted-total",
+                "checkpoints aborted (timeout, failure)",
+                Counter(c.aborted),
+            ),
+            Metric::new("shareflow-checkpoint-duration-ms", "checkpoint trigger to commit, ms", hist(&c.duration)),
+            Metric::new(
+                "shareflow-checkpoint-alignment-ms",
+                "checkpoint trigger to the last barrier acknowledgement, ms",
+                hist(&c.alignment),
+            ),
+            Metric::new(
+                "shareflow-checkpoint-size-bytes",
+                "state bytes of the last completed checkpoint",
+                Gauge(c.last_size_bytes),
+            ),
+            Metric::new(
+                "shareflow-checkpoint-last-id",
+                "id of the last completed checkpoint (0: none yet)",
+                Gauge(c.last_completed_id.unwrap_or(0)),
+            ),
+            Metric::new(
+                "shareflow-prepare-time-ms",
+                "phase one of a checkpoint's commit, every participant, ms",
+                hist(&c.prepare),
+            ),
+            Metric::new(
+                "shareflow-commit-time-ms",
+                "phase two of a checkpoint's commit, every participant, ms",
+                hist(&c.commit),
+            ),
+            Metric::new(
+                "shareflow-transactions-open",
+                "transactions begun and not yet decided",
+                Gauge(c.transactions_open),
+            ),
+            Metric::new(
+                "shareflow-transactions-committed-total",
+                "transactions committed",
+                Counter(c.transactions_committed),
+            ),
+            Metric::new(
+                "shareflow-transactions-aborted-total",
+                "transactions aborted (recovery, refused prepare)",
+                Counter(c.transactions_aborted),
+            ),
+            Metric::new(
+                "shareflow-transactions-timed-out-total",
+                "prepares refused because the transaction's timeout had passed",
+                Counter(c.transactions_timed_out),
+            ),
+            Metric::new(
+                "shareflow-transactions-recovered-total",
+                "PREPARE transactions a recovery committed from their manifest",
+                Counter(c.transactions_recovered),
+            ),
+            Metric::new("shareflow-restarts-total", "restarts after failures", Counter(self.restarts)),
+            Metric::new("shareflow-recovery-time-ms", "recovery before an attempt, ms", hist(&c.recovery)),
+            Metric::new(
+                "shareflow-instances-adopted-total",
+                "silent instances this job adopted",
+                Counter(c.instances_adopted),
+            ),
+        ]);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_bound_the_samples() {
+        let mut h = Histogram::default();
+        for ms in [1, 2, 3, 100] {
+            h.record(Duration::from_millis(ms));
+        }
+        assert_eq!(h.count, 4);
+        assert_eq!(h.quantile_ms(0.5), 4.0);
+        assert_eq!(h.quantile_ms(1.0), 100.0);
+        assert_eq!(h.mean_ms(), 26.5);
+        // Cumulative: 1 ms is not below 1, so it counts from the bucket `le 2` on.
+        let b = h.cumulative_buckets();
+        assert_eq!(b.len(), 23);
+        assert_eq!((b[0], b[1], b[2], b[6], b[7]), ((1.0, 0), (2.0, 1), (4.0, 3), (64.0, 3), (128.0, 4)));
+    }
+
+    #[test]
+    fn every_operator_gets_its_labelled_series() {
+        let m = JobMetrics::default();
+        m.operator("source").add_rows_out(7);
+        m.operator("sink").add_rows_in(5);
+        m.checkpoints(|c| c.duration.record(Duration::from_millis(30)));
+        let list = m.snapshot().metrics();
+        let find = |name: &str, op: &str| {
+            list.iter()
+                .find(|x| x.name == name && x.labels == vec![("operator", op.to_string())])
+                .map(|x| x.value.clone())
+        };
+        assert_eq!(find("shareflow-records-out-total", "source"), Some(MetricValue::Counter(7)));
+        assert_eq!(find("shareflow-records-in-total", "sink"), Some(MetricValue::Counter(5)));
+        let duration = list.iter().find(|x| x.name == "shareflow-checkpoint-duration-ms").expect("duration");
+        assert!(matches!(&duration.value, MetricValue::Histogram(h) if h.count == 1 && h.sum_ms == 30.0));
+        // Names are unique per label set: an exporter may register each once.
+        let mut keys: Vec<_> = list.iter().map(|x| (x.name, x.labels.clone())).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), list.len());
     }
 }

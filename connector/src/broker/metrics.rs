@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use shareflow_runtime::{Histogram, Metric, MetricValue};
+
 use super::state::Events;
 
 /// `share-transaction-active`: ONGOING plus PREPARE transactions (gauge).
@@ -16,53 +18,6 @@ pub const TRANSACTION_COMMIT_TIME_MS: &str = "share-transaction-commit-time-ms";
 pub const TRANSACTION_ABORT_TOTAL: &str = "share-transaction-abort-total";
 /// `share-transaction-timeout-total`: transactions aborted by their timeout (counter).
 pub const TRANSACTION_TIMEOUT_TOTAL: &str = "share-transaction-timeout-total";
-
-/// A latency histogram with power-of-two millisecond buckets.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct Histogram {
-    /// Samples recorded.
-    pub count: u64,
-    /// Sum of samples, ms.
-    pub sum_ms: f64,
-    /// Largest sample, ms.
-    pub max_ms: f64,
-    /// `buckets[i]` counts samples below `2^i` ms (the last bucket takes the rest).
-    pub buckets: [u64; 24],
-}
-
-impl Histogram {
-    fn record(&mut self, d: Duration) {
-        let ms = d.as_secs_f64() * 1e3;
-        self.count += 1;
-        self.sum_ms += ms;
-        self.max_ms = self.max_ms.max(ms);
-        let i = (0..self.buckets.len()).find(|&i| ms < (1u64 << i) as f64).unwrap_or(self.buckets.len() - 1);
-        self.buckets[i] += 1;
-    }
-
-    /// Upper bound of the bucket holding quantile `q` (0..=1), in ms.
-    pub fn quantile_ms(&self, q: f64) -> f64 {
-        let target = (q.clamp(0.0, 1.0) * self.count as f64).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= target {
-                return ((1u64 << i) as f64).min(self.max_ms);
-            }
-        }
-        self.max_ms
-    }
-
-    /// Mean, ms.
-    pub fn mean_ms(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.sum_ms / self.count as f64
-        }
-    }
-}
 
 /// A point-in-time copy of every broker metric.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -116,29 +71,6 @@ impl MetricsSnapshot {
     }
 }
 
-/// The value of one metric, typed as the seed types it.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum MetricValue {
-    /// A count that only grows.
-    Counter(u64),
-    /// A level that goes up and down.
-    Gauge(u64),
-    /// A latency distribution, ms.
-    Histogram(Box<Histogram>),
-}
-
-/// One named metric, for an exporter.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Metric {
-    /// The name; seed 000's five use the seed's exact spelling.
-    pub name: &'static str,
-    /// One line saying what it measures.
-    pub help: &'static str,
-    /// Its value: a counter, a gauge or a latency histogram.
-    pub value: MetricValue,
-}
-
 impl MetricsSnapshot {
     /// Every metric by name, typed: seed 000's five first (`share-transaction-active`,
     /// `share-transaction-prepare-time-ms`, `share-transaction-commit-time-ms`,
@@ -146,7 +78,7 @@ impl MetricsSnapshot {
     /// This is the interface an exporter reads.
     pub fn metrics(&self) -> Vec<Metric> {
         use MetricValue::*;
-        let m = |name, help, value| Metric { name, help, value };
+        let m = Metric::new;
         vec![
             m(TRANSACTION_ACTIVE, "ONGOING plus PREPARE transactions", Gauge(self.transaction_active)),
             m(
@@ -198,36 +130,6 @@ impl MetricsSnapshot {
                 Counter(self.records_archived_aborted_transaction),
             ),
         ]
-    }
-
-    /// The metrics in the Prometheus text format (names with `_` for `-`; histogram
-    /// buckets in ms).
-    pub fn to_prometheus(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
-        for metric in self.metrics() {
-            let name = metric.name.replace('-', "_");
-            let _ = writeln!(out, "# HELP {name} {}", metric.help);
-            match &metric.value {
-                MetricValue::Counter(v) => {
-                    let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
-                }
-                MetricValue::Gauge(v) => {
-                    let _ = writeln!(out, "# TYPE {name} gauge\n{name} {v}");
-                }
-                MetricValue::Histogram(h) => {
-                    let _ = writeln!(out, "# TYPE {name} histogram");
-                    let mut cumulative = 0;
-                    for (i, n) in h.buckets.iter().enumerate().take(h.buckets.len() - 1) {
-                        cumulative += n;
-                        let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cumulative}", 1u64 << i);
-                    }
-                    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
-                    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", h.sum_ms, h.count);
-                }
-            }
-        }
-        out
     }
 }
 
@@ -294,38 +196,5 @@ impl Metrics {
             records_archived_delivery_limit: get(&self.archived_delivery_limit),
             records_archived_aborted_transaction: get(&self.archived_aborted_txn),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prometheus_text_has_every_metric_typed() {
-        let mut snapshot = MetricsSnapshot { transaction_abort_total: 3, ..Default::default() };
-        snapshot.transaction_commit_time.record(Duration::from_millis(3));
-        let text = snapshot.to_prometheus();
-        assert!(
-            text.contains("# TYPE share_transaction_abort_total counter\nshare_transaction_abort_total 3\n"),
-            "{text}"
-        );
-        assert!(text.contains("# TYPE share_transaction_active gauge"), "{text}");
-        // 3 ms falls in the bucket below 4 ms, and in every larger one.
-        assert!(text.contains("share_transaction_commit_time_ms_bucket{le=\"2\"} 0\n"), "{text}");
-        assert!(text.contains("share_transaction_commit_time_ms_bucket{le=\"4\"} 1\n"), "{text}");
-        assert!(text.contains("share_transaction_commit_time_ms_count 1\n"), "{text}");
-    }
-
-    #[test]
-    fn histogram_quantiles_bound_the_samples() {
-        let mut h = Histogram::default();
-        for ms in [1, 2, 3, 100] {
-            h.record(Duration::from_millis(ms));
-        }
-        assert_eq!(h.count, 4);
-        assert_eq!(h.quantile_ms(0.5), 4.0);
-        assert_eq!(h.quantile_ms(1.0), 100.0);
-        assert_eq!(h.mean_ms(), 26.5);
     }
 }

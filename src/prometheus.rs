@@ -1,0 +1,291 @@
+//! A Prometheus endpoint: `GET /metrics` serves every [`Metric`] of the given sources in
+//! the OpenMetrics text format, read fresh at each scrape.
+//!
+//! The format is written by the `prometheus-client` crate; names have `_` for the `-`
+//! of our spelling (`share-transaction-active` is scraped as `share_transaction_active`),
+//! histograms are in milliseconds with power-of-two buckets.
+//!
+//! ```no_run
+//! # async fn example(job: &shareflow::runtime::Job) -> Result<(), shareflow::prometheus::MetricsError> {
+//! use shareflow::prometheus::{job_source, MetricsServer};
+//! let server = MetricsServer::bind("127.0.0.1:9464").await?;
+//! server.add(job_source(job));
+//! println!("metrics on http://{}/metrics", server.local_addr());
+//! # Ok(()) }
+//! ```
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use shareflow_runtime::{Job, Metric, MetricValue};
+
+/// Something that has metrics: called at every scrape.
+pub type MetricSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<Metric>> + Send + Sync>;
+
+/// The metrics of a running job ([`shareflow_runtime::JobMetricsSnapshot::metrics`]).
+pub fn job_source(job: &Job) -> MetricSource {
+    let metrics = job.metrics_handle();
+    Arc::new(move || {
+        let m = metrics.snapshot().metrics();
+        Box::pin(async move { m })
+    })
+}
+
+/// A source of metrics known at once.
+pub fn source(f: impl Fn() -> Vec<Metric> + Send + Sync + 'static) -> MetricSource {
+    Arc::new(move || {
+        let m = f();
+        Box::pin(async move { m })
+    })
+}
+
+/// The endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The address does not parse as `HOST:PORT`.
+    #[error("metrics address {addr:?} is not HOST:PORT (e.g. 127.0.0.1:9464): {reason}")]
+    Address {
+        /// What was given.
+        addr: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// Nothing can listen there.
+    #[error("cannot serve metrics on {addr}: {source}; pick a free port (or port 0 for any)")]
+    Bind {
+        /// Where.
+        addr: String,
+        /// The socket error.
+        source: std::io::Error,
+    },
+}
+
+/// The sources one endpoint reads.
+type Sources = Arc<RwLock<Vec<MetricSource>>>;
+
+/// A running endpoint; it stops when dropped.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    sources: Sources,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl MetricsServer {
+    /// Listens on `addr` (`HOST:PORT`; port 0 picks a free one), serving no metrics
+    /// until [`add`](Self::add) gives it some. Bind first, before any work starts, so a
+    /// taken port fails at once.
+    pub async fn bind(addr: &str) -> Result<Self, MetricsError> {
+        let parsed: SocketAddr = tokio::net::lookup_host(addr)
+            .await
+            .map_err(|e| MetricsError::Address { addr: addr.into(), reason: e.to_string() })?
+            .next()
+            .ok_or_else(|| MetricsError::Address { addr: addr.into(), reason: "it resolves to nothing".into() })?;
+        let listener = tokio::net::TcpListener::bind(parsed)
+            .await
+            .map_err(|source| MetricsError::Bind { addr: addr.into(), source })?;
+        let local = listener.local_addr().map_err(|source| MetricsError::Bind { addr: addr.into(), source })?;
+        let sources: Sources = Arc::default();
+        let served = sources.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, say: wait a little, then go on serving.
+                        tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let sources = served.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| respond(req, sources.clone()));
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                        tracing::debug!(error = %e, "metrics endpoint: connection ended");
+                    }
+                });
+            }
+        });
+        Ok(Self { addr: local, sources, task })
+    }
+
+    /// Serves `source` too, from the next scrape on.
+    pub fn add(&self, source: MetricSource) {
+        self.sources.write().unwrap_or_else(|p| p.into_inner()).push(source);
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn respond(req: Request<hyper::body::Incoming>, sources: Sources) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status, content_type, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        Ok(r)
+    };
+    if req.uri().path() != "/metrics" {
+        return reply(StatusCode::NOT_FOUND, "text/plain", "metrics are at /metrics\n".into());
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET /metrics\n".into());
+    }
+    let sources: Vec<MetricSource> = sources.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut metrics = Vec::new();
+    for s in sources {
+        metrics.extend(s().await);
+    }
+    match encode(metrics) {
+        Ok(text) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("cannot encode the metrics: {e}\n")),
+    }
+}
+
+/// `metrics` in the OpenMetrics text format. Series of one name share one descriptor
+/// (the first one's help and type); a counter's `-total` suffix is the format's `_total`.
+pub fn encode(metrics: Vec<Metric>) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot(metrics)));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// The metrics read for one scrape.
+#[derive(Debug)]
+struct Snapshot(Vec<Metric>);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut names: Vec<&'static str> = Vec::new();
+        for m in &self.0 {
+            if !names.contains(&m.name) {
+                names.push(m.name);
+            }
+        }
+        for name in names {
+            let series: Vec<&Metric> = self.0.iter().filter(|m| m.name == name).collect();
+            let first = series[0];
+            let kind = match first.value {
+                MetricValue::Counter(_) => MetricType::Counter,
+                MetricValue::Gauge(_) => MetricType::Gauge,
+                MetricValue::Histogram(_) => MetricType::Histogram,
+            };
+            let mut exported = name.replace('-', "_");
+            if kind == MetricType::Counter {
+                // The format adds `_total` to a counter's name.
+                if let Some(stem) = exported.strip_suffix("_total") {
+                    exported = stem.to_string();
+                }
+            }
+            let mut family = encoder.encode_descriptor(&exported, first.help, None, kind)?;
+            for m in series {
+                // A series whose type differs from its name's first is left out, not
+                // written under the wrong type.
+                if std::mem::discriminant(&m.value) != std::mem::discriminant(&first.value) {
+                    continue;
+                }
+                // No labels write no braces.
+                Value(&m.value).encode(family.encode_family(&m.labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value, written as its type.
+#[derive(Debug)]
+struct Value<'a>(&'a MetricValue);
+
+impl EncodeMetric for Value<'_> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        match self.0 {
+            MetricValue::Counter(v) => {
+                encoder.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)
+            }
+            MetricValue::Gauge(v) => encoder.encode_gauge(v),
+            MetricValue::Histogram(h) => encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum_ms,
+                h.count,
+                &h.cumulative_buckets(),
+                None,
+            ),
+        }
+    }
+
+    fn metric_type(&self) -> MetricType {
+        match self.0 {
+            MetricValue::Counter(_) => MetricType::Counter,
+            MetricValue::Gauge(_) => MetricType::Gauge,
+            MetricValue::Histogram(_) => MetricType::Histogram,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shareflow_runtime::Histogram;
+
+    #[test]
+    fn the_text_has_every_metric_typed_with_prometheus_names() {
+        let mut h = Histogram::default();
+        h.record(std::time::Duration::from_millis(3));
+        let text = encode(vec![
+            Metric::new("share-transaction-abort-total", "aborted", MetricValue::Counter(3)),
+            Metric::new("share-transaction-active", "active", MetricValue::Gauge(2)),
+            Metric::new("share-transaction-commit-time-ms", "commit", MetricValue::Histogram(Box::new(h))),
+            Metric::new("shareflow-records-in-total", "in", MetricValue::Counter(5)).label("operator", "sink"),
+            Metric::new("shareflow-records-in-total", "in", MetricValue::Counter(9)).label("operator", "map"),
+        ])
+        .expect("encode");
+        assert!(text.contains("# TYPE share_transaction_abort counter\nshare_transaction_abort_total 3\n"), "{text}");
+        assert!(text.contains("# TYPE share_transaction_active gauge\nshare_transaction_active 2\n"), "{text}");
+        // 3 ms falls in the bucket below 4 ms, and in every larger one.
+        assert!(text.contains("share_transaction_commit_time_ms_bucket{le=\"2.0\"} 0\n"), "{text}");
+        assert!(text.contains("share_transaction_commit_time_ms_bucket{le=\"4.0\"} 1\n"), "{text}");
+        assert!(text.contains("share_transaction_commit_time_ms_count 1\n"), "{text}");
+        assert!(text.contains("shareflow_records_in_total{operator=\"sink\"} 5\n"), "{text}");
+        assert!(text.contains("shareflow_records_in_total{operator=\"map\"} 9\n"), "{text}");
+        // One descriptor for both series.
+        assert_eq!(text.matches("# TYPE shareflow_records_in counter").count(), 1, "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_address_is_named() {
+        let e = MetricsServer::bind("no-port").await.expect_err("no port");
+        assert!(e.to_string().contains("\"no-port\" is not HOST:PORT"), "{e}");
+        let first = MetricsServer::bind("127.0.0.1:0").await.expect("any port");
+        let taken = first.local_addr().to_string();
+        let e = MetricsServer::bind(&taken).await.expect_err("taken");
+        assert!(e.to_string().contains(&format!("cannot serve metrics on {taken}")), "{e}");
+    }
+}
