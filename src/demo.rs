@@ -607,6 +607,10 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
             .into());
         }
     }
+    // A checkpoint URL that cannot open fails before anything is produced.
+    if let Some(url) = &options.checkpoints {
+        CheckpointStore::from_url(url, &[], "demo")?;
+    }
     let endpoint = metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let input = if options.resume {
         if !options.dir.is_dir() {

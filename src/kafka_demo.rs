@@ -211,6 +211,12 @@ pub(crate) async fn run(
     if options.partitions == 0 || options.parallelism == 0 {
         return Err("partitions and parallelism must be >= 1".into());
     }
+    // A checkpoint URL that cannot open fails before anything is produced.
+    let checkpoints = options
+        .checkpoints
+        .clone()
+        .unwrap_or_else(|| format!("file://{}/target/shareflow-kafka-demo/{}", cwd(), options.name));
+    let storage = CheckpointStore::from_url(&checkpoints, &[], &options.name)?;
     let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));
@@ -230,11 +236,6 @@ pub(crate) async fn run(
         }
     }
 
-    let checkpoints = options
-        .checkpoints
-        .clone()
-        .unwrap_or_else(|| format!("file://{}/target/shareflow-kafka-demo/{}", cwd(), options.name));
-    let storage = CheckpointStore::from_url(&checkpoints, &[], &options.name)?;
     let txns =
         KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default().exactly_once(options.exactly_once));
     let mut config = JobConfig::new(storage, &options.name, "demo").checkpoint_interval(options.interval).restart(

@@ -276,6 +276,13 @@ impl Schedule {
     }
 }
 
+/// The input the instances share, to ask the group what is left of it.
+struct Input<'a> {
+    cluster: &'a KafkaCluster,
+    group: &'a str,
+    topic: &'a str,
+}
+
 /// One running `shareflow run` process and what its stderr said.
 struct Process {
     name: String,
@@ -356,10 +363,20 @@ impl Process {
         self.seen.lock().map(|g| g.1.join("\n")).unwrap_or_default()
     }
 
-    /// Waits at most 120 s until the process emits records.
-    async fn wait_processing(&mut self) -> Result<(), BoxError> {
+    /// Waits at most 120 s until the process emits records, or until the group has
+    /// nothing left for it: a process started while the others drain the last of the
+    /// input may never get a record (one joiner, SIGKILLed and restarted with 12 s of
+    /// input left, got none), and that is no fault.
+    async fn wait_processing(&mut self, input: &Input<'_>) -> Result<(), BoxError> {
         let deadline = Instant::now() + Duration::from_secs(120);
+        let mut next_look = Instant::now() + Duration::from_secs(1);
         while self.emitted() == 0 {
+            if Instant::now() >= next_look {
+                next_look = Instant::now() + Duration::from_secs(1);
+                if input.cluster.share_group_backlog(input.group, input.topic).await.is_ok_and(|b| b.drained()) {
+                    return Ok(());
+                }
+            }
             if let Some(status) = self.child.try_wait()? {
                 return Err(format!(
                     "instance {} ended before it processed anything ({status}):\n{}",
@@ -466,6 +483,12 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
             eprintln!("{line}");
         }
     };
+    // The checkpoint root opens before anything is produced.
+    let checkpoints = options.checkpoints.clone().unwrap_or_else(|| {
+        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+        format!("file://{cwd}/target/shareflow-kafka-demo/{}", options.name)
+    });
+    let registry = CheckpointStore::from_url(&checkpoints, &[], "instances")?.registry();
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));
     cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
@@ -476,11 +499,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
         cluster.produce(&input, (id..id + n).map(|i| (None, Bytes::from(value_of(i, options.value_len))))).await?;
         id += n;
     }
-    let checkpoints = options.checkpoints.clone().unwrap_or_else(|| {
-        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
-        format!("file://{cwd}/target/shareflow-kafka-demo/{}", options.name)
-    });
-    let registry = CheckpointStore::from_url(&checkpoints, &[], "instances")?.registry();
+    let shared = Input { cluster: &cluster, group: &options.name, topic: &input };
     let mut rng = Schedule(options.seed | 1);
     let mut summary = InstancesSummary { seed: options.seed, ..InstancesSummary::default() };
     let started = Instant::now();
@@ -494,7 +513,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
         summary.instances.entry(name).or_default().processes += 1;
     }
     for p in &mut live {
-        p.wait_processing().await?;
+        p.wait_processing(&shared).await?;
     }
     say(at(format!("{} instances processing", live.len())));
 
@@ -559,7 +578,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
             if kill == options.kills / 2 {
                 say(at(format!("{joiner} joins")));
                 let mut p = Process::start(options, &joiner, &checkpoints)?;
-                p.wait_processing().await?;
+                p.wait_processing(&shared).await?;
                 summary.instances.entry(joiner.clone()).or_default().processes += 1;
                 live.push(p);
             }
@@ -572,7 +591,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
             tokio::time::sleep(Duration::from_millis(rng.below(1_500))).await;
             let mut again = Process::start(options, &name, &checkpoints)?;
             summary.instances.entry(name.clone()).or_default().processes += 1;
-            again.wait_processing().await?;
+            again.wait_processing(&shared).await?;
             live.push(again);
         }
 

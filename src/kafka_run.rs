@@ -121,13 +121,14 @@ impl RunSummary {
 /// Runs one instance until SIGTERM or Ctrl-C, or until another process takes its
 /// prefix over (an error of kind Fenced).
 pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std::error::Error + Send + Sync>> {
+    // The checkpoint root opens, and the endpoint binds, before the broker is touched.
+    let storage = CheckpointStore::from_url(&options.checkpoints, &[], &options.instance)?;
     let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let input = options.input.clone().unwrap_or_else(|| input_topic(&options.group));
     let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
     cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
     cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
-    let storage = CheckpointStore::from_url(&options.checkpoints, &[], &options.instance)?;
     let txns = KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default());
     let mut config = JobConfig::new(storage, &options.group, &options.instance)
         .checkpoint_interval(options.interval)

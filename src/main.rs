@@ -10,6 +10,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod admin;
 mod demo;
 #[cfg(feature = "kafka")]
 mod kafka_demo;
@@ -91,8 +92,14 @@ commands:
     --max-rate R         at most R records per second through this instance
     --metrics-addr HOST:PORT  serve this instance's Prometheus metrics (as for demo)
     --json               print the summary as one JSON object on the last line
-  txn list     list the transactions of an embedded broker
-    --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
+  txn list     list transactions: id, state, age, timeout; on the embedded broker also the
+               acknowledgements staged and records produced, and with --checkpoints the
+               checkpoint whose manifest decides each (read-only, safe next to a live job)
+    --dir PATH           an embedded broker's directory (default ./target/shareflow-demo/broker)
+    --kafka HOST:PORT    a Kafka broker instead (ids G-P-gN-sK: the slot pool, decision 0008)
+    --group G, --prefix P  only the transactions of share group G (and its instance P)
+    --checkpoints URL    the checkpoint root of the group's instances (embedded broker)
+    --json               one JSON array
   checkpoints  list a job's checkpoints
     --checkpoints URL    storage (default file://$PWD/target/shareflow-demo/checkpoints)
     --job NAME           job id (default demo)
@@ -455,38 +462,43 @@ fn report<S>(
     }
 }
 
-async fn txn_list(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let dir = args.value("--dir")?.unwrap_or_else(|| "target/shareflow-demo/broker".into());
-    if !std::path::Path::new(&dir).join("broker").exists() {
-        return Err(format!("no embedded broker in {dir}").into());
-    }
-    // Read-only: changes nothing on disk and works while a job's broker holds the
-    // directory.
-    let broker = shareflow::connector::broker::EmbeddedBroker::open_read_only(
-        shareflow::connector::broker::BrokerOptions::local_dir(&dir)?,
+fn txn_list_options(args: &mut Args) -> Result<admin::TxnList, String> {
+    admin::TxnList::new(
+        args.value("--dir")?,
+        args.value("--kafka")?,
+        args.value("--group")?,
+        args.value("--prefix")?,
+        args.value("--checkpoints")?,
+        args.flag("--json"),
     )
-    .await?;
-    println!("{:<40} {:<10} {:>6} {:>14} {:>10}", "transaction", "state", "epoch", "pending acks", "produced");
-    for t in broker.transactions().await? {
-        println!(
-            "{:<40} {:<10} {:>6} {:>14} {:>10}",
-            t.id.to_string(),
-            t.state.to_string(),
-            t.epoch,
-            t.pending_ack_records,
-            t.produced_records
-        );
-    }
-    Ok(())
 }
 
 async fn checkpoints(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let default = format!("file://{}/target/shareflow-demo/checkpoints", std::env::current_dir()?.display());
     let url = args.value("--checkpoints")?.unwrap_or(default);
     let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
+    // Every option is checked before anything is read.
+    args.finish()?;
     let store = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], &job)?;
+    let list = store.list_checkpoints().await?;
+    if list.is_empty() {
+        // Say why there is nothing, rather than print an empty table.
+        let jobs = store.list_jobs().await?;
+        if jobs.is_empty() {
+            return Err(format!("nothing is stored under {url}: check --checkpoints").into());
+        }
+        if !jobs.contains(&job) {
+            return Err(format!(
+                "job {job} has nothing under {url}; jobs there: {} (pick one with --job)",
+                jobs.join(", ")
+            )
+            .into());
+        }
+        println!("job {job} under {url} has no checkpoints yet");
+        return Ok(());
+    }
     println!("{:>12} {:<40} {:>6} {:>12} transactions", "checkpoint", "status", "files", "state bytes");
-    for c in store.list_checkpoints().await? {
+    for c in list {
         let txns = c
             .manifest
             .map(|m| m.transactions.iter().map(|t| t.transaction_id.clone()).collect::<Vec<_>>().join(","))
@@ -607,17 +619,26 @@ fn main() -> ExitCode {
         }
         "txn" if args.0.first().map(String::as_str) == Some("list") => {
             args.0.remove(0);
-            match runtime.block_on(txn_list(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
+            // Every option is checked before anything is read.
+            let list = match txn_list_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            match runtime.block_on(list.run()) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(e),
+                Err(e) => {
+                    eprintln!("shareflow txn list failed: {e}");
+                    ExitCode::from(1)
+                }
             }
         }
-        "checkpoints" => {
-            match runtime.block_on(checkpoints(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(e),
+        "checkpoints" => match runtime.block_on(checkpoints(&mut args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("shareflow checkpoints failed: {e}");
+                ExitCode::from(1)
             }
-        }
+        },
         "instances" => match runtime.block_on(instances(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),

@@ -331,3 +331,50 @@ fn sigterm_stops_the_demo_gracefully_and_resume_finishes_it() {
     let resumed = assert_exactly_once(&resume(tmp.path(), &[]), records);
     assert_eq!(resumed["resumed"], true, "{resumed}");
 }
+
+/// Options are checked before anything runs: a checkpoint URL that cannot open (S3
+/// without credentials) fails before the demo makes its directory or produces input.
+#[test]
+fn a_checkpoint_url_that_cannot_open_fails_before_anything_is_produced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"))
+        .args(["demo", "--records", "100", "--dir", dir.to_str().unwrap(), "--checkpoints", "s3://bucket/x"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .output()
+        .expect("run shareflow");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("invalid storage URL \"s3://bucket/x\""), "{stderr}");
+    assert!(stderr.contains("needs credentials"), "{stderr}");
+    assert!(!stderr.contains("produced"), "{stderr}");
+    assert!(!dir.exists(), "the demo made its directory before it checked the URL");
+}
+
+/// `shareflow checkpoints` lists a run's checkpoints, and says why when there are none:
+/// nothing stored at the location, or another job's name.
+#[test]
+fn checkpoints_lists_a_run_and_names_a_location_or_job_with_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_exactly_once(&fresh(tmp.path(), 5_000, &[]), 5_000);
+    let root = format!("file://{}", tmp.path().join("checkpoints").display());
+    let listed = shareflow(&["checkpoints", "--checkpoints", &root], RUN_TIMEOUT);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(listed.stdout.starts_with("  checkpoint status"), "{}", listed.stdout);
+    let rows: Vec<&str> = listed.stdout.lines().skip(1).collect();
+    assert!(!rows.is_empty() && rows.iter().all(|l| l.contains("Complete")), "{}", listed.stdout);
+    // Each complete checkpoint names the transaction that decided it.
+    assert!(rows.iter().all(|l| l.contains("demo-demo-")), "{}", listed.stdout);
+
+    let other = shareflow(&["checkpoints", "--checkpoints", &root, "--job", "nope"], RUN_TIMEOUT);
+    assert_eq!(other.code, 1, "{other:?}");
+    assert!(other.stderr.contains("job nope has nothing under"), "{}", other.stderr);
+    assert!(other.stderr.contains("jobs there: demo (pick one with --job)"), "{}", other.stderr);
+
+    let missing = format!("file://{}", tmp.path().join("no-such-place").display());
+    let nothing = shareflow(&["checkpoints", "--checkpoints", &missing], RUN_TIMEOUT);
+    assert_eq!(nothing.code, 1, "{nothing:?}");
+    assert!(nothing.stderr.contains(&format!("nothing is stored under {missing}")), "{}", nothing.stderr);
+}

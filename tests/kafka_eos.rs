@@ -355,3 +355,45 @@ async fn at_least_once_mode_loses_nothing_through_crashes() {
     assert_eq!(number(&s, "lost"), 0, "at-least-once never loses: {s}");
     assert!(number(&s, "output_records") >= 3_000, "{s}");
 }
+
+/// `shareflow txn list --kafka`: a prepared T(1) shows on its slot id as Ongoing, with an
+/// age, the producer's timeout and the partitions it wrote; `--prefix` of another
+/// instance lists nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_list_on_kafka_shows_an_open_transaction_with_age_and_timeout() {
+    let Some(c) = cluster().await else { return };
+    let bootstrap = support::kafka::bootstrap().expect("set");
+    let (template, out) = setup(&c).await;
+    let p = participant(&c);
+    p.open(&template).await.expect("open");
+    let t1 = template.transaction(1);
+    prepared(&p, &t1, &out, 10).await;
+    let group = template.group_id().to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        let listed = shareflow(&["txn", "list", "--kafka", &bootstrap, "--group", &group, "--json"], RUN_TIMEOUT);
+        let other = shareflow(
+            &["txn", "list", "--kafka", &bootstrap, "--group", &group, "--prefix", "nobody", "--json"],
+            RUN_TIMEOUT,
+        );
+        (listed, other)
+    });
+    let (listed, other) = run.await.expect("thread");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let rows: serde_json::Value = serde_json::from_str(listed.stdout.trim()).expect("a JSON array");
+    let rows = rows.as_array().expect("array");
+    // Every id of the pool is there (open initialises all K), all under the group.
+    assert!(
+        rows.iter().all(|r| r["id"].as_str().expect("id").starts_with(&format!("{}-job-g", template.group_id()))),
+        "{rows:?}"
+    );
+    let open: Vec<_> = rows.iter().filter(|r| r["state"] == "Ongoing").collect();
+    assert_eq!(open.len(), 1, "exactly T(1)'s slot is open: {rows:?}");
+    let t = open[0];
+    assert!(t["age_seconds"].as_f64().is_some_and(|a| (0.0..60.0).contains(&a)), "{t}");
+    assert_eq!(t["timeout_seconds"], 60.0, "{t}");
+    // The output topic and the prefix's commits topic.
+    assert!(t["partitions"].as_u64().is_some_and(|n| n >= 2), "{t}");
+    assert_eq!(other.code, 0, "{other:?}");
+    assert_eq!(other.stdout.trim(), "[]");
+    p.commit(&t1).await.expect("commit");
+}

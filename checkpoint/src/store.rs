@@ -442,6 +442,22 @@ impl CheckpointStore {
         Ok(deleted)
     }
 
+    /// The jobs (instances) with anything stored under this store's root, by name; names
+    /// starting with `_` are shareflow's own (the instance registry) and left out.
+    pub async fn list_jobs(&self) -> Result<Vec<String>> {
+        let root = self.paths.root();
+        let list = || self.store.list_with_delimiter(Some(root));
+        let listed = with_retry("list", root, list).await?;
+        let mut jobs: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .filter(|name| !name.starts_with('_'))
+            .collect();
+        jobs.sort();
+        Ok(jobs)
+    }
+
     /// Every checkpoint of the job with its status, oldest first.
     pub async fn list_checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
         let observed = self.observe().await?;

@@ -189,6 +189,10 @@ pub struct TransactionInfo {
     pub pending_ack_records: u64,
     /// Records produced into it.
     pub produced_records: u64,
+    /// Its timeout: an ONGOING transaction older than this aborts; a PREPARE one waits.
+    pub timeout: std::time::Duration,
+    /// When it began, ms since the Unix epoch on the broker's clock.
+    pub created_at_ms: u64,
 }
 
 impl TransactionInfo {
@@ -199,6 +203,8 @@ impl TransactionInfo {
             epoch: t.epoch,
             pending_ack_records: t.acks.record_count(),
             produced_records: t.produced_records,
+            timeout: std::time::Duration::from_millis(t.timeout_ms),
+            created_at_ms: t.create_time_ms,
         }
     }
 }

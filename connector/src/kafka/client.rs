@@ -502,6 +502,26 @@ impl std::fmt::Display for KafkaTxnState {
     }
 }
 
+/// One transactional id as its coordinator describes it, for an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KafkaTransactionInfo {
+    /// The transactional id (`{group}-{prefix}-g{generation}-s{slot}` for shareflow's).
+    pub id: String,
+    /// Kafka's state name: `Ongoing`, `Empty`, `CompleteCommit`, `PrepareAbort`, ...
+    pub state: String,
+    /// The producer id the coordinator assigned.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// `transaction.timeout.ms` of the producer.
+    pub timeout: Duration,
+    /// When the open transaction began, ms since the Unix epoch; `None` without one.
+    pub started_at_ms: Option<u64>,
+    /// Partitions the open transaction wrote to.
+    pub partitions: usize,
+}
+
 /// What DescribeTransactions says about one transactional id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KafkaTxnDescription {
@@ -567,6 +587,42 @@ impl KafkaCluster {
             .map(|(id, state)| (id, state.as_str().to_string()))
             .collect();
         out.sort();
+        Ok(out)
+    }
+
+    /// DescribeTransactions for every transactional id starting with `prefix`, sorted
+    /// by id: what `shareflow txn list --kafka` prints. Lists and describes only: it
+    /// fences nothing. An id that expired between the listing and the description is
+    /// left out.
+    pub async fn describe_transactions(&self, prefix: &str) -> Result<Vec<KafkaTransactionInfo>> {
+        let ids: Vec<String> = self.transactional_ids(prefix).await?.into_iter().map(|(id, _)| id).collect();
+        let mut out = Vec::new();
+        for chunk in ids.chunks(100) {
+            let described = self
+                .admin
+                .describe_transactions(chunk.iter().map(String::as_str), Default::default())
+                .await
+                .map_err(|e| kafka_error(format!("describe the transactions of {prefix}*"), e))?;
+            for (id, d) in described {
+                match d {
+                    Ok(d) => out.push(KafkaTransactionInfo {
+                        id,
+                        state: d.state,
+                        producer_id: d.producer_id,
+                        producer_epoch: d.producer_epoch,
+                        timeout: d.timeout,
+                        started_at_ms: u64::try_from(d.start_time_ms).ok(),
+                        partitions: d.partitions.len(),
+                    }),
+                    Err(krafka::KrafkaError::Broker {
+                        code: krafka::error::ErrorCode::TransactionalIdNotFound,
+                        ..
+                    }) => {}
+                    Err(e) => return Err(kafka_error(format!("describe {id}"), e)),
+                }
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
 

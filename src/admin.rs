@@ -1,0 +1,264 @@
+//! `shareflow txn list`: the transactions of an embedded broker (read-only, safe next to
+//! a live one) or of a Kafka broker, with their age and timeout, and on the embedded
+//! broker the checkpoint whose manifest decides each.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where the transactions are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TxnSource {
+    /// An embedded broker's directory.
+    Dir(String),
+    /// A Kafka broker, `HOST:PORT`.
+    #[cfg(feature = "kafka")]
+    Kafka(String),
+}
+
+/// The options of `txn list`, all checked before anything is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TxnList {
+    pub(crate) source: TxnSource,
+    /// Only this share group's.
+    pub(crate) group: Option<String>,
+    /// Only this prefix's (instance's); needs the group.
+    pub(crate) prefix: Option<String>,
+    /// The checkpoint root whose manifests decide the transactions (embedded broker).
+    pub(crate) checkpoints: Option<String>,
+    pub(crate) json: bool,
+}
+
+impl TxnList {
+    /// Checks the combination of options.
+    pub(crate) fn new(
+        dir: Option<String>,
+        kafka: Option<String>,
+        group: Option<String>,
+        prefix: Option<String>,
+        checkpoints: Option<String>,
+        json: bool,
+    ) -> Result<Self, String> {
+        if prefix.is_some() && group.is_none() {
+            return Err("--prefix needs --group: a prefix is an instance of one share group".into());
+        }
+        let source = match (dir, kafka) {
+            (Some(_), Some(_)) => return Err("give --dir (embedded broker) or --kafka (Kafka), not both".into()),
+            #[cfg(feature = "kafka")]
+            (None, Some(k)) => {
+                if checkpoints.is_some() {
+                    return Err(
+                        "--checkpoints decides embedded-broker transactions; on Kafka a transactional id is a \
+                                slot of the pool, whose checkpoint the prefix's commits topic names"
+                            .into(),
+                    );
+                }
+                TxnSource::Kafka(k)
+            }
+            #[cfg(not(feature = "kafka"))]
+            (None, Some(_)) => return Err("this shareflow was built without the kafka feature".into()),
+            (d, None) => TxnSource::Dir(d.unwrap_or_else(|| "target/shareflow-demo/broker".into())),
+        };
+        Ok(Self { source, group, prefix, checkpoints, json })
+    }
+
+    /// The id prefix the filters ask for: `{group}-` or `{group}-{prefix}-`.
+    fn id_prefix(&self) -> String {
+        match (&self.group, &self.prefix) {
+            (Some(g), Some(p)) => format!("{g}-{p}-"),
+            (Some(g), None) => format!("{g}-"),
+            _ => String::new(),
+        }
+    }
+
+    /// Lists them on stdout: a table, or one JSON array with `--json`.
+    pub(crate) async fn run(&self) -> Result<(), BoxError> {
+        let rows = match &self.source {
+            TxnSource::Dir(dir) => self.embedded(dir).await?,
+            #[cfg(feature = "kafka")]
+            TxnSource::Kafka(bootstrap) => self.kafka(bootstrap).await?,
+        };
+        if self.json {
+            println!("{}", serde_json::Value::Array(rows.iter().map(Row::to_json).collect()));
+            return Ok(());
+        }
+        println!(
+            "{:<44} {:<14} {:>9} {:>9} {:>12} {:>9}  decided by",
+            "transaction", "state", "age", "timeout", "pending acks", "produced"
+        );
+        for r in &rows {
+            println!(
+                "{:<44} {:<14} {:>9} {:>9} {:>12} {:>9}  {}",
+                r.id,
+                r.state,
+                r.age.map_or("-".into(), seconds),
+                seconds(r.timeout),
+                r.pending_acks.map_or("-".into(), |n| n.to_string()),
+                r.produced.map_or("-".into(), |n| n.to_string()),
+                r.decided_by.as_deref().unwrap_or("-"),
+            );
+        }
+        if rows.is_empty() {
+            println!(
+                "(no transactions{})",
+                if self.id_prefix().is_empty() { String::new() } else { format!(" under {}*", self.id_prefix()) }
+            );
+        }
+        Ok(())
+    }
+
+    async fn embedded(&self, dir: &str) -> Result<Vec<Row>, BoxError> {
+        use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+        if !std::path::Path::new(dir).join("broker").exists() {
+            return Err(format!("no embedded broker in {dir}: give the broker directory with --dir").into());
+        }
+        // The manifests first: a root that cannot open fails before the broker is read.
+        let root = match &self.checkpoints {
+            Some(url) => Some(shareflow::checkpoint::CheckpointStore::from_url(url, &[], "txn-list")?),
+            None => None,
+        };
+        // Read-only: changes nothing on disk and works while a job's broker holds the
+        // directory.
+        let broker = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir)?).await?;
+        let now = shareflow::checkpoint::now_ms();
+        let wanted = self.id_prefix();
+        let txns: Vec<_> =
+            broker.transactions().await?.into_iter().filter(|t| t.id.to_string().starts_with(&wanted)).collect();
+        // For each prefix, which manifest names which transaction.
+        let mut deciders: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        if let Some(root) = &root {
+            for t in &txns {
+                let prefix = t.id.prefix().to_string();
+                if deciders.contains_key(&prefix) {
+                    continue;
+                }
+                let mut named = BTreeMap::new();
+                // The job id of an instance is its prefix.
+                if let Ok(job) = root.sibling(&prefix) {
+                    for c in job.list_checkpoints().await? {
+                        for r in c.manifest.iter().flat_map(|m| m.transactions.iter()) {
+                            named.entry(r.transaction_id.clone()).or_insert(c.checkpoint_id);
+                        }
+                    }
+                }
+                deciders.insert(prefix, named);
+            }
+        }
+        Ok(txns
+            .into_iter()
+            .map(|t| {
+                let id = t.id.to_string();
+                let decided_by = root.as_ref().map(|_| match deciders.get(t.id.prefix()).and_then(|m| m.get(&id)) {
+                    Some(n) => format!("checkpoint {n}"),
+                    None if t.state.is_pending() => "no manifest: recovery aborts it".to_string(),
+                    None => "no manifest".to_string(),
+                });
+                Row {
+                    state: t.state.to_string(),
+                    age: Some(Duration::from_millis(now.saturating_sub(t.created_at_ms))),
+                    timeout: t.timeout,
+                    pending_acks: Some(t.pending_ack_records),
+                    produced: Some(t.produced_records),
+                    decided_by,
+                    producer: None,
+                    id,
+                }
+            })
+            .collect())
+    }
+
+    #[cfg(feature = "kafka")]
+    async fn kafka(&self, bootstrap: &str) -> Result<Vec<Row>, BoxError> {
+        let cluster = shareflow::connector::kafka::KafkaCluster::connect(bootstrap).await?;
+        let now = shareflow::checkpoint::now_ms();
+        Ok(cluster
+            .describe_transactions(&self.id_prefix())
+            .await?
+            .into_iter()
+            .map(|t| Row {
+                state: t.state,
+                age: t.started_at_ms.map(|s| Duration::from_millis(now.saturating_sub(s))),
+                timeout: t.timeout,
+                pending_acks: None,
+                produced: None,
+                decided_by: None,
+                producer: Some((t.producer_id, t.producer_epoch, t.partitions)),
+                id: t.id,
+            })
+            .collect())
+    }
+}
+
+/// One listed transaction.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    id: String,
+    state: String,
+    /// Since it began; `None`: no transaction open (Kafka).
+    age: Option<Duration>,
+    timeout: Duration,
+    /// Acknowledgements staged in it (embedded broker).
+    pending_acks: Option<u64>,
+    /// Records produced into it (embedded broker).
+    produced: Option<u64>,
+    /// With `--checkpoints`: the checkpoint whose manifest names it.
+    decided_by: Option<String>,
+    /// Producer id, epoch, and partitions written (Kafka).
+    producer: Option<(i64, i16, usize)>,
+}
+
+impl Row {
+    fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "id": self.id,
+            "state": self.state,
+            "age_seconds": self.age.map(|a| a.as_secs_f64()),
+            "timeout_seconds": self.timeout.as_secs_f64(),
+            "pending_acks": self.pending_acks,
+            "produced": self.produced,
+            "decided_by": self.decided_by,
+        });
+        if let Some((id, epoch, partitions)) = self.producer {
+            v["producer_id"] = id.into();
+            v["producer_epoch"] = epoch.into();
+            v["partitions"] = partitions.into();
+        }
+        v
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(
+        dir: Option<&str>,
+        kafka: Option<&str>,
+        group: Option<&str>,
+        prefix: Option<&str>,
+    ) -> Result<TxnList, String> {
+        let s = |o: Option<&str>| o.map(String::from);
+        TxnList::new(s(dir), s(kafka), s(group), s(prefix), None, false)
+    }
+
+    #[test]
+    fn options_are_checked_together() {
+        assert!(list(Some("d"), Some("k:1"), None, None).unwrap_err().contains("not both"));
+        assert!(list(None, None, None, Some("p")).unwrap_err().contains("--prefix needs --group"));
+        let l = list(None, None, Some("g"), Some("i1")).expect("ok");
+        assert_eq!(l.source, TxnSource::Dir("target/shareflow-demo/broker".into()));
+        assert_eq!(l.id_prefix(), "g-i1-");
+        assert_eq!(list(Some("d"), None, Some("g"), None).expect("ok").id_prefix(), "g-");
+        assert_eq!(list(Some("d"), None, None, None).expect("ok").id_prefix(), "");
+        #[cfg(feature = "kafka")]
+        {
+            let e = TxnList::new(None, Some("k:1".into()), None, None, Some("file:///x".into()), false).unwrap_err();
+            assert!(e.contains("--checkpoints decides embedded-broker transactions"), "{e}");
+        }
+    }
+}

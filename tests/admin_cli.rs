@@ -1,0 +1,118 @@
+//! `shareflow txn list` on an embedded broker, run as a real process beside the live
+//! broker: each transaction's state, age, timeout and staged work, and with
+//! `--checkpoints` the checkpoint whose manifest decides it.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use shareflow::checkpoint::{CheckpointStore, Manifest, ParticipantState, TransactionRecord};
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::share::AcknowledgeType::Accept;
+use shareflow::connector::share::AcknowledgementMode::Transactional;
+use shareflow::connector::share::*;
+use support::{acks, config, poll, txn_id, GROUP, IN, OUT, PREFIX, TXN_TIMEOUT};
+
+fn txn_list(args: &[&str]) -> (i32, String, String) {
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_shareflow")).args(["txn", "list"]).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// Begins T(n), polls one record, sends one output record and acknowledges the record
+/// into it.
+async fn begin_ack_send(
+    coord: &(impl ShareTransactionalProducer + ShareTransactionCoordinator),
+    c: &mut impl ShareConsumer,
+    n: u64,
+) -> TransactionHandle {
+    let txn = coord.begin_transaction(&txn_id(n), TXN_TIMEOUT).await.unwrap();
+    let got = poll(c, 1).await;
+    coord.send(&txn, vec![ProducerRecord::new(OUT, 0, "out")]).await.unwrap();
+    c.acknowledge_batches_transactional(&acks(&got, Accept), &txn).await.unwrap();
+    txn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker_dir = dir.path().join("broker-dir");
+    // The system clock, as the listing's own read-only open uses.
+    let broker =
+        EmbeddedBroker::open(BrokerOptions::local_dir(&broker_dir).unwrap().default_config(config(Transactional)))
+            .await
+            .unwrap();
+    broker.create_topic(IN, 1).await.unwrap();
+    broker.create_topic(OUT, 1).await.unwrap();
+    broker.configure_group(GROUP, config(Transactional)).await.unwrap();
+    broker.produce((0..3).map(|i| ProducerRecord::new(IN, 0, format!("v{i}"))).collect()).await.unwrap();
+    let coord = broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+    let mut c = broker.consumer(GROUP, config(Transactional)).await.unwrap();
+    c.subscribe(&[IN]).await.unwrap();
+    // T(1) committed; T(2) PREPARE with one ack and one output record, named by
+    // checkpoint 2's manifest; T(3) ONGOING, named by none.
+    let t1 = begin_ack_send(&coord, &mut c, 1).await;
+    coord.prepare_transaction(&t1.id).await.unwrap();
+    coord.commit_transaction(&t1.id).await.unwrap();
+    let t2 = begin_ack_send(&coord, &mut c, 2).await;
+    coord.prepare_transaction(&t2.id).await.unwrap();
+    let _t3 = begin_ack_send(&coord, &mut c, 3).await;
+
+    let root = format!("file://{}", dir.path().join("checkpoints").display());
+    let store = CheckpointStore::from_url(&root, &[], PREFIX).unwrap();
+    let record = |n: u64| TransactionRecord {
+        participant: "share-source".into(),
+        transaction_id: txn_id(n).to_string(),
+        state: ParticipantState::Prepared,
+    };
+    for n in [1, 2] {
+        let manifest = Manifest {
+            job_id: PREFIX.into(),
+            checkpoint_id: n,
+            created_at_ms: shareflow::checkpoint::now_ms(),
+            state_files: Vec::new(),
+            transactions: vec![record(n)],
+        };
+        store.publish_manifest(&manifest).await.unwrap();
+    }
+
+    let d = broker_dir.display().to_string();
+    let (code, stdout, stderr) = txn_list(&["--dir", &d, "--group", GROUP, "--checkpoints", &root, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let row = |n: u64| rows.as_array().unwrap().iter().find(|r| r["id"] == txn_id(n).to_string()).cloned().unwrap();
+    let (r1, r2, r3) = (row(1), row(2), row(3));
+    assert_eq!(
+        (r1["state"].as_str(), r2["state"].as_str(), r3["state"].as_str()),
+        (Some("COMMITTED"), Some("PREPARE"), Some("ONGOING"))
+    );
+    assert_eq!(r2["decided_by"], "checkpoint 2", "{r2}");
+    assert_eq!(r3["decided_by"], "no manifest: recovery aborts it", "{r3}");
+    assert_eq!((r2["pending_acks"].as_u64(), r2["produced"].as_u64()), (Some(1), Some(1)), "{r2}");
+    assert_eq!(r1["pending_acks"], 0, "a decided transaction stages nothing: {r1}");
+    assert_eq!(r3["timeout_seconds"], TXN_TIMEOUT.as_secs_f64(), "{r3}");
+    assert!(r3["age_seconds"].as_f64().is_some_and(|a| (0.0..60.0).contains(&a)), "{r3}");
+
+    // The table, and the filters.
+    let (code, table, _) = txn_list(&["--dir", &d]);
+    assert_eq!(code, 0);
+    assert!(table.starts_with("transaction "), "{table}");
+    assert_eq!(table.lines().count(), 4, "a header and three transactions: {table}");
+    let (code, none, _) = txn_list(&["--dir", &d, "--group", GROUP, "--prefix", "other", "--json"]);
+    assert_eq!((code, none.trim()), (0, "[]"));
+    // Bad input is named before anything is read.
+    let (code, _, stderr) = txn_list(&["--dir", &d, "--prefix", PREFIX]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--prefix needs --group"), "{stderr}");
+    let (code, _, stderr) = txn_list(&["--dir", &dir.path().join("nothing").display().to_string()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no embedded broker in"), "{stderr}");
+    let (code, _, stderr) = txn_list(&["--dir", &d, "--bogus"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown argument \"--bogus\""), "{stderr}");
+    drop(broker);
+}
