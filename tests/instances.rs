@@ -271,3 +271,38 @@ async fn an_unreadable_checkpoint_root_stops_the_adoption_with_a_named_error() {
         "a's PREPARE transaction is left for an adopter that can read its checkpoints: {prepared:?}"
     );
 }
+
+/// An instance beats while its checkpoint commits: a manifest write that stalls for four
+/// adoption timeouts does not get the live instance adopted, and both finish the input
+/// exactly once. (Beats came only between checkpoints, and a broker stall of 8 s got a
+/// live instance adopted and fenced.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_commit_does_not_get_a_live_instance_adopted() {
+    use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 7));
+    // a's second manifest takes 2.4 s to land.
+    faulty.inject(FaultRule::once(
+        StoreOp::Put,
+        "chk/a/chk-00000000000000000002/_metadata",
+        Fault::Latency(ADOPTION * 4),
+    ));
+    let store: Arc<dyn ObjectStore> = faulty.clone();
+    let a = instance_throttled(&broker, &store, "a", true, 0, Some(2_000));
+    // b runs until a has finished, so it watches a through the whole stall.
+    let b = instance(&broker, &store, "b", false);
+    let stop_b = b.stop_handle();
+    let (ra, rb) = tokio::join!(
+        async {
+            let r = tokio::time::timeout(Duration::from_secs(60), a.run()).await;
+            stop_b.stop();
+            r
+        },
+        tokio::time::timeout(Duration::from_secs(60), b.run())
+    );
+    assert_eq!(faulty.injected().len(), 1, "the stall happened: {:?}", faulty.injected());
+    let ra = ra.expect("a ends").expect("a is not fenced");
+    let rb = rb.expect("b ends").expect("b ends well");
+    assert_eq!((ra.metrics.checkpoints.instances_adopted, rb.metrics.checkpoints.instances_adopted), (0, 0));
+    assert_exactly_once(&check(&broker).await, RECORDS, "a slow commit");
+}

@@ -137,7 +137,18 @@ impl Coordinator<'_> {
                         f.acks.insert((node, subtask), state);
                         if f.acks.len() == self.subtasks {
                             let Some(done) = in_flight.take() else { continue };
-                            self.complete(done.barrier.checkpoint_id, done.acks, done.started).await?;
+                            // An instance beats while its checkpoint commits: a broker
+                            // or store slow to answer must not look like silence (an
+                            // 8 s broker stall got a live instance adopted).
+                            let (id, acks, started) = (done.barrier.checkpoint_id, done.acks, done.started);
+                            match self.instance.take() {
+                                Some(i) => {
+                                    let r = i.beating(self.complete(id, acks, started)).await;
+                                    self.instance = Some(i);
+                                    r?;
+                                }
+                                None => self.complete(id, acks, started).await?,
+                            }
                             last_completed = Some(done.barrier.checkpoint_id);
                             consecutive_failures = 0;
                             retained.push_back(done.barrier.checkpoint_id);

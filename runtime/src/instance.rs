@@ -81,7 +81,7 @@ impl Instance {
                 _ = every.tick() => {
                     let beat = self.next_beat(None);
                     if let Err(e) = self.registry.write_heartbeat(self.template.prefix(), beat).await {
-                        tracing::warn!(error = %e, "cannot write a heartbeat during recovery");
+                        tracing::warn!(error = %e, "cannot write a heartbeat while recovering, adopting or committing");
                     }
                 }
             }
