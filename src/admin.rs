@@ -262,3 +262,78 @@ mod tests {
         }
     }
 }
+
+/// `txn resolve`: decide what a stopped job left pending on an embedded broker, from its
+/// checkpoints, as its restart would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TxnResolve {
+    /// The broker directory.
+    pub(crate) dir: String,
+    /// The checkpoint root of the group's instances.
+    pub(crate) checkpoints: String,
+    pub(crate) group: String,
+    /// The job's prefix (its job id under the root).
+    pub(crate) prefix: String,
+    pub(crate) dry_run: bool,
+    pub(crate) json: bool,
+}
+
+impl TxnResolve {
+    /// Checks the options; every one but `--dir` and the flags is required.
+    pub(crate) fn new(
+        dir: Option<String>,
+        checkpoints: Option<String>,
+        group: Option<String>,
+        prefix: Option<String>,
+        dry_run: bool,
+        json: bool,
+    ) -> Result<Self, String> {
+        let need = |v: Option<String>, what: &str| v.ok_or_else(|| format!("txn resolve needs {what}"));
+        Ok(Self {
+            dir: dir.unwrap_or_else(|| "target/shareflow-demo/broker".into()),
+            checkpoints: need(checkpoints, "--checkpoints URL: the manifests decide")?,
+            group: need(group, "--group G")?,
+            prefix: need(prefix, "--prefix P: the stopped job's prefix")?,
+            dry_run,
+            json,
+        })
+    }
+
+    /// Resolves (or, with `--dry-run`, plans) and prints each decision.
+    pub(crate) async fn run(&self) -> Result<(), BoxError> {
+        use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+        use shareflow::connector::embedded::BrokerTransactions;
+        if !std::path::Path::new(&self.dir).join("broker").exists() {
+            return Err(format!("no embedded broker in {}: give the broker directory with --dir", self.dir).into());
+        }
+        let storage = shareflow::checkpoint::CheckpointStore::from_url(&self.checkpoints, &[], &self.prefix)?;
+        let template = shareflow::runtime::TransactionTemplate::new(&self.group, &self.prefix)?;
+        let options = BrokerOptions::local_dir(&self.dir)?;
+        // A dry run reads; a resolution takes the directory, which a running job's
+        // broker holds: then it is refused, naming the holder.
+        let broker = if self.dry_run {
+            EmbeddedBroker::open_read_only(options).await?
+        } else {
+            EmbeddedBroker::open(options).await?
+        };
+        let participant: shareflow::runtime::Participant =
+            BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+        let done = shareflow::runtime::resolve_pending(&[participant], &template, &storage, self.dry_run).await?;
+        broker.close();
+        if self.json {
+            let rows = done.iter().map(
+                |r| serde_json::json!({"transaction": r.transaction, "participant": r.participant, "action": r.action}),
+            );
+            println!("{}", serde_json::Value::Array(rows.collect()));
+            return Ok(());
+        }
+        let verb = if self.dry_run { "would" } else { "did" };
+        for r in &done {
+            println!("{verb} {}: {} ({})", r.action, r.transaction, r.participant);
+        }
+        if done.is_empty() {
+            println!("nothing pending under {}-{}", self.group, self.prefix);
+        }
+        Ok(())
+    }
+}

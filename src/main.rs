@@ -100,6 +100,13 @@ commands:
     --group G, --prefix P  only the transactions of share group G (and its instance P)
     --checkpoints URL    the checkpoint root of the group's instances (embedded broker)
     --json               one JSON array
+  txn resolve --checkpoints URL --group G --prefix P
+               decide what a stopped job left pending on an embedded broker, as its restart
+               would: commit what a complete checkpoint covers, abort the rest; refused
+               while a job's broker holds the directory
+    --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
+    --dry-run            print what it would do, change nothing (safe next to a live job)
+    --json               one JSON array
   checkpoints  list a job's checkpoints
     --checkpoints URL    storage (default file://$PWD/target/shareflow-demo/checkpoints)
     --job NAME           job id (default demo)
@@ -462,6 +469,17 @@ fn report<S>(
     }
 }
 
+fn txn_resolve_options(args: &mut Args) -> Result<admin::TxnResolve, String> {
+    admin::TxnResolve::new(
+        args.value("--dir")?,
+        args.value("--checkpoints")?,
+        args.value("--group")?,
+        args.value("--prefix")?,
+        args.flag("--dry-run"),
+        args.flag("--json"),
+    )
+}
+
 fn txn_list_options(args: &mut Args) -> Result<admin::TxnList, String> {
     admin::TxnList::new(
         args.value("--dir")?,
@@ -616,6 +634,20 @@ fn main() -> ExitCode {
                 |s| s.to_text(),
                 |s| s.violations.is_empty(),
             )
+        }
+        "txn" if args.0.first().map(String::as_str) == Some("resolve") => {
+            args.0.remove(0);
+            let resolve = match txn_resolve_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            match runtime.block_on(resolve.run()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("shareflow txn resolve failed: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         "txn" if args.0.first().map(String::as_str) == Some("list") => {
             args.0.remove(0);

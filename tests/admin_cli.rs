@@ -114,5 +114,44 @@ async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
     let (code, _, stderr) = txn_list(&["--dir", &d, "--bogus"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("unknown argument \"--bogus\""), "{stderr}");
+
+    // Resolve: refused while the broker is live, planned by a dry run, then carried out.
+    let resolve = |extra: &[&str]| {
+        let mut args =
+            vec!["resolve", "--dir", d.as_str(), "--checkpoints", root.as_str(), "--group", GROUP, "--prefix", PREFIX];
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow")).arg("txn").args(&args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, _, stderr) = resolve(&[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", std::process::id())), "names the live broker's holder: {stderr}");
+    let (code, planned, stderr) = resolve(&["--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        planned.lines().collect::<Vec<_>>(),
+        vec![
+            format!("would commit: {} (embedded-broker)", txn_id(2)),
+            format!("would abort: {} (embedded-broker)", txn_id(3)),
+        ],
+        "{planned}"
+    );
+    broker.close();
     drop(broker);
+    let (code, done, stderr) = resolve(&["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let done: serde_json::Value = serde_json::from_str(done.trim()).unwrap();
+    assert_eq!(done.as_array().unwrap().len(), 2, "{done}");
+    let (_, after, _) = txn_list(&["--dir", &d, "--group", GROUP, "--json"]);
+    let after: serde_json::Value = serde_json::from_str(after.trim()).unwrap();
+    let state =
+        |n: u64| after.as_array().unwrap().iter().find(|r| r["id"] == txn_id(n).to_string()).unwrap()["state"].clone();
+    assert_eq!((state(2), state(3)), ("COMMITTED".into(), "ABORTED".into()), "{after}");
+    // Nothing is left to do.
+    let (code, again, _) = resolve(&[]);
+    assert_eq!((code, again.trim()), (0, format!("nothing pending under {GROUP}-{PREFIX}").as_str()));
 }

@@ -205,6 +205,67 @@ fn adoption_error(prefix: &str, e: shareflow_checkpoint::CheckpointError) -> Run
     }
 }
 
+/// One decision [`resolve_pending`] took (or, in a dry run, would take).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The transaction, `{groupId}-{prefix}-{checkpointId}`.
+    pub transaction: String,
+    /// The participant that holds it.
+    pub participant: String,
+    /// `commit` (a complete checkpoint decided it), `prepare and commit`, or `abort`
+    /// (no complete checkpoint covers it).
+    pub action: &'static str,
+}
+
+/// Decides the transactions a job that is not running left pending, as its restart
+/// would: commits those a complete checkpoint of `storage` covers, aborts the rest
+/// (tombstoning their checkpoints first). It plans from what the participants answer
+/// to `pending` before they are opened (the embedded broker's does), then opens them,
+/// taking the prefix as a restart does, and decides. With `dry_run` it opens nothing and
+/// only says what it would do.
+/// The same plan ([`plan_recovery`]) a recovery carries out; what `shareflow txn
+/// resolve` runs.
+pub async fn resolve_pending(
+    participants: &[Participant],
+    template: &TransactionTemplate,
+    storage: &CheckpointStore,
+    dry_run: bool,
+) -> Result<Vec<Resolution>> {
+    let policy = RetentionPolicy { retain: 1, protected: BTreeSet::new() };
+    let restored = storage.recover(&policy).await?.plan.restored_id();
+    // Planned before the participants open: opening takes the prefix, and that alone
+    // may abort what was ONGOING, which the plan must still name.
+    let mut pending = Vec::new();
+    for (index, p) in participants.iter().enumerate() {
+        for t in p.pending(template).await? {
+            pending.push(PendingTxn { participant: index, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared });
+        }
+    }
+    let plan: Vec<Resolution> = plan_recovery(restored, &pending)
+        .iter()
+        .map(|a| {
+            let (index, action) = match *a {
+                TxnAction::Commit { participant, .. } => (participant, "commit"),
+                TxnAction::PrepareAndCommit { participant, .. } => (participant, "prepare and commit"),
+                TxnAction::Abort { participant, .. } => (participant, "abort"),
+            };
+            Resolution {
+                transaction: template.transaction(a.checkpoint_id()).to_string(),
+                participant: participants[index].name().to_string(),
+                action,
+            }
+        })
+        .collect();
+    if !dry_run {
+        // Take the prefix, as a restart does: whatever still holds it is fenced.
+        for p in participants {
+            p.open(template).await?;
+        }
+        decide(participants, template, storage, restored, &JobMetrics::default(), None).await?;
+    }
+    Ok(plan)
+}
+
 /// Carries out `plan_recovery` for `template`'s pending transactions on `participants`:
 /// what a restart does for its own prefix and an adopter for another's. Before aborting
 /// T(k) it tombstones checkpoint k in `storage` (that prefix's checkpoints). Returns how many

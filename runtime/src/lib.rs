@@ -60,6 +60,7 @@ pub use config::{InstanceConfig, JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};
+pub use instance::{resolve_pending, Resolution};
 pub use job::{Job, JobReport, StopHandle};
 pub use metrics::{
     CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,

@@ -746,7 +746,9 @@ impl EmbeddedBroker {
         }
     }
 
-    async fn pending(&self, group: &str) -> Result<Vec<PendingTransaction>> {
+    /// The ONGOING and PREPARE transactions of `group`; a read, fine on a read-only
+    /// broker.
+    pub(crate) async fn pending(&self, group: &str) -> Result<Vec<PendingTransaction>> {
         self.read(|st| {
             st.pending_txns()
                 .filter(|t| t.id.group_id() == group)

@@ -139,11 +139,14 @@ impl TransactionParticipant for BrokerTransactions {
     }
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
-        let all = self
-            .coordinator()?
-            .list_pending_transactions(template.group_id())
-            .await
-            .map_err(|e| runtime_error("embedded-broker", e))?;
+        let opened = lock(&self.coordinator).clone();
+        let all = match opened {
+            Some(c) => c.list_pending_transactions(template.group_id()).await,
+            // Not opened (a dry run of `txn resolve`, on a read-only broker): the same
+            // answer from the broker's listing, without taking the prefix.
+            None => self.broker.pending(template.group_id()).await,
+        }
+        .map_err(|e| runtime_error("embedded-broker", e))?;
         Ok(all
             .into_iter()
             .filter(|t| t.id.prefix() == template.prefix())
