@@ -337,3 +337,60 @@ impl TxnResolve {
         Ok(())
     }
 }
+
+/// `checkpoints inspect N`: one checkpoint's manifest, its transactions and state files,
+/// each state file read back and checked against its size and CRC-32C.
+pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: u64, json: bool) -> Result<(), BoxError> {
+    let store = shareflow::checkpoint::CheckpointStore::from_url(url, &[], job)?;
+    let manifest = store.read_manifest(id).await.map_err(|e| {
+        format!("checkpoint {id} of job {job} under {url}: {e} (list them with `shareflow checkpoints`)")
+    })?;
+    let dir = store.paths().checkpoint_dir(id);
+    let mut files = Vec::new();
+    for f in &manifest.state_files {
+        let verdict = match store.read_state(&dir, f).await {
+            Ok(_) => "verified".to_string(),
+            Err(e) => format!("FAILS: {e}"),
+        };
+        files.push((f, verdict));
+    }
+    let failed = files.iter().filter(|(_, v)| v != "verified").count();
+    if json {
+        let v = serde_json::json!({
+            "job": manifest.job_id,
+            "checkpoint": manifest.checkpoint_id,
+            "created_at_ms": manifest.created_at_ms,
+            "transactions": manifest.transactions.iter().map(|t| serde_json::json!({
+                "participant": t.participant, "transaction": t.transaction_id, "state": format!("{:?}", t.state),
+            })).collect::<Vec<_>>(),
+            "state_files": files.iter().map(|(f, v)| serde_json::json!({
+                "operator": f.operator, "subtask": f.subtask, "bytes": f.size, "inline": f.inline.is_some(), "check": v,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        let age = shareflow::checkpoint::now_ms().saturating_sub(manifest.created_at_ms);
+        println!(
+            "checkpoint {} of job {} ({:.1} s old): its manifest decodes",
+            manifest.checkpoint_id,
+            manifest.job_id,
+            age as f64 / 1e3
+        );
+        println!("transactions it decides:");
+        for t in &manifest.transactions {
+            println!("  {:<40} {:<20} {:?}", t.transaction_id, t.participant, t.state);
+        }
+        println!("state files:");
+        for (f, v) in &files {
+            let place = if f.inline.is_some() { "inline" } else { "file" };
+            println!("  {:<24} {:>4} {:>10} bytes {place:<6} {v}", f.operator, f.subtask, f.size);
+        }
+        if files.is_empty() {
+            println!("  (none: the job's operators keep no state)");
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} state file(s) of checkpoint {id} fail verification").into());
+    }
+    Ok(())
+}

@@ -110,6 +110,9 @@ commands:
   checkpoints  list a job's checkpoints
     --checkpoints URL    storage (default file://$PWD/target/shareflow-demo/checkpoints)
     --job NAME           job id (default demo)
+  checkpoints inspect N  one checkpoint: its manifest, the transactions it decides, its
+               state files, each read back and checked (size, CRC-32C); --checkpoints,
+               --job as above, --json
   instances    list the instances registered under a checkpoint root: incarnation, last
                heartbeat, and whether each is live, retired or adopted (and by whom)
     --checkpoints URL    the shared checkpoint root (default file://$PWD/target/shareflow-demo/checkpoints)
@@ -660,6 +663,40 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("shareflow txn list failed: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        "checkpoints" if args.0.first().map(String::as_str) == Some("inspect") => {
+            args.0.remove(0);
+            let parsed = (|| -> Result<(String, String, u64, bool), String> {
+                let id = match args.0.first() {
+                    Some(n) if !n.starts_with("--") => {
+                        let n = args.0.remove(0);
+                        n.parse().map_err(|_| format!("checkpoints inspect {n:?}: not a checkpoint id"))?
+                    }
+                    _ => return Err("checkpoints inspect needs a checkpoint id: checkpoints inspect N".into()),
+                };
+                let url = match args.value("--checkpoints")? {
+                    Some(u) => u,
+                    None => format!(
+                        "file://{}/target/shareflow-demo/checkpoints",
+                        std::env::current_dir().map_err(|e| e.to_string())?.display()
+                    ),
+                };
+                let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
+                let json = args.flag("--json");
+                args.finish()?;
+                Ok((url, job, id, json))
+            })();
+            let (url, job, id, json) = match parsed {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            match runtime.block_on(admin::inspect_checkpoint(&url, &job, id, json)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("shareflow checkpoints inspect failed: {e}");
                     ExitCode::from(1)
                 }
             }

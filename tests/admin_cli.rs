@@ -155,3 +155,49 @@ async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
     let (code, again, _) = resolve(&[]);
     assert_eq!((code, again.trim()), (0, format!("nothing pending under {GROUP}-{PREFIX}").as_str()));
 }
+
+/// `checkpoints inspect` reads every state file back: a flipped byte fails its CRC and
+/// the command, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_inspect_finds_a_damaged_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = format!("file://{}", dir.path().display());
+    let store = CheckpointStore::from_url(&root, &[], "job").unwrap();
+    let states = vec![
+        ("counter".to_string(), 0, bytes::Bytes::from(vec![7u8; 1_000])),
+        ("counter".to_string(), 1, bytes::Bytes::from(vec![9u8; 1_000])),
+    ];
+    store.commit_checkpoint(1, &states, Vec::new(), 0).await.unwrap();
+    let inspect = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"))
+            .args(["checkpoints", "inspect", "1", "--checkpoints", &root, "--job", "job"])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = inspect();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().filter(|l| l.contains("counter") && l.ends_with("verified")).count(), 2, "{out}");
+    // Flip one byte of subtask 1's file.
+    let chk = dir.path().join("job").join(format!("chk-{:020}", 1));
+    let file = std::fs::read_dir(&chk)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name().unwrap().to_string_lossy().contains("counter")
+                && p.file_name().unwrap().to_string_lossy().contains('1')
+        })
+        .expect("the state file of counter-1");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+    let (code, out, err) = inspect();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.lines().any(|l| l.contains("counter") && l.contains("FAILS")), "{out}");
+    assert!(err.contains("1 state file(s) of checkpoint 1 fail verification"), "{err}");
+}

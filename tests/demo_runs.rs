@@ -378,3 +378,40 @@ fn checkpoints_lists_a_run_and_names_a_location_or_job_with_nothing() {
     assert_eq!(nothing.code, 1, "{nothing:?}");
     assert!(nothing.stderr.contains(&format!("nothing is stored under {missing}")), "{}", nothing.stderr);
 }
+
+/// `shareflow checkpoints inspect N` shows a complete checkpoint's manifest and checks
+/// its state; a damaged manifest and an id with none are named.
+#[test]
+fn checkpoints_inspect_shows_a_checkpoint_and_names_a_damaged_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_exactly_once(&fresh(tmp.path(), 5_000, &[]), 5_000);
+    let root = format!("file://{}", tmp.path().join("checkpoints").display());
+    let listed = shareflow(&["checkpoints", "--checkpoints", &root], RUN_TIMEOUT);
+    let first: u64 = listed.stdout.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap().parse().unwrap();
+    let id = first.to_string();
+    let shown = shareflow(&["checkpoints", "inspect", &id, "--checkpoints", &root, "--json"], RUN_TIMEOUT);
+    assert_eq!(shown.code, 0, "{shown:?}");
+    let v: serde_json::Value = serde_json::from_str(shown.stdout.trim()).unwrap();
+    assert_eq!(v["checkpoint"], first, "{v}");
+    assert_eq!(v["job"], "demo", "{v}");
+    let txns = v["transactions"].as_array().unwrap();
+    assert!(
+        !txns.is_empty() && txns.iter().all(|t| t["transaction"].as_str().unwrap().starts_with("demo-demo-")),
+        "{v}"
+    );
+    assert!(v["state_files"].as_array().unwrap().iter().all(|f| f["check"] == "verified"), "{v}");
+
+    // A damaged manifest is named, with the checkpoint and what to do.
+    let manifest = tmp.path().join("checkpoints").join("demo").join(format!("chk-{first:020}")).join("_metadata");
+    std::fs::write(&manifest, b"not a manifest").unwrap();
+    let damaged = shareflow(&["checkpoints", "inspect", &id, "--checkpoints", &root], RUN_TIMEOUT);
+    assert_eq!(damaged.code, 1, "{damaged:?}");
+    assert!(damaged.stderr.contains(&format!("checkpoint {first} of job demo under {root}")), "{}", damaged.stderr);
+    // An id with no checkpoint, and a missing id.
+    let none = shareflow(&["checkpoints", "inspect", "999999", "--checkpoints", &root], RUN_TIMEOUT);
+    assert_eq!(none.code, 1, "{none:?}");
+    assert!(none.stderr.contains("list them with `shareflow checkpoints`"), "{}", none.stderr);
+    let bad = shareflow(&["checkpoints", "inspect", "--checkpoints", &root], RUN_TIMEOUT);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("checkpoints inspect needs a checkpoint id"), "{}", bad.stderr);
+}
