@@ -110,9 +110,7 @@ impl TxnList {
 
     async fn embedded(&self, dir: &str) -> Result<Vec<Row>, BoxError> {
         use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-        if !std::path::Path::new(dir).join("broker").exists() {
-            return Err(format!("no embedded broker in {dir}: give the broker directory with --dir").into());
-        }
+        has_broker(dir)?;
         // The manifests first: a root that cannot open fails before the broker is read.
         let root = match &self.checkpoints {
             Some(url) => Some(shareflow::checkpoint::CheckpointStore::from_url(url, &[], "txn-list")?),
@@ -187,6 +185,15 @@ impl TxnList {
                 id: t.id,
             })
             .collect())
+    }
+}
+
+/// Refuses a `--dir` that holds no embedded broker, naming it.
+fn has_broker(dir: &str) -> Result<(), BoxError> {
+    if std::path::Path::new(dir).join("broker").exists() {
+        Ok(())
+    } else {
+        Err(format!("no embedded broker in {dir}: give the broker directory with --dir").into())
     }
 }
 
@@ -303,9 +310,7 @@ impl TxnResolve {
     pub(crate) async fn run(&self) -> Result<(), BoxError> {
         use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
         use shareflow::connector::embedded::BrokerTransactions;
-        if !std::path::Path::new(&self.dir).join("broker").exists() {
-            return Err(format!("no embedded broker in {}: give the broker directory with --dir", self.dir).into());
-        }
+        has_broker(&self.dir)?;
         let storage = shareflow::checkpoint::CheckpointStore::from_url(&self.checkpoints, &[], &self.prefix)?;
         let template = shareflow::runtime::TransactionTemplate::new(&self.group, &self.prefix)?;
         let options = BrokerOptions::local_dir(&self.dir)?;

@@ -212,10 +212,7 @@ pub(crate) async fn run(
         return Err("partitions and parallelism must be >= 1".into());
     }
     // A checkpoint URL that cannot open fails before anything is produced.
-    let checkpoints = options
-        .checkpoints
-        .clone()
-        .unwrap_or_else(|| format!("file://{}/target/shareflow-kafka-demo/{}", cwd(), options.name));
+    let checkpoints = options.checkpoints.clone().unwrap_or_else(|| default_checkpoints(&options.name));
     let storage = CheckpointStore::from_url(&checkpoints, &[], &options.name)?;
     let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
@@ -334,6 +331,8 @@ pub(crate) fn progress_line(metrics: &Arc<SourceMetrics>) -> impl Fn() -> Progre
     }
 }
 
-fn cwd() -> String {
-    std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into())
+/// The checkpoint root of a Kafka demo named `name` without `--checkpoints`.
+pub(crate) fn default_checkpoints(name: &str) -> String {
+    let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+    format!("file://{cwd}/target/shareflow-kafka-demo/{name}")
 }

@@ -484,10 +484,8 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
         }
     };
     // The checkpoint root opens before anything is produced.
-    let checkpoints = options.checkpoints.clone().unwrap_or_else(|| {
-        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
-        format!("file://{cwd}/target/shareflow-kafka-demo/{}", options.name)
-    });
+    let checkpoints =
+        options.checkpoints.clone().unwrap_or_else(|| crate::kafka_demo::default_checkpoints(&options.name));
     let registry = CheckpointStore::from_url(&checkpoints, &[], "instances")?.registry();
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));

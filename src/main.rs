@@ -118,6 +118,24 @@ commands:
     --checkpoints URL    the shared checkpoint root (default file://$PWD/target/shareflow-demo/checkpoints)
   help         print this message";
 
+/// The exit of an admin command that ran: 0, or 1 with `shareflow {what} failed: ...`
+/// (no usage text: the options were fine).
+fn admin_exit(what: &str, outcome: Result<(), Box<dyn std::error::Error + Send + Sync>>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shareflow {what} failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The demo's checkpoint root, the default of the admin commands' `--checkpoints`.
+fn demo_checkpoints() -> String {
+    let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+    format!("file://{cwd}/target/shareflow-demo/checkpoints")
+}
+
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("shareflow: {message}\n\n{USAGE}");
     ExitCode::from(2)
@@ -495,8 +513,7 @@ fn txn_list_options(args: &mut Args) -> Result<admin::TxnList, String> {
 }
 
 async fn checkpoints(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let default = format!("file://{}/target/shareflow-demo/checkpoints", std::env::current_dir()?.display());
-    let url = args.value("--checkpoints")?.unwrap_or(default);
+    let url = args.value("--checkpoints")?.unwrap_or_else(demo_checkpoints);
     let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
     // Every option is checked before anything is read.
     args.finish()?;
@@ -538,8 +555,7 @@ async fn checkpoints(args: &mut Args) -> Result<(), Box<dyn std::error::Error + 
 /// `shareflow instances`: every instance registered under a checkpoint root (decision
 /// 0007), with its incarnation, last heartbeat and whether it retired or was adopted.
 async fn instances(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let default = format!("file://{}/target/shareflow-demo/checkpoints", std::env::current_dir()?.display());
-    let url = args.value("--checkpoints")?.unwrap_or(default);
+    let url = args.value("--checkpoints")?.unwrap_or_else(demo_checkpoints);
     // Any job id opens the root; the registry lives beside every job's checkpoints.
     let registry = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], "instances")?.registry();
     println!("{:<24} {:>11} {:>6} {:>10} state", "instance", "incarnation", "beats", "checkpoint");
@@ -644,13 +660,7 @@ fn main() -> ExitCode {
                 Ok(o) => o,
                 Err(e) => return fail(e),
             };
-            match runtime.block_on(resolve.run()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("shareflow txn resolve failed: {e}");
-                    ExitCode::from(1)
-                }
-            }
+            admin_exit("txn resolve", runtime.block_on(resolve.run()))
         }
         "txn" if args.0.first().map(String::as_str) == Some("list") => {
             args.0.remove(0);
@@ -659,13 +669,7 @@ fn main() -> ExitCode {
                 Ok(o) => o,
                 Err(e) => return fail(e),
             };
-            match runtime.block_on(list.run()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("shareflow txn list failed: {e}");
-                    ExitCode::from(1)
-                }
-            }
+            admin_exit("txn list", runtime.block_on(list.run()))
         }
         "checkpoints" if args.0.first().map(String::as_str) == Some("inspect") => {
             args.0.remove(0);
@@ -677,13 +681,7 @@ fn main() -> ExitCode {
                     }
                     _ => return Err("checkpoints inspect needs a checkpoint id: checkpoints inspect N".into()),
                 };
-                let url = match args.value("--checkpoints")? {
-                    Some(u) => u,
-                    None => format!(
-                        "file://{}/target/shareflow-demo/checkpoints",
-                        std::env::current_dir().map_err(|e| e.to_string())?.display()
-                    ),
-                };
+                let url = args.value("--checkpoints")?.unwrap_or_else(demo_checkpoints);
                 let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
                 let json = args.flag("--json");
                 args.finish()?;
@@ -693,21 +691,9 @@ fn main() -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return fail(e),
             };
-            match runtime.block_on(admin::inspect_checkpoint(&url, &job, id, json)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("shareflow checkpoints inspect failed: {e}");
-                    ExitCode::from(1)
-                }
-            }
+            admin_exit("checkpoints inspect", runtime.block_on(admin::inspect_checkpoint(&url, &job, id, json)))
         }
-        "checkpoints" => match runtime.block_on(checkpoints(&mut args)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("shareflow checkpoints failed: {e}");
-                ExitCode::from(1)
-            }
-        },
+        "checkpoints" => admin_exit("checkpoints", runtime.block_on(checkpoints(&mut args))),
         "instances" => match runtime.block_on(instances(&mut args)).and_then(|()| args.finish().map_err(Into::into)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),

@@ -193,11 +193,7 @@ impl Collector for Snapshot {
         for name in names {
             let series: Vec<&Metric> = self.0.iter().filter(|m| m.name == name).collect();
             let first = series[0];
-            let kind = match first.value {
-                MetricValue::Counter(_) => MetricType::Counter,
-                MetricValue::Gauge(_) => MetricType::Gauge,
-                MetricValue::Histogram(_) => MetricType::Histogram,
-            };
+            let kind = Value(&first.value).metric_type();
             let mut exported = name.replace('-', "_");
             if kind == MetricType::Counter {
                 // The format adds `_total` to a counter's name.

@@ -142,49 +142,52 @@ impl SourceMetrics {
     /// Every counter, typed, for an exporter (`shareflow-source-*-total`).
     pub fn metrics(&self) -> Vec<shareflow_runtime::Metric> {
         use shareflow_runtime::{Metric, MetricValue::Counter};
-        let get = |c: &AtomicU64| Counter(c.load(std::sync::atomic::Ordering::Relaxed));
-        vec![
-            Metric::new(
+        let counters: [(&'static str, &'static str, &AtomicU64); 8] = [
+            (
                 "shareflow-source-records-emitted-total",
                 "records a source emitted downstream, fresh and replayed",
-                get(&self.records_emitted),
+                &self.records_emitted,
             ),
-            Metric::new(
+            (
                 "shareflow-source-records-redelivered-total",
                 "deliveries with a delivery count above 1",
-                get(&self.records_redelivered),
+                &self.records_redelivered,
             ),
-            Metric::new(
+            (
                 "shareflow-source-records-poison-total",
                 "records the decoder refused (embedded broker)",
-                get(&self.records_poison),
+                &self.records_poison,
             ),
-            Metric::new(
+            (
                 "shareflow-source-records-dead-lettered-total",
                 "poison records sent to the dead-letter topic (embedded broker)",
-                get(&self.records_dead_lettered),
+                &self.records_dead_lettered,
             ),
-            Metric::new(
+            (
                 "shareflow-source-records-replayed-total",
                 "records replayed from the log because their epoch never committed (Kafka)",
-                get(&self.records_replayed),
+                &self.records_replayed,
             ),
-            Metric::new(
+            (
                 "shareflow-source-records-skipped-total",
                 "redeliveries an intent already claimed: accepted and dropped (Kafka)",
-                get(&self.records_skipped),
+                &self.records_skipped,
             ),
-            Metric::new(
+            (
                 "shareflow-source-records-released-late-total",
                 "records released because their locks could not be renewed before their intent (Kafka)",
-                get(&self.records_released_late),
+                &self.records_released_late,
             ),
-            Metric::new(
+            (
                 "shareflow-source-intents-written-total",
                 "intent entries written to the group's intents topic (Kafka)",
-                get(&self.intents_written),
+                &self.intents_written,
             ),
-        ]
+        ];
+        counters
+            .into_iter()
+            .map(|(name, help, c)| Metric::new(name, help, Counter(c.load(std::sync::atomic::Ordering::Relaxed))))
+            .collect()
     }
 }
 
