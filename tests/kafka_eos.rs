@@ -397,3 +397,69 @@ async fn txn_list_on_kafka_shows_an_open_transaction_with_age_and_timeout() {
     assert_eq!(other.stdout.trim(), "[]");
     p.commit(&t1).await.expect("commit");
 }
+
+/// The ledger is summarised and trimmed as a job runs, so a recovery after many
+/// checkpoints reads only what is live, and still replays exactly what never committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_is_trimmed_and_a_recovery_reads_only_what_is_live() {
+    use shareflow::connector::kafka::LedgerRange;
+    let Some(c) = cluster().await else { return };
+    let (template, out) = setup(&c).await;
+    let config =
+        KafkaTransactionsConfig::default().transaction_timeout(Duration::from_secs(60)).ledger_summary_every(20);
+    let range =
+        |n: u64| LedgerRange { topic: "in".into(), partition: 0, first: (n as i64 - 1) * 10, last: n as i64 * 10 - 1 };
+    let p = KafkaTransactions::new(c.clone(), config.clone());
+    p.open(&template).await.expect("open");
+    p.take_over(&template).await.expect("take over");
+    // 60 checkpoints: an intent, an output record and a commit each.
+    const EPOCHS: u64 = 60;
+    for n in 1..=EPOCHS {
+        let t = template.transaction(n);
+        p.begin(&t).await.expect("begin");
+        p.write_intent(n, 0, vec![range(n)]).await.expect("intent");
+        p.send(n, records(&out, 1)).await.expect("send");
+        assert_eq!(p.prepare(&t).await.expect("prepare"), PrepareOutcome::Prepared);
+        p.commit(&t).await.expect("commit");
+    }
+    let intents = format!("{}-intents", template.group_id());
+    let commits = p.ledger_topic().expect("ledger topic");
+    // Compactions run in the background after commits; the last one is waited for.
+    let mut start = 0;
+    for _ in 0..100 {
+        start = c.start_offsets(&intents).await.expect("start")[0];
+        if start >= 100 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(start >= 100, "60 intents and 60 notes written, summarised every 20: the topic starts at {start}");
+    assert!(c.start_offsets(&commits).await.expect("start")[0] > 0, "the commits topic is trimmed too");
+    // A crash in epoch 61: its intent is written, its transaction prepared, and its
+    // checkpoint never completes.
+    let t = template.transaction(EPOCHS + 1);
+    p.begin(&t).await.expect("begin");
+    p.write_intent(EPOCHS + 1, 0, vec![range(EPOCHS + 1)]).await.expect("intent");
+    p.send(EPOCHS + 1, records(&out, 1)).await.expect("send");
+    assert_eq!(p.prepare(&t).await.expect("prepare"), PrepareOutcome::Prepared);
+    drop(p);
+    let q = KafkaTransactions::new(c.clone(), config);
+    q.open(&template).await.expect("open");
+    let pending: Vec<u64> = q.pending(&template).await.expect("pending").iter().map(|t| t.id.checkpoint_id()).collect();
+    assert_eq!(pending, vec![EPOCHS + 1]);
+    q.abort(&t).await.expect("abort");
+    q.take_over(&template).await.expect("take over");
+    // Only epoch 61 is replayed: everything the trimmed part named is done.
+    assert_eq!(q.queued_replay(), vec![range(EPOCHS + 1)]);
+    assert!(q.highest_checkpoint_id(&template).await.expect("highest") >= Some(EPOCHS + 1));
+    // Untrimmed, the recovery would read 60 intents, 60 notes and 60 commit entries.
+    let reads = q.ledger_reads();
+    assert!(reads.entries < 60, "a recovery read {} ledger records", reads.entries);
+    assert_eq!(reads.open_intents, 1, "only epoch 61's intent is open");
+    assert_eq!(committed(&c, &out).await, EPOCHS as usize);
+    // Tools read what is left: the open intent, from the summary or the log.
+    let named: Vec<LedgerRange> =
+        c.group_intents(template.group_id()).await.expect("intents").into_iter().flat_map(|i| i.ranges).collect();
+    assert!(named.contains(&range(EPOCHS + 1)), "{named:?}");
+    assert!(!named.contains(&range(1)), "{named:?}");
+}

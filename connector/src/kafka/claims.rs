@@ -13,12 +13,12 @@
 //! The first intent naming an offset in the intents log owns it. A later intent naming
 //! it is valid only if its writer holds the owner; every other later intent loses.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::ledger::{LedgerRange, RangeSet};
+use super::ledger::{LedgerRange, LedgerSummary, OpenIntent, PrefixHighest, RangeSet};
 use crate::common::ranges::OffsetRanges;
 
 /// One job attempt of one instance: its prefix and the attempt's generation. Every
@@ -90,11 +90,22 @@ struct Intent {
 type Tp = (Arc<str>, i32);
 
 /// The group-wide claims, built from the intents topic in log order.
+///
+/// Bounded: an offset some committed intent names is **done** (a commit note says so).
+/// Done offsets collapse into one range set per partition and leave the owner map, and
+/// an intent whose every offset is done is dropped. What stays is the work in flight
+/// or waiting for replay, and a [`LedgerSummary`] of it lets the topic be trimmed.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ClaimIndex {
+    /// Who claimed each offset first, for offsets not done.
     owners: HashMap<Tp, OffsetRanges<Arc<Claimant>>>,
+    /// Offsets a committed intent names.
+    done: HashMap<Tp, RangeSet>,
+    /// The intents with an offset not done, in log order.
     intents: Vec<Intent>,
     claimants: BTreeSet<Arc<Claimant>>,
+    /// Per prefix, the highest generation and epoch its intents named.
+    highest: BTreeMap<String, (u32, u64)>,
 }
 
 impl ClaimIndex {
@@ -104,9 +115,55 @@ impl ClaimIndex {
         Self::default()
     }
 
+    /// The index a summary describes: its done offsets, then its open intents applied
+    /// in their log order.
+    pub(crate) fn from_summary(summary: &LedgerSummary) -> Self {
+        let mut ix = Self::default();
+        for r in &summary.done {
+            ix.done.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
+        }
+        for h in &summary.highest {
+            ix.highest.insert(h.prefix.clone(), (h.generation, h.epoch));
+        }
+        for i in &summary.open {
+            ix.apply(&i.by, i.epoch, &i.ranges);
+        }
+        ix
+    }
+
+    /// What the index holds, as the summary of the entries below `upto`.
+    pub(crate) fn summary(&self, upto: i64) -> LedgerSummary {
+        let mut keys: Vec<&Tp> = self.done.keys().collect();
+        keys.sort();
+        let done = keys
+            .into_iter()
+            .flat_map(|k| {
+                self.done[k].ranges().map(|(first, last)| LedgerRange {
+                    topic: k.0.to_string(),
+                    partition: k.1,
+                    first,
+                    last,
+                })
+            })
+            .collect();
+        let open = self
+            .intents
+            .iter()
+            .map(|i| OpenIntent { by: (*i.by).clone(), epoch: i.epoch, ranges: i.ranges.clone() })
+            .collect();
+        let highest = self
+            .highest
+            .iter()
+            .map(|(prefix, &(generation, epoch))| PrefixHighest { prefix: prefix.clone(), generation, epoch })
+            .collect();
+        LedgerSummary { upto, done, open, highest }
+    }
+
     /// Applies the next intent of the log: `by` owns every offset of `ranges` that
-    /// nobody claimed before.
+    /// nobody claimed before and that is not done.
     pub(crate) fn apply(&mut self, by: &Claimant, epoch: u64, ranges: &[LedgerRange]) {
+        let high = self.highest.entry(by.prefix.clone()).or_insert((by.generation, epoch));
+        *high = (high.0.max(by.generation), high.1.max(epoch));
         let by = match self.claimants.get(by) {
             Some(c) => c.clone(),
             None => {
@@ -115,26 +172,80 @@ impl ClaimIndex {
                 c
             }
         };
+        let empty = RangeSet::default();
+        let mut open = false;
         for r in ranges {
-            let owners = self.owners.entry((Arc::from(r.topic.as_str()), r.partition)).or_default();
+            let key: Tp = (Arc::from(r.topic.as_str()), r.partition);
+            let done = self.done.get(&key).unwrap_or(&empty);
+            let owners = self.owners.entry(key.clone()).or_default();
             let mut span = OffsetRanges::new();
             span.assign(r.first, r.last, ());
-            let free: Vec<(i64, i64)> = span.minus(owners).iter().map(|(f, l, ())| (f, l)).collect();
+            let undone = span.minus(done.as_offset_ranges());
+            open |= undone.range_count() > 0;
+            let free: Vec<(i64, i64)> = undone.minus(owners).iter().map(|(f, l, ())| (f, l)).collect();
             for (f, l) in free {
                 owners.assign(f, l, by.clone());
             }
         }
-        self.intents.push(Intent { by, epoch, ranges: ranges.to_vec() });
+        // An intent naming only done offsets lost everywhere and decides nothing.
+        if open {
+            self.intents.push(Intent { by, epoch, ranges: ranges.to_vec() });
+        }
     }
 
-    /// The claimant that owns `offset` of `topic`-`partition`, if any intent names it.
+    /// `by` committed `epoch`: every offset its intents name is done. Those offsets
+    /// leave the owner map, and intents left with nothing undone are dropped.
+    pub(crate) fn committed(&mut self, by: &Claimant, epoch: u64) {
+        let mut touched: BTreeSet<Tp> = BTreeSet::new();
+        for i in self.intents.iter().filter(|i| *i.by == *by && i.epoch == epoch) {
+            for r in &i.ranges {
+                let key: Tp = (Arc::from(r.topic.as_str()), r.partition);
+                self.done.entry(key.clone()).or_default().insert(r.first, r.last);
+                touched.insert(key);
+            }
+        }
+        if touched.is_empty() {
+            return;
+        }
+        for key in &touched {
+            if let (Some(owners), Some(done)) = (self.owners.get_mut(key), self.done.get(key)) {
+                *owners = owners.minus(done.as_offset_ranges());
+                if owners.range_count() == 0 {
+                    self.owners.remove(key);
+                }
+            }
+        }
+        let done = &self.done;
+        self.intents.retain(|i| {
+            i.ranges.iter().any(|r| {
+                done.get(&(Arc::from(r.topic.as_str()), r.partition)).is_none_or(|d| !d.contains_all(r.first, r.last))
+            })
+        });
+        self.claimants.retain(|c| Arc::strong_count(c) > 1);
+    }
+
+    /// The claimant that owns `offset` of `topic`-`partition`, if any intent names it
+    /// and it is not done.
     pub(crate) fn owner(&self, topic: &Arc<str>, partition: i32, offset: i64) -> Option<&Claimant> {
         self.owners.get(&(topic.clone(), partition))?.get(offset).map(|(_, _, c)| &**c)
     }
 
+    /// True if some intent names `offset` of `topic`-`partition`: it is done, or owned.
+    pub(crate) fn covered(&self, topic: &Arc<str>, partition: i32, offset: i64) -> bool {
+        self.owner(topic, partition, offset).is_some()
+            || self.done.get(&(topic.clone(), partition)).is_some_and(|d| d.contains(offset))
+    }
+
+    /// The `(claimant, epoch)` pairs of the intents still open, among `pairs`.
+    pub(crate) fn open_among<'a>(&self, pairs: impl IntoIterator<Item = &'a (Claimant, u64)>) -> Vec<(Claimant, u64)> {
+        let open: BTreeSet<(&Claimant, u64)> = self.intents.iter().map(|i| (&*i.by, i.epoch)).collect();
+        pairs.into_iter().filter(|(c, e)| open.contains(&(c, *e))).cloned().collect()
+    }
+
     /// The pieces of `ranges` (intents of the current attempt, already applied) that
     /// another claimant owns and `holdings` does not hold. An offset nobody owns is lost
-    /// too: the tailer has not seen the intent yet, so nothing can be claimed for it.
+    /// too: it is done (another intent committed it), or the tailer has not seen the
+    /// intent yet, so nothing can be claimed for it.
     pub(crate) fn lost(&self, holdings: &Holdings, ranges: &[LedgerRange]) -> Vec<LedgerRange> {
         let mut out = Vec::new();
         for r in ranges {
@@ -220,20 +331,25 @@ impl ClaimIndex {
         out
     }
 
-    /// The highest epoch any intent of `prefix` names.
+    /// The highest epoch any intent of `prefix` named.
     pub(crate) fn highest_epoch(&self, prefix: &str) -> Option<u64> {
-        self.intents.iter().filter(|i| i.by.prefix == prefix).map(|i| i.epoch).max()
+        self.highest.get(prefix).map(|h| h.1)
     }
 
-    /// The highest generation any intent of `prefix` names.
+    /// The highest generation any intent of `prefix` named.
     pub(crate) fn highest_generation(&self, prefix: &str) -> Option<u32> {
-        self.claimants.iter().filter(|c| c.prefix == prefix).map(|c| c.generation).max()
+        self.highest.get(prefix).map(|h| h.0)
     }
 
-    /// How many intents the index holds.
-    #[cfg(test)]
+    /// How many intents the index holds (those with an offset not done).
     pub(crate) fn intent_count(&self) -> usize {
         self.intents.len()
+    }
+
+    /// How many ranges the owner map and the done sets hold: the index's size.
+    pub(crate) fn range_count(&self) -> usize {
+        self.owners.values().map(OffsetRanges::range_count).sum::<usize>()
+            + self.done.values().map(RangeSet::range_count).sum::<usize>()
     }
 }
 
@@ -358,6 +474,139 @@ mod tests {
         for (prefix, want) in table {
             let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
             assert_eq!(ix.reclaimers(prefix), want, "{prefix}");
+        }
+    }
+
+    #[test]
+    fn committed_offsets_are_done_and_leave_the_index() {
+        let mut ix = ClaimIndex::new();
+        ix.apply(&c("a", 1), 1, &[r(0, 9)]);
+        ix.apply(&c("b", 1), 1, &[r(10, 19)]);
+        ix.apply(&c("a", 1), 2, &[r(20, 29)]);
+        ix.apply(&c("b", 1), 2, &[r(5, 12)]); // a lost claim on a's and a claim of its own
+        ix.committed(&c("a", 1), 1);
+        // 0..=9 are done: covered, owned by nobody, lost to anyone naming them.
+        assert!(ix.covered(&t(), 0, 0) && ix.covered(&t(), 0, 9));
+        assert_eq!(ix.owner(&t(), 0, 5), None);
+        // (one piece per owner: done, then b's)
+        assert_eq!(ix.lost(&Holdings::new(c("a", 2)), &[r(8, 10)]), vec![r(8, 9), r(10, 10)]);
+        // a's second generation replays only epoch 2, and nothing done.
+        assert_eq!(ix.replay(&Holdings::new(c("a", 2)), &BTreeSet::new(), &HashMap::new()), vec![r(20, 29)]);
+        assert_eq!(ix.intent_count(), 3);
+        ix.committed(&c("b", 1), 1);
+        // b's epoch 2 names 5..=12, all done now: dropped.
+        assert_eq!(ix.intent_count(), 1);
+        ix.committed(&c("a", 1), 2);
+        assert_eq!(ix.intent_count(), 0);
+        assert_eq!(ix.range_count(), 1, "0..=29 is one done range");
+        assert!(ix.covered(&t(), 0, 29) && !ix.covered(&t(), 0, 30));
+        // A note for an epoch with no intents left changes nothing.
+        ix.committed(&c("x", 1), 7);
+        assert_eq!(ix.range_count(), 1);
+        assert_eq!((ix.highest_epoch("a"), ix.highest_generation("b")), (Some(2), Some(1)));
+    }
+
+    #[test]
+    fn an_intent_naming_only_done_offsets_owns_nothing_and_is_not_kept() {
+        let mut ix = ClaimIndex::new();
+        ix.apply(&c("a", 1), 1, &[r(0, 9)]);
+        ix.committed(&c("a", 1), 1);
+        ix.apply(&c("b", 1), 4, &[r(3, 4)]);
+        assert_eq!(ix.intent_count(), 0);
+        assert_eq!(ix.owner(&t(), 0, 3), None);
+        assert_eq!(ix.lost(&Holdings::new(c("b", 1)), &[r(3, 4)]), vec![r(3, 4)]);
+        // Its numbers still count.
+        assert_eq!((ix.highest_generation("b"), ix.highest_epoch("b")), (Some(1), Some(4)));
+    }
+
+    #[test]
+    fn a_long_run_of_committed_epochs_keeps_the_index_small() {
+        let mut ix = ClaimIndex::new();
+        for epoch in 1..=10_000u64 {
+            let first = (epoch as i64 - 1) * 50;
+            for (k, who) in ["a", "b", "c"].iter().enumerate() {
+                ix.apply(
+                    &c(who, 1),
+                    epoch,
+                    &[LedgerRange { topic: "in".into(), partition: k as i32, first, last: first + 49 }],
+                );
+            }
+            // The epoch before this one committed on every instance: two in flight.
+            if epoch > 1 {
+                for who in ["a", "b", "c"] {
+                    ix.committed(&c(who, 1), epoch - 1);
+                }
+            }
+        }
+        assert_eq!(ix.intent_count(), 3, "only the last epoch of each instance is open");
+        // Per partition: one done range and one owned range.
+        assert_eq!(ix.range_count(), 6);
+        assert!(ix.summary(1).open.len() == 3 && ix.summary(1).done.len() == 3);
+    }
+
+    /// A small deterministic generator (xorshift), for the summary property below.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Every question the participant asks of the index, over a fixed grid.
+    fn answers(ix: &ClaimIndex) -> Vec<String> {
+        let mut out = Vec::new();
+        let claimants = [c("a", 1), c("a", 2), c("b", 1), c("x", 3)];
+        for o in 0..130 {
+            out.push(format!("{o}: {:?} {}", ix.owner(&t(), 0, o), ix.covered(&t(), 0, o)));
+        }
+        for me in &claimants {
+            for adopted in [None, Some("x"), Some("b")] {
+                let mut h = Holdings::new(me.clone());
+                h.adopted.extend(adopted.map(String::from));
+                let committed = BTreeSet::from([(c("a", 1), 3), (c("x", 3), 2)]);
+                out.push(format!("{me} {adopted:?} lost {:?}", ix.lost(&h, &[r(0, 129)])));
+                out.push(format!("{me} {adopted:?} replay {:?}", ix.replay(&h, &committed, &HashMap::new())));
+            }
+        }
+        for p in ["a", "b", "x", "zz"] {
+            out.push(format!("{p}: {:?} {:?} {:?}", ix.reclaimers(p), ix.highest_epoch(p), ix.highest_generation(p)));
+        }
+        out
+    }
+
+    /// The summary is the index: rebuilt from it, an index answers every question the
+    /// same way, and goes on answering the same after the same later entries.
+    #[test]
+    fn an_index_rebuilt_from_its_summary_answers_the_same() {
+        let claimants = [c("a", 1), c("a", 2), c("b", 1), c("x", 3)];
+        for seed in 1..=200u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let step = |ix: &mut ClaimIndex, rng: &mut Rng| {
+                let who = &claimants[rng.below(4) as usize];
+                let epoch = rng.below(5);
+                if rng.below(3) == 0 {
+                    ix.committed(who, epoch);
+                } else {
+                    let first = rng.below(120) as i64;
+                    ix.apply(who, epoch, &[r(first, first + rng.below(10) as i64)]);
+                }
+            };
+            let mut ix = ClaimIndex::new();
+            for _ in 0..rng.below(40) {
+                step(&mut ix, &mut rng);
+            }
+            let mut rebuilt = ClaimIndex::from_summary(&ix.summary(99));
+            assert_eq!(answers(&rebuilt), answers(&ix), "seed {seed}");
+            let mut later = Rng(seed);
+            let mut later2 = Rng(seed);
+            for _ in 0..20 {
+                step(&mut ix, &mut later);
+                step(&mut rebuilt, &mut later2);
+            }
+            assert_eq!(answers(&rebuilt), answers(&ix), "seed {seed}, after later entries");
         }
     }
 

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use krafka::admin::{
-    AdminClient, ConfigOp, ConfigResource, DescribeConfigsOptions, DescribeShareGroupOffsetsOptions,
-    IncrementalAlterConfigsOptions, ListOffsetsOptions, NewTopic, OffsetSpec, TopicPartition,
+    AdminClient, ConfigOp, ConfigResource, DeleteRecordsOptions, DescribeConfigsOptions,
+    DescribeShareGroupOffsetsOptions, IncrementalAlterConfigsOptions, ListOffsetsOptions, NewTopic, OffsetSpec,
+    TopicPartition,
 };
 use krafka::producer::{DeliveryHandle, Producer};
 use krafka::Kafka;
@@ -197,8 +198,18 @@ impl KafkaCluster {
 
     /// The high watermark (`read_committed`: the last stable offset) of each partition.
     pub async fn end_offsets(&self, topic: &str, read_committed: bool) -> Result<Vec<i64>> {
+        self.list_offsets(topic, OffsetSpec::Latest, read_committed).await
+    }
+
+    /// The log start offset of every partition of `topic`, in partition order: what
+    /// retention or a trim of the ledger left.
+    pub async fn start_offsets(&self, topic: &str) -> Result<Vec<i64>> {
+        self.list_offsets(topic, OffsetSpec::Earliest, false).await
+    }
+
+    async fn list_offsets(&self, topic: &str, spec: OffsetSpec, read_committed: bool) -> Result<Vec<i64>> {
         let n = self.partitions(topic).await?;
-        let specs = (0..n).map(|p| (TopicPartition::new(topic, p), OffsetSpec::Latest));
+        let specs = (0..n).map(|p| (TopicPartition::new(topic, p), spec));
         let options = ListOffsetsOptions::default().read_committed(read_committed);
         let listed = self
             .admin
@@ -213,6 +224,21 @@ impl KafkaCluster {
             }
         }
         Ok(ends)
+    }
+
+    /// Deletes the records of `topic`-`partition` below offset `before` (Kafka's
+    /// DeleteRecords: the log start offset moves up to it) and returns the new log start.
+    pub(crate) async fn delete_records(&self, topic: &str, partition: i32, before: i64) -> Result<i64> {
+        let op = || format!("delete the records of {topic}-{partition} below offset {before}");
+        let deleted = self
+            .admin
+            .delete_records([(TopicPartition::new(topic, partition), before)], DeleteRecordsOptions::default())
+            .await
+            .map_err(|e| kafka_error(op(), e))?;
+        match deleted.into_iter().next() {
+            Some((_, r)) => r.map_err(|e| kafka_error(op(), e)),
+            None => Err(Error::kafka(op(), "the broker answered for no partition", ErrorKind::Internal)),
+        }
     }
 
     /// Waits until no transaction holds `topic` open (every partition's last stable

@@ -4,11 +4,13 @@
 //! what it must replay. The rules are [`super::claims`]; this is the I/O around them.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::claims::{ClaimIndex, Claimant, Holdings};
-use super::ledger::{replay_piece, LedgerEntry, LedgerRange, RangeSet};
+use super::client::CachedProducer;
+use super::ledger::{replay_piece, LedgerEntry, LedgerRange, LedgerSummary, RangeSet};
 use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -23,40 +25,144 @@ pub struct GroupIntent {
     pub by: Claimant,
     /// The epoch (checkpoint id) whose transaction carries the output.
     pub epoch: u64,
-    /// The source subtask.
-    pub subtask: u32,
     /// The offsets it names.
     pub ranges: Vec<LedgerRange>,
 }
 
 impl KafkaCluster {
-    /// Every intent the instances of share group `group` wrote, in log order (read
-    /// once, from the start of `{group}-intents` to its end). A record that is not an
-    /// intent is an error of kind Data naming its offset: only shareflow instances of
-    /// this group may write the topic.
+    /// Every intent the intents topic of share group `group` still holds, in log order
+    /// (read once, from its start to its end). Once the topic was trimmed, that is the
+    /// open intents of the summary it starts from, then every intent after it. A record
+    /// that is not a ledger entry of the intents topic is an error of kind Data naming
+    /// its offset: only shareflow instances of this group may write the topic.
     pub async fn group_intents(&self, group: &str) -> Result<Vec<GroupIntent>> {
         let topic = format!("{group}-intents");
+        let mut reader = IntentsReader::default();
         let mut out = Vec::new();
         for (_, offset, _, value) in self.read_topic(&topic, false).await? {
-            match LedgerEntry::decode(value.as_deref().unwrap_or_default()) {
-                Ok(LedgerEntry::Intent { by, epoch, subtask, ranges }) => {
-                    out.push(GroupIntent { by, epoch, subtask, ranges })
-                }
-                Ok(other) => {
-                    return Err(Error::Corrupt {
-                        path: format!("kafka topic {topic} partition 0 offset {offset}"),
-                        reason: format!("{} in the intents topic, which holds intents only", other.describe()),
-                    })
-                }
-                Err(reason) => {
-                    return Err(Error::Corrupt {
-                        path: format!("kafka topic {topic} partition 0 offset {offset}"),
-                        reason: format!("not a ledger entry: {reason}"),
-                    })
+            let entry = decode_intents_entry(&topic, offset, value.as_deref().unwrap_or_default())?;
+            for event in reader.feed(offset, entry) {
+                match event {
+                    ReadEvent::Seed(s) => out.extend(s.open.into_iter().map(|i| GroupIntent {
+                        by: i.by,
+                        epoch: i.epoch,
+                        ranges: i.ranges,
+                    })),
+                    ReadEvent::Entry(_, LedgerEntry::Intent { by, epoch, ranges, .. }) => {
+                        out.push(GroupIntent { by, epoch, ranges })
+                    }
+                    ReadEvent::Entry(..) => {}
                 }
             }
         }
+        if let Some(start) = reader.waiting() {
+            return Err(unsummarised(&topic, start));
+        }
         Ok(out)
+    }
+}
+
+/// A record of the intents topic `topic` at `offset`, decoded: an intent, a commit note
+/// or a summary. Anything else is corruption, named by its offset.
+fn decode_intents_entry(topic: &str, offset: i64, bytes: &[u8]) -> Result<LedgerEntry> {
+    let corrupt =
+        |reason: String| Error::Corrupt { path: format!("kafka topic {topic} partition 0 offset {offset}"), reason };
+    match LedgerEntry::decode(bytes) {
+        Ok(LedgerEntry::Commit { .. }) => Err(corrupt(
+            "a commit entry in the intents topic, which holds intents, commit notes and summaries only; is another \
+             application writing to it?"
+                .into(),
+        )),
+        Ok(entry) => Ok(entry),
+        Err(reason) => Err(corrupt(format!(
+            "not a ledger entry: {reason}. The intents topic must be written by shareflow instances of this group only"
+        ))),
+    }
+}
+
+/// The error of an intents topic that starts at `start` > 0 with no summary of what
+/// was below it.
+fn unsummarised(topic: &str, start: i64) -> Error {
+    Error::Corrupt {
+        path: format!("kafka topic {topic} partition 0"),
+        reason: format!(
+            "the topic starts at offset {start}, but no summary of the entries below it follows: were its records \
+             deleted by hand? The claims below it are gone; recreating the topic empty gives up exactly-once for \
+             the work in flight"
+        ),
+    }
+}
+
+/// What reading the intents topic yields, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReadEvent {
+    /// Start from this summary: the index it describes replaces what was read before.
+    Seed(LedgerSummary),
+    /// Apply this intent or commit note, read at this offset.
+    Entry(i64, LedgerEntry),
+}
+
+/// Turns the records of the intents topic, read in log order from wherever it starts,
+/// into what to apply. Pure.
+///
+/// The topic's offsets are contiguous (no transactions write it, nothing compacts it).
+/// A reader that starts at offset 0 applies every intent and note and skips summaries.
+/// One that starts above 0, or finds records missing because the topic was trimmed past
+/// it, holds back what it reads until a summary of everything below its start arrives
+/// (one with `upto` at or above it), starts from that summary, and then applies what it
+/// held back from `upto` on.
+#[derive(Debug, Default)]
+pub(crate) struct IntentsReader {
+    /// The next offset expected; `None` before the first record.
+    next: Option<i64>,
+    /// Waiting for a summary: the offset it started or jumped to, and what it held back.
+    waiting: Option<(i64, Vec<(i64, LedgerEntry)>)>,
+    /// The highest `upto` of a summary it read.
+    summarised: i64,
+}
+
+impl IntentsReader {
+    /// The record at `offset` holds `entry`: what to apply now, in order.
+    pub(crate) fn feed(&mut self, offset: i64, entry: LedgerEntry) -> Vec<ReadEvent> {
+        let expected = self.next.unwrap_or(0);
+        if offset < expected {
+            return Vec::new(); // read before
+        }
+        if offset > expected {
+            // Starts above 0, or trimmed past what was read: what came before is gone.
+            self.waiting = Some((offset, Vec::new()));
+        }
+        self.next = Some(offset + 1);
+        if let LedgerEntry::Summary(s) = &entry {
+            self.summarised = self.summarised.max(s.upto);
+        }
+        match (&mut self.waiting, entry) {
+            (None, LedgerEntry::Summary(_)) => Vec::new(),
+            (None, entry) => vec![ReadEvent::Entry(offset, entry)],
+            (Some((start, _)), LedgerEntry::Summary(s)) if s.upto >= *start => {
+                let upto = s.upto;
+                let held = self.waiting.take().map(|w| w.1).unwrap_or_default();
+                let mut out = vec![ReadEvent::Seed(s)];
+                out.extend(held.into_iter().filter(|(o, _)| *o >= upto).map(|(o, e)| ReadEvent::Entry(o, e)));
+                out
+            }
+            (Some(_), LedgerEntry::Summary(_)) => Vec::new(),
+            (Some((_, held)), entry) => {
+                held.push((offset, entry));
+                Vec::new()
+            }
+        }
+    }
+
+    /// The offset it started or jumped to, while it waits for a summary of what lies
+    /// below.
+    pub(crate) fn waiting(&self) -> Option<i64> {
+        self.waiting.as_ref().map(|w| w.0)
+    }
+
+    /// The highest `upto` of the summaries read (0 if none).
+    pub(crate) fn summarised(&self) -> i64 {
+        self.summarised
     }
 }
 
@@ -80,9 +186,35 @@ struct Inner {
     dirty: bool,
     /// Why the tailer stopped, if it failed.
     failed: Option<(ErrorKind, String)>,
+    /// The tailer's reading of the topic's order, trims and summaries.
+    reader: IntentsReader,
+    /// The index describes the entries below this offset.
+    applied: i64,
 }
 
 impl Inner {
+    /// Applies what the reader yields.
+    fn apply(&mut self, event: ReadEvent) {
+        let held = |g: &Inner, by: &Claimant| g.holdings.as_ref().is_some_and(|h| h.holds(by));
+        match event {
+            ReadEvent::Seed(summary) => {
+                tracing::info!(upto = summary.upto, open = summary.open.len(), "intents: starting from a summary");
+                self.index = ClaimIndex::from_summary(&summary);
+                self.dirty |= self.holdings.is_some();
+            }
+            ReadEvent::Entry(_, LedgerEntry::Intent { by, epoch, ranges, .. }) => {
+                self.index.apply(&by, epoch, &ranges);
+                if held(self, &by) {
+                    self.dirty = true;
+                }
+            }
+            ReadEvent::Entry(_, LedgerEntry::Committed { by, epoch }) => self.index.committed(&by, epoch),
+            // The decoder lets only intents, notes and summaries through, and the
+            // reader never yields a summary as an entry.
+            ReadEvent::Entry(..) => {}
+        }
+    }
+
     /// Plans the replay of everything held and not yet queued, and queues it.
     fn plan(&mut self) -> usize {
         self.dirty = false;
@@ -143,6 +275,29 @@ pub(crate) struct GroupLedger {
     /// The tailer's position: the next offset of the intents topic it will read.
     position: tokio::sync::watch::Sender<i64>,
     tailer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Writes commit notes and summaries (outside any transaction).
+    notes: CachedProducer,
+    /// A compaction is running.
+    compacting: AtomicBool,
+    /// Ledger records the tailer read, and their value bytes.
+    read_entries: AtomicU64,
+    read_bytes: AtomicU64,
+}
+
+/// The largest summary written: a summary must fit the broker's default
+/// `message.max.bytes` (1 MiB) with room for the batch framing.
+const SUMMARY_MAX_BYTES: usize = 900 << 10;
+
+/// What [`GroupLedger::compact`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Compaction {
+    /// The summary describes the intents topic below this offset, and the topic now
+    /// starts there.
+    pub upto: i64,
+    /// The summary's size in bytes.
+    pub summary_bytes: usize,
+    /// The commits topic's new start offset, if it was trimmed.
+    pub commits_start: Option<i64>,
 }
 
 impl Drop for GroupLedger {
@@ -161,6 +316,10 @@ impl GroupLedger {
             inner: Mutex::new(Inner::default()),
             position: tokio::sync::watch::channel(0).0,
             tailer: Mutex::new(None),
+            notes: CachedProducer::new(Duration::ZERO, 1 << 20),
+            compacting: AtomicBool::new(false),
+            read_entries: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
         })
     }
 
@@ -200,13 +359,16 @@ impl GroupLedger {
         // Its own connections: its fetches wait for new intents, and on the job's
         // shared socket every intent write would queue behind them.
         let client = self.cluster.dedicated_client().await?;
+        // From the log start: a fetch below it (the topic was trimmed past this reader)
+        // restarts there, and the reader waits for the summary of what it missed.
         let consumer = client
             .consumer_without_group()
+            .auto_offset_reset(krafka::consumer::AutoOffsetReset::Earliest)
             .build()
             .await
             .map_err(|e| kafka_error(format!("tail the intents topic {topic}"), e))?;
         consumer.assign(topic, vec![0]).await.map_err(|e| kafka_error(format!("assign {topic}"), e))?;
-        consumer.seek(topic, 0, 0).await.map_err(|e| kafka_error(format!("seek {topic}"), e))?;
+        consumer.seek_to_beginning(topic, 0).await.map_err(|e| kafka_error(format!("seek {topic}"), e))?;
         loop {
             let records =
                 consumer.poll(Duration::from_millis(100)).await.map_err(|e| kafka_error(format!("tail {topic}"), e))?;
@@ -217,32 +379,14 @@ impl GroupLedger {
                 }
                 for r in records {
                     let bytes = r.value.as_deref().unwrap_or_default();
-                    match LedgerEntry::decode(bytes) {
-                        Ok(LedgerEntry::Intent { by, epoch, ranges, .. }) => {
-                            g.index.apply(&by, epoch, &ranges);
-                            if g.holdings.as_ref().is_some_and(|h| h.holds(&by)) {
-                                g.dirty = true;
-                            }
-                        }
-                        Ok(other) => {
-                            return Err(Error::Corrupt {
-                                path: format!("kafka topic {topic} partition 0 offset {}", r.offset),
-                                reason: format!(
-                                    "{} in the intents topic, which holds intents only; is another application \
-                                     writing to it?",
-                                    other.describe()
-                                ),
-                            })
-                        }
-                        Err(reason) => {
-                            return Err(Error::Corrupt {
-                                path: format!("kafka topic {topic} partition 0 offset {}", r.offset),
-                                reason: format!(
-                                    "not a ledger entry: {reason}. The intents topic must be written by shareflow \
-                                     instances of this group only"
-                                ),
-                            })
-                        }
+                    self.read_entries.fetch_add(1, Ordering::Relaxed);
+                    self.read_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let entry = decode_intents_entry(topic, r.offset, bytes)?;
+                    for event in g.reader.feed(r.offset, entry) {
+                        g.apply(event);
+                    }
+                    if g.reader.waiting().is_none() {
+                        g.applied = r.offset + 1;
                     }
                 }
                 if g.dirty {
@@ -306,7 +450,127 @@ impl GroupLedger {
     pub(crate) async fn catch_up(&self, timeout: Duration) -> Result<()> {
         let topic = self.lock().topic.clone();
         let end = self.cluster.end_offsets(&topic, false).await?.first().copied().unwrap_or(0);
-        self.wait_past(end - 1, timeout).await
+        self.wait_past(end - 1, timeout).await?;
+        match self.lock().reader.waiting() {
+            Some(start) => Err(unsummarised(&topic, start)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the note that `by` committed `epoch` to the intents topic (outside any
+    /// transaction; call it only once the commit is done).
+    pub(crate) async fn write_note(&self, by: Claimant, epoch: u64) -> Result<()> {
+        let topic = self.lock().topic.clone();
+        let entry = LedgerEntry::Committed { by, epoch };
+        self.send(&topic, &entry).await.map(drop)
+    }
+
+    async fn send(&self, topic: &str, entry: &LedgerEntry) -> Result<i64> {
+        let record = super::ledger_log::LedgerLog::record(topic, entry)?;
+        let producer = self.notes.get(&self.cluster).await?;
+        let meta = producer
+            .send(record)
+            .await
+            .map_err(|e| kafka_error(format!("write {} to {topic}", entry.describe()), e))?;
+        Ok(meta.offset)
+    }
+
+    /// The pairs of `committed` whose intents are still open here: their commit notes
+    /// are missing (a crash came between the commit and its note).
+    pub(crate) fn unnoted(&self, committed: &[(Claimant, u64)]) -> Vec<(Claimant, u64)> {
+        self.lock().index.open_among(committed)
+    }
+
+    /// How many entries were read since the last summary (or the topic's start).
+    pub(crate) fn unsummarised_entries(&self) -> i64 {
+        let g = self.lock();
+        g.applied - g.reader.summarised()
+    }
+
+    /// Ledger records the tailer read, and their bytes.
+    pub(crate) fn read_stats(&self) -> (u64, u64) {
+        (self.read_entries.load(Ordering::Relaxed), self.read_bytes.load(Ordering::Relaxed))
+    }
+
+    /// The index's size: intents still open, and ranges held.
+    pub(crate) fn index_size(&self) -> (usize, usize) {
+        let g = self.lock();
+        (g.index.intent_count(), g.index.range_count())
+    }
+
+    /// Writes a summary of everything the tailer applied, trims the intents topic below
+    /// it, and, given `commits` (this attempt's commits topic and prefix), trims the
+    /// commits topic below the first commit entry still needed: one whose epoch has open
+    /// intents here, or the last one (it carries the highest generation and epoch).
+    /// Returns `None` if a compaction is running already or the reader waits for a
+    /// summary, or the summary would not fit one record.
+    pub(crate) async fn compact(&self, commits: Option<(&str, &str)>) -> Result<Option<Compaction>> {
+        if self.compacting.swap(true, Ordering::AcqRel) {
+            return Ok(None);
+        }
+        let result = self.compact_now(commits).await;
+        self.compacting.store(false, Ordering::Release);
+        result
+    }
+
+    async fn compact_now(&self, commits: Option<(&str, &str)>) -> Result<Option<Compaction>> {
+        let (topic, summary) = {
+            let g = self.lock();
+            if g.reader.waiting().is_some() || g.applied == 0 {
+                return Ok(None);
+            }
+            (g.topic.clone(), g.index.summary(g.applied))
+        };
+        let upto = summary.upto;
+        let entry = LedgerEntry::Summary(summary);
+        let summary_bytes = entry.encode()?.len();
+        if summary_bytes > SUMMARY_MAX_BYTES {
+            tracing::warn!(
+                topic = %topic,
+                bytes = summary_bytes,
+                "the intents summary is too large for one record; the topic is not trimmed (is an instance dead and \
+                 never adopted?)"
+            );
+            return Ok(None);
+        }
+        self.send(&topic, &entry).await?;
+        self.cluster.delete_records(&topic, 0, upto).await?;
+        let commits_start = match commits {
+            Some((commits_topic, prefix)) => self.trim_commits(commits_topic, prefix).await?,
+            None => None,
+        };
+        tracing::info!(topic = %topic, upto, summary_bytes, ?commits_start, "compacted the ledger");
+        Ok(Some(Compaction { upto, summary_bytes, commits_start }))
+    }
+
+    /// Trims `prefix`'s commits topic `topic` below its first entry still needed.
+    async fn trim_commits(&self, topic: &str, prefix: &str) -> Result<Option<i64>> {
+        // Committed entries first, then the tailer caught up: every intent of an epoch
+        // read here is durable before its commit, so the index has seen it.
+        let mut entries = Vec::new();
+        for (_, offset, _, value) in self.cluster.read_topic(topic, true).await? {
+            if let Ok(LedgerEntry::Commit { generation, epoch, .. }) =
+                LedgerEntry::decode(value.as_deref().unwrap_or_default())
+            {
+                entries.push((offset, Claimant::new(prefix, generation), epoch));
+            }
+        }
+        self.catch_up(Duration::from_secs(60)).await?;
+        let pairs: Vec<(Claimant, u64)> = entries.iter().map(|(_, c, e)| (c.clone(), *e)).collect();
+        let needed: BTreeSet<(Claimant, u64)> = self.unnoted(&pairs).into_iter().collect();
+        let first = entries.first().map(|e| e.0);
+        let point = entries
+            .iter()
+            .filter(|(_, c, e)| needed.contains(&(c.clone(), *e)))
+            .map(|e| e.0)
+            .chain(entries.last().map(|e| e.0))
+            .min();
+        match (first, point) {
+            (Some(first), Some(point)) if point > first => {
+                Ok(Some(self.cluster.delete_records(topic, 0, point).await?))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The current attempt is `me`: it holds its own earlier generations.
@@ -340,9 +604,7 @@ impl GroupLedger {
         let g = self.lock();
         records
             .into_iter()
-            .map(|(t, p, o)| {
-                g.index.owner(t, p, o).is_some() || g.own.get(&(t.clone(), p)).is_some_and(|s| s.contains(o))
-            })
+            .map(|(t, p, o)| g.index.covered(t, p, o) || g.own.get(&(t.clone(), p)).is_some_and(|s| s.contains(o)))
             .collect()
     }
 
@@ -388,6 +650,73 @@ mod tests {
             taken: BTreeSet::new(),
             parallelism: 0,
         }
+    }
+
+    fn intent(epoch: u64) -> LedgerEntry {
+        LedgerEntry::Intent {
+            by: Claimant::new("a", 1),
+            epoch,
+            subtask: 0,
+            ranges: vec![LedgerRange { topic: "in".into(), partition: 0, first: 0, last: 0 }],
+        }
+    }
+
+    fn summary(upto: i64) -> LedgerEntry {
+        LedgerEntry::Summary(LedgerSummary { upto, ..LedgerSummary::default() })
+    }
+
+    /// Feeds `(offset, entry)` in order; what the reader yields, as
+    /// `Seed(upto)` / `Entry(offset)`.
+    fn read(entries: Vec<(i64, LedgerEntry)>) -> (Vec<String>, Option<i64>) {
+        let mut reader = IntentsReader::default();
+        let mut out = Vec::new();
+        for (o, e) in entries {
+            for ev in reader.feed(o, e) {
+                out.push(match ev {
+                    ReadEvent::Seed(s) => format!("seed {}", s.upto),
+                    ReadEvent::Entry(o, _) => format!("entry {o}"),
+                });
+            }
+        }
+        (out, reader.waiting())
+    }
+
+    #[test]
+    fn a_reader_from_offset_zero_applies_everything_and_skips_summaries() {
+        let (out, waiting) = read(vec![(0, intent(1)), (1, summary(1)), (2, intent(2))]);
+        assert_eq!(out, vec!["entry 0", "entry 2"]);
+        assert_eq!(waiting, None);
+    }
+
+    #[test]
+    fn a_reader_of_a_trimmed_topic_starts_from_the_summary_of_what_is_gone() {
+        // Trimmed below 50: the summary (upto 50) was written at 53, after intents
+        // 50..=52 (written while it was made). A stale summary (upto 10) is ignored.
+        let (out, waiting) = read(vec![
+            (50, intent(5)),
+            (51, summary(10)),
+            (52, intent(6)),
+            (53, summary(50)),
+            (54, intent(7)),
+            (55, summary(54)),
+        ]);
+        assert_eq!(out, vec!["seed 50", "entry 50", "entry 52", "entry 54"]);
+        assert_eq!(waiting, None);
+        // A summary above the start also seeds, and what it describes is not applied again.
+        let (out, _) = read(vec![(50, intent(5)), (51, intent(6)), (52, summary(51))]);
+        assert_eq!(out, vec!["seed 51", "entry 51"]);
+    }
+
+    #[test]
+    fn a_reader_trimmed_past_while_reading_waits_again_and_without_a_summary_says_so() {
+        let (out, waiting) =
+            read(vec![(0, intent(1)), (1, intent(2)), (9, intent(3)), (10, summary(9)), (11, intent(4))]);
+        assert_eq!(out, vec!["entry 0", "entry 1", "seed 9", "entry 9", "entry 11"]);
+        assert_eq!(waiting, None);
+        let (out, waiting) = read(vec![(7, intent(1)), (8, intent(2))]);
+        assert!(out.is_empty());
+        assert_eq!(waiting, Some(7));
+        assert!(unsummarised("g-intents", 7).to_string().contains("starts at offset 7"));
     }
 
     #[test]

@@ -62,6 +62,55 @@ pub(crate) enum LedgerEntry {
         /// The transactional-id slot that carried it (`{group}-{prefix}-g{generation}-s{slot}`).
         slot: u16,
     },
+    /// `by` committed epoch `epoch` (intents topic, written after the commit): every
+    /// offset its intents name is done. A note only; the commits topic stays the truth,
+    /// and a note lost in a crash is written again by the next take-over.
+    Committed {
+        /// The attempt that committed.
+        by: Claimant,
+        /// The epoch.
+        epoch: u64,
+    },
+    /// What every entry of the intents topic below offset `upto` amounts to (intents
+    /// topic): the ledger is trimmed below `upto` once this is durable, and a reader
+    /// that starts above offset 0 starts from it.
+    Summary(LedgerSummary),
+}
+
+/// The state of a group's claims after every entry of the intents topic below `upto`:
+/// what is done, what is still open, and the highest numbers each prefix used.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LedgerSummary {
+    /// It describes the entries below this offset of the intents topic.
+    pub upto: i64,
+    /// Offsets some committed intent names: their output is committed.
+    pub done: Vec<LedgerRange>,
+    /// The intents not yet done, in log order.
+    pub open: Vec<OpenIntent>,
+    /// Per prefix, the highest generation and epoch its intents named.
+    pub highest: Vec<PrefixHighest>,
+}
+
+/// An intent a [`LedgerSummary`] keeps: some offset it names is not done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct OpenIntent {
+    /// The attempt that wrote it.
+    pub by: Claimant,
+    /// Its epoch.
+    pub epoch: u64,
+    /// The offsets it names.
+    pub ranges: Vec<LedgerRange>,
+}
+
+/// The highest generation and epoch the intents of one prefix named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PrefixHighest {
+    /// The prefix.
+    pub prefix: String,
+    /// Its highest generation.
+    pub generation: u32,
+    /// Its highest epoch.
+    pub epoch: u64,
 }
 
 impl LedgerEntry {
@@ -77,6 +126,8 @@ impl LedgerEntry {
         match self {
             LedgerEntry::Intent { by, epoch, .. } => format!("an intent of {by} epoch {epoch}"),
             LedgerEntry::Commit { generation, epoch, .. } => format!("the commit of g{generation} epoch {epoch}"),
+            LedgerEntry::Committed { by, epoch } => format!("the commit note of {by} epoch {epoch}"),
+            LedgerEntry::Summary(s) => format!("the summary of the entries below offset {}", s.upto),
         }
     }
 
@@ -120,6 +171,23 @@ impl RangeSet {
     /// The ranges of `self` not in `other`, in order.
     pub(crate) fn minus(&self, other: &RangeSet) -> Vec<(i64, i64)> {
         self.ranges.minus(&other.ranges).iter().map(|(first, last, ())| (first, last)).collect()
+    }
+
+    /// The ranges as [`OffsetRanges`], to subtract from other range maps.
+    pub(crate) fn as_offset_ranges(&self) -> &OffsetRanges<()> {
+        &self.ranges
+    }
+
+    /// True if every offset of `first..=last` is in the set.
+    pub(crate) fn contains_all(&self, first: i64, last: i64) -> bool {
+        let mut span = OffsetRanges::new();
+        span.assign(first, last, ());
+        span.minus(&self.ranges).range_count() == 0
+    }
+
+    /// How many ranges.
+    pub(crate) fn range_count(&self) -> usize {
+        self.ranges.range_count()
     }
 
     /// The ranges, in order.

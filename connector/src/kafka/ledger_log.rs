@@ -5,6 +5,7 @@
 //! tailed by [`super::group`].
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,9 @@ pub(crate) struct LedgerLog {
     stable_wait: Duration,
     /// Writes intents (and at-least-once commit entries), kept apart from bulk output.
     intents: CachedProducer,
+    /// Commit entries read, and their value bytes.
+    read_entries: AtomicU64,
+    read_bytes: AtomicU64,
 }
 
 impl LedgerLog {
@@ -40,7 +44,14 @@ impl LedgerLog {
             cluster,
             stable_wait: transaction_timeout.min(Duration::from_secs(60)),
             intents: CachedProducer::new(Duration::ZERO, INTENT_BATCH_BYTES),
+            read_entries: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// Commit entries read so far, and their value bytes.
+    pub(crate) fn read_stats(&self) -> (u64, u64) {
+        (self.read_entries.load(Ordering::Relaxed), self.read_bytes.load(Ordering::Relaxed))
     }
 
     /// `entry` as a record of partition 0 of the ledger topic `topic` (it has only
@@ -83,6 +94,8 @@ impl LedgerLog {
         let mut out = Vec::new();
         for (partition, offset, _key, value) in c.read_topic(topic, stable).await? {
             let value = value.unwrap_or_default();
+            self.read_entries.fetch_add(1, Ordering::Relaxed);
+            self.read_bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
             let corrupt = |reason: String| Error::Corrupt {
                 path: format!("kafka topic {topic} partition {partition} offset {offset}"),
                 reason: format!(

@@ -42,7 +42,7 @@ pub use group::GroupIntent;
 pub use ledger::LedgerRange;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;
-pub use transactions::{KafkaTransactions, KafkaTransactionsConfig};
+pub use transactions::{KafkaTransactions, KafkaTransactionsConfig, LedgerReads};
 
 pub(crate) use error::kafka_error;
 

@@ -65,11 +65,17 @@ pub struct KafkaTransactionsConfig {
     /// At most K transactions of one attempt are open at once, so K must exceed the
     /// job's tolerable checkpoint failures plus one (default 4).
     pub slots: u16,
+    /// The intents topic is summarised and trimmed once this many entries were written
+    /// since its last summary (default 64): a recovery then reads about this many
+    /// intents, notes and commit entries, whatever the job's age. A compaction costs a
+    /// summary record, a read of the commits topic and two DeleteRecords calls, in the
+    /// background after a commit.
+    pub ledger_summary_every: u64,
 }
 
 impl Default for KafkaTransactionsConfig {
     fn default() -> Self {
-        Self { exactly_once: true, transaction_timeout: Duration::from_secs(600), slots: 4 }
+        Self { exactly_once: true, transaction_timeout: Duration::from_secs(600), slots: 4, ledger_summary_every: 64 }
     }
 }
 
@@ -89,6 +95,13 @@ impl KafkaTransactionsConfig {
     /// K, the transactional ids per attempt (default 4, at least 2).
     pub fn slots(mut self, slots: u16) -> Self {
         self.slots = slots;
+        self
+    }
+
+    /// Summarise and trim the intents topic every `entries` entries (default 64, at
+    /// least 1).
+    pub fn ledger_summary_every(mut self, entries: u64) -> Self {
+        self.ledger_summary_every = entries.max(1);
         self
     }
 }
@@ -348,6 +361,55 @@ impl KafkaTransactions {
         self.group.queued()
     }
 
+    /// What the ledger reads of this participant cost so far: records read from the
+    /// intents and commits topics, and their value bytes.
+    pub fn ledger_reads(&self) -> LedgerReads {
+        let (intents_entries, intents_bytes) = self.group.read_stats();
+        let (commit_entries, commit_bytes) = self.log.read_stats();
+        let (open_intents, index_ranges) = self.group.index_size();
+        LedgerReads {
+            entries: intents_entries + commit_entries,
+            bytes: intents_bytes + commit_bytes,
+            open_intents,
+            index_ranges,
+        }
+    }
+
+    /// Summarises and trims the ledger now, whatever was written since the last summary
+    /// (a compaction otherwise runs after a commit once
+    /// [`KafkaTransactionsConfig::ledger_summary_every`] entries were written). Returns
+    /// the offset the intents topic now starts at, or `None` if nothing was done.
+    pub async fn compact_ledger(&self) -> Result<Option<i64>> {
+        let template = lock(&self.template).clone();
+        let commits = template.as_ref().map(|t| (commits_topic(t), t.prefix().to_string()));
+        let done = self.group.compact(commits.as_ref().map(|(t, p)| (t.as_str(), p.as_str()))).await.map_err(rt)?;
+        Ok(done.map(|c| c.upto))
+    }
+
+    /// After a commit of epoch `n`: the note that it committed, and a compaction when
+    /// enough was written since the last. Both run in the background: a lost note only
+    /// delays trimming until the next take-over writes it again.
+    fn after_commit(&self, n: u64) {
+        let Ok(me) = self.me() else { return };
+        let group = self.group.clone();
+        let every = i64::try_from(self.config.ledger_summary_every).unwrap_or(i64::MAX);
+        let template = lock(&self.template).clone();
+        let owner = self.owner;
+        tokio::spawn(async move {
+            if let Err(e) = group.write_note(me.clone(), n).await {
+                tracing::warn!(claimant = %me, epoch = n, error = %e, "could not write a commit note");
+                return;
+            }
+            if !owner || group.unsummarised_entries() < every {
+                return;
+            }
+            let commits = template.as_ref().map(|t| (commits_topic(t), t.prefix().to_string()));
+            if let Err(e) = group.compact(commits.as_ref().map(|(t, p)| (t.as_str(), p.as_str()))).await {
+                tracing::warn!(error = %e, "could not compact the ledger; it is tried again after a later commit");
+            }
+        });
+    }
+
     /// The epochs of this job's prefix whose `Commit` entry is visible read_committed,
     /// with their generations: checkpoints whose T(n) committed.
     pub async fn committed_epochs(&self) -> Result<BTreeSet<u64>> {
@@ -523,6 +585,20 @@ impl KafkaTransactions {
         lock(&self.plain_handles).clear();
         Ok(())
     }
+}
+
+/// What a participant's ledger reads cost ([`KafkaTransactions::ledger_reads`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LedgerReads {
+    /// Records read from the intents and commits topics.
+    pub entries: u64,
+    /// Their value bytes.
+    pub bytes: u64,
+    /// Intents the claim index holds: some offset they name is not done.
+    pub open_intents: usize,
+    /// Offset ranges the claim index holds.
+    pub index_ranges: usize,
 }
 
 /// The commits topic of `template`'s prefix.
@@ -712,13 +788,16 @@ impl TransactionParticipant for KafkaTransactions {
             let entry = LedgerEntry::Commit { generation: self.generation(), epoch: n, slot: 0 };
             let written = self.log.write(&self.ledger_topic()?, &entry).await;
             lock(&self.epochs).remove(&n);
-            return written.map(drop).map_err(|e| failed("commit", txn, e));
+            written.map_err(|e| failed("commit", txn, e))?;
+            self.after_commit(n);
+            return Ok(());
         }
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
             let producer = self.slot_producer(l.slot)?;
             producer.commit().await.map_err(|e| failed("commit", txn, kafka_error(format!("commit {txn}"), e)))?;
             lock(&self.epochs).remove(&n);
+            self.after_commit(n);
             return Ok(());
         }
         // Recovery: a crash left T(n) open after its checkpoint completed.
@@ -820,6 +899,11 @@ impl TransactionParticipant for KafkaTransactions {
             let t = TransactionTemplate::new(template.group_id(), &p)?;
             let commits = self.log.commits(&commits_topic(&t), true).await.map_err(rt)?;
             committed.extend(commits.into_iter().map(|(g, e, _)| (Claimant::new(p.clone(), g), e)));
+        }
+        // Commit notes a crash lost (between a commit and its note), written again so
+        // that every instance can count those intents done and the ledger can be trimmed.
+        for (by, epoch) in self.group.unnoted(&committed) {
+            self.group.write_note(by, epoch).await.map_err(rt)?;
         }
         let queued = self.group.hold((!own).then_some(prefix.as_str()), committed);
         tracing::info!(prefix = %template.prefix(), replay_ranges = queued, "took over the work of a prefix");
