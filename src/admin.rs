@@ -17,6 +17,20 @@ pub(crate) enum TxnSource {
     Kafka(String),
 }
 
+impl TxnSource {
+    /// `--dir` or `--kafka` (not both); neither is the demo's embedded directory.
+    pub(crate) fn from_options(dir: Option<String>, kafka: Option<String>) -> Result<Self, String> {
+        match (dir, kafka) {
+            (Some(_), Some(_)) => Err("give --dir (embedded broker) or --kafka (Kafka), not both".into()),
+            #[cfg(feature = "kafka")]
+            (None, Some(k)) => Ok(TxnSource::Kafka(k)),
+            #[cfg(not(feature = "kafka"))]
+            (None, Some(_)) => Err("this shareflow was built without the kafka feature".into()),
+            (d, None) => Ok(TxnSource::Dir(d.unwrap_or_else(|| "target/shareflow-demo/broker".into()))),
+        }
+    }
+}
+
 /// The options of `txn list`, all checked before anything is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TxnList {
@@ -254,6 +268,36 @@ mod tests {
     }
 
     #[test]
+    fn an_explicit_decision_follows_the_recovery_rule_unless_forced() {
+        use Explicit::{Do, Refuse};
+        use TxnOp::{Abort, Commit};
+        // (op, n, newest complete checkpoint, force) -> done (forced?) or refused
+        type Case = (TxnOp, u64, Option<u64>, bool, Option<bool>);
+        let table: [Case; 10] = [
+            (Commit, 2, Some(2), false, Some(false)),
+            (Commit, 1, Some(2), false, Some(false)),
+            (Commit, 3, Some(2), false, None),
+            (Commit, 3, None, false, None),
+            (Commit, 3, Some(2), true, Some(true)),
+            (Abort, 3, Some(2), false, Some(false)),
+            (Abort, 3, None, false, Some(false)),
+            (Abort, 2, Some(2), false, None),
+            (Abort, 2, Some(5), true, Some(true)),
+            (Commit, 2, Some(2), true, Some(false)),
+        ];
+        for (op, n, restored, force, want) in table {
+            let got = explicit_decision(op, "g-p-n", n, restored, force);
+            match (want, &got) {
+                (Some(forced), Do { op: o, forced: f }) => {
+                    assert_eq!((*o, *f), (op, forced), "{op:?} {n} {restored:?}")
+                }
+                (None, Refuse(why)) => assert!(why.contains("g-p-n") && why.contains("--force"), "{why}"),
+                _ => panic!("{op:?} {n} {restored:?} {force}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn options_are_checked_together() {
         assert!(list(Some("d"), Some("k:1"), None, None).unwrap_err().contains("not both"));
         assert!(list(None, None, None, Some("p")).unwrap_err().contains("--prefix needs --group"));
@@ -274,8 +318,8 @@ mod tests {
 /// checkpoints, as its restart would.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TxnResolve {
-    /// The broker directory.
-    pub(crate) dir: String,
+    /// The embedded broker's directory, or Kafka.
+    pub(crate) source: TxnSource,
     /// The checkpoint root of the group's instances.
     pub(crate) checkpoints: String,
     pub(crate) group: String,
@@ -289,6 +333,7 @@ impl TxnResolve {
     /// Checks the options; every one but `--dir` and the flags is required.
     pub(crate) fn new(
         dir: Option<String>,
+        kafka: Option<String>,
         checkpoints: Option<String>,
         group: Option<String>,
         prefix: Option<String>,
@@ -296,8 +341,9 @@ impl TxnResolve {
         json: bool,
     ) -> Result<Self, String> {
         let need = |v: Option<String>, what: &str| v.ok_or_else(|| format!("txn resolve needs {what}"));
+        let source = TxnSource::from_options(dir, kafka)?;
         Ok(Self {
-            dir: dir.unwrap_or_else(|| "target/shareflow-demo/broker".into()),
+            source,
             checkpoints: need(checkpoints, "--checkpoints URL: the manifests decide")?,
             group: need(group, "--group G")?,
             prefix: need(prefix, "--prefix P: the stopped job's prefix")?,
@@ -310,21 +356,32 @@ impl TxnResolve {
     pub(crate) async fn run(&self) -> Result<(), BoxError> {
         use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
         use shareflow::connector::embedded::BrokerTransactions;
-        has_broker(&self.dir)?;
         let storage = shareflow::checkpoint::CheckpointStore::from_url(&self.checkpoints, &[], &self.prefix)?;
         let template = shareflow::runtime::TransactionTemplate::new(&self.group, &self.prefix)?;
-        let options = BrokerOptions::local_dir(&self.dir)?;
-        // A dry run reads; a resolution takes the directory, which a running job's
-        // broker holds: then it is refused, naming the holder.
-        let broker = if self.dry_run {
-            EmbeddedBroker::open_read_only(options).await?
-        } else {
-            EmbeddedBroker::open(options).await?
+        let (participant, close): (shareflow::runtime::Participant, Box<dyn FnOnce() + Send>) = match &self.source {
+            TxnSource::Dir(dir) => {
+                has_broker(dir)?;
+                let options = BrokerOptions::local_dir(dir)?;
+                // A dry run reads; a resolution takes the directory, which a running
+                // job's broker holds: then it is refused, naming the holder.
+                let broker = if self.dry_run {
+                    EmbeddedBroker::open_read_only(options).await?
+                } else {
+                    EmbeddedBroker::open(options).await?
+                };
+                (BrokerTransactions::new(broker.clone(), Duration::from_secs(60)), Box::new(move || broker.close()))
+            }
+            #[cfg(feature = "kafka")]
+            TxnSource::Kafka(bootstrap) => {
+                if !self.dry_run {
+                    refuse_live(&self.checkpoints, &self.prefix).await?;
+                }
+                (kafka_adopter(bootstrap).await?, Box::new(|| {}))
+            }
         };
-        let participant: shareflow::runtime::Participant =
-            BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-        let done = shareflow::runtime::resolve_pending(&[participant], &template, &storage, self.dry_run).await?;
-        broker.close();
+        let done = shareflow::runtime::resolve_pending(&[participant], &template, &storage, self.dry_run).await;
+        close();
+        let done = done?;
         if self.json {
             let rows = done.iter().map(
                 |r| serde_json::json!({"transaction": r.transaction, "participant": r.participant, "action": r.action}),
@@ -396,6 +453,235 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: u64, json: bool
     }
     if failed > 0 {
         return Err(format!("{failed} state file(s) of checkpoint {id} fail verification").into());
+    }
+    Ok(())
+}
+
+/// What `txn commit` or `txn abort` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnOp {
+    Commit,
+    Abort,
+}
+
+/// What an explicit `txn commit|abort` of T(n) does, from what the checkpoints decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Explicit {
+    /// Carry it out: the manifests agree (or `--force` overrides them, `forced`).
+    Do { op: TxnOp, forced: bool },
+    /// Refused, and why.
+    Refuse(String),
+}
+
+/// The rule of an explicit decision, as recovery's (`plan_recovery`): T(n) commits iff a
+/// complete checkpoint `restored` >= n exists. Against that rule only `--force` acts.
+pub(crate) fn explicit_decision(op: TxnOp, id: &str, n: u64, restored: Option<u64>, force: bool) -> Explicit {
+    let decided = restored.is_some_and(|r| n <= r);
+    match (op, decided, force) {
+        (TxnOp::Commit, true, _) | (TxnOp::Abort, false, _) => Explicit::Do { op, forced: false },
+        (_, _, true) => Explicit::Do { op, forced: true },
+        (TxnOp::Commit, false, false) => Explicit::Refuse(format!(
+            "no complete checkpoint decides {id}: {}, so committing it publishes output and acknowledgements no \
+             restored state counts (a restart processes them again). `shareflow txn resolve` decides as a restart \
+             would; --force commits anyway",
+            match restored {
+                Some(r) => format!("the newest complete checkpoint is {r}, below {n}"),
+                None => "the job has no complete checkpoint".into(),
+            }
+        )),
+        (TxnOp::Abort, true, false) => Explicit::Refuse(format!(
+            "complete checkpoint {} covers {id}, so its manifest decided to commit it; aborting it loses output \
+             that the restored state counts as done. `shareflow txn resolve` commits it; --force aborts anyway",
+            restored.unwrap_or(n)
+        )),
+    }
+}
+
+/// `txn commit|abort ID`: one transaction of a stopped job, decided by hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TxnDecide {
+    pub(crate) op: TxnOp,
+    /// The transaction id `{group}-{prefix}-{checkpoint}`.
+    pub(crate) id: String,
+    pub(crate) group: String,
+    pub(crate) source: TxnSource,
+    /// The checkpoint root whose manifests decide.
+    pub(crate) checkpoints: String,
+    pub(crate) force: bool,
+    pub(crate) json: bool,
+}
+
+impl TxnDecide {
+    /// Checks the options: the id, `--group` and `--checkpoints` are required.
+    pub(crate) fn new(
+        op: TxnOp,
+        id: Option<String>,
+        source: TxnSource,
+        group: Option<String>,
+        checkpoints: Option<String>,
+        force: bool,
+        json: bool,
+    ) -> Result<Self, String> {
+        let verb = match op {
+            TxnOp::Commit => "txn commit",
+            TxnOp::Abort => "txn abort",
+        };
+        let id = id.ok_or_else(|| format!("{verb} needs a transaction id: {verb} GROUP-PREFIX-N --group GROUP"))?;
+        let group =
+            group.ok_or_else(|| format!("{verb} needs --group G: it tells the group from the prefix in {id}"))?;
+        shareflow::checkpoint::TransactionId::parse(&id, &group).map_err(|e| format!("{verb} {id}: {e}"))?;
+        let checkpoints =
+            checkpoints.ok_or_else(|| format!("{verb} needs --checkpoints URL: the job's manifests decide {id}"))?;
+        Ok(Self { op, id, group, source, checkpoints, force, json })
+    }
+
+    /// Decides the transaction and prints what it did.
+    pub(crate) async fn run(&self) -> Result<(), BoxError> {
+        use shareflow::runtime::PrepareOutcome;
+        let txn = shareflow::checkpoint::TransactionId::parse(&self.id, &self.group)?;
+        let (prefix, n) = (txn.prefix().to_string(), txn.checkpoint_id());
+        let template = shareflow::runtime::TransactionTemplate::new(&self.group, &prefix)?;
+        let storage = shareflow::checkpoint::CheckpointStore::from_url(&self.checkpoints, &[], &prefix)?;
+        let policy = shareflow::checkpoint::protocol::RetentionPolicy::default();
+        let restored = storage.recover(&policy).await?.plan.restored_id();
+        let op = match explicit_decision(self.op, &self.id, n, restored, self.force) {
+            Explicit::Refuse(why) => return Err(why.into()),
+            Explicit::Do { op, forced } => {
+                if forced {
+                    eprintln!("warning: --force overrides the checkpoints; exactly-once does not hold for {}", self.id);
+                }
+                op
+            }
+        };
+        let (participant, close) = self.participant(&prefix).await?;
+        // Looked up before the prefix is taken: taking it aborts what never prepared.
+        let pending = participant.pending(&template).await?;
+        let Some(found) = pending.iter().find(|t| t.id.checkpoint_id() == n) else {
+            close();
+            let open: Vec<String> = pending.iter().map(|t| t.id.to_string()).collect();
+            return Err(format!(
+                "no open transaction {} on {}: it committed or aborted already, or never began (open under the \
+                 prefix: {}). `shareflow txn list` shows what is open",
+                self.id,
+                self.where_(),
+                if open.is_empty() { "none".to_string() } else { open.join(", ") }
+            )
+            .into());
+        };
+        if op == TxnOp::Commit && !found.prepared {
+            close();
+            return Err(format!(
+                "{} never prepared (it is ONGOING): the job stopped before its checkpoint's prepare, and taking the \
+                 prefix to commit it aborts it. Only an abort is left for it",
+                self.id
+            )
+            .into());
+        }
+        let result = async {
+            participant.open(&template).await?;
+            match op {
+                TxnOp::Commit => {
+                    if participant.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
+                        return Err(format!("{} was aborted before it could commit", self.id).into());
+                    }
+                    participant.commit(&txn).await?;
+                    Ok::<_, BoxError>("committed")
+                }
+                TxnOp::Abort => {
+                    // Taking the prefix may have aborted it already.
+                    if participant.pending(&template).await?.iter().any(|t| t.id.checkpoint_id() == n) {
+                        participant.abort(&txn).await?;
+                    }
+                    Ok("aborted")
+                }
+            }
+        }
+        .await;
+        let action = match result {
+            Ok(a) => a,
+            Err(e) => {
+                close();
+                return Err(e);
+            }
+        };
+        close();
+        if self.json {
+            println!(
+                "{}",
+                serde_json::json!({"transaction": self.id, "action": action, "forced": self.force, "participant": participant.name()})
+            );
+        } else {
+            println!("{action} {} ({})", self.id, participant.name());
+        }
+        Ok(())
+    }
+
+    fn where_(&self) -> String {
+        match &self.source {
+            TxnSource::Dir(d) => format!("the embedded broker in {d}"),
+            #[cfg(feature = "kafka")]
+            TxnSource::Kafka(k) => format!("Kafka at {k}"),
+        }
+    }
+
+    /// The participant that decides, and what closes it. The embedded broker's
+    /// directory is taken exclusively: a running job's broker holds it, and then this is
+    /// refused naming the holder. On Kafka a live instance of the prefix is refused.
+    async fn participant(
+        &self,
+        prefix: &str,
+    ) -> Result<(shareflow::runtime::Participant, Box<dyn FnOnce() + Send>), BoxError> {
+        match &self.source {
+            TxnSource::Dir(dir) => {
+                use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+                has_broker(dir)?;
+                let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir)?).await?;
+                let p: shareflow::runtime::Participant =
+                    shareflow::connector::embedded::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+                Ok((p, Box::new(move || broker.close())))
+            }
+            #[cfg(feature = "kafka")]
+            TxnSource::Kafka(bootstrap) => {
+                refuse_live(&self.checkpoints, prefix).await?;
+                Ok((kafka_adopter(bootstrap).await?, Box::new(|| {})))
+            }
+        }
+    }
+}
+
+/// The Kafka participant's adopter view on `bootstrap`: it decides a prefix's
+/// transactions and owns no attempt of its own.
+#[cfg(feature = "kafka")]
+async fn kafka_adopter(bootstrap: &str) -> Result<shareflow::runtime::Participant, BoxError> {
+    use shareflow::connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
+    let cluster = KafkaCluster::connect(bootstrap).await?;
+    let owner = KafkaTransactions::new(cluster, KafkaTransactionsConfig::default());
+    Ok(shareflow::runtime::TransactionParticipant::adopter(owner.as_ref())
+        .ok_or("the Kafka participant has no adopter view")?)
+}
+
+/// How long `txn` commands on Kafka watch an instance's heartbeat before they act.
+#[cfg(feature = "kafka")]
+const LIVE_WATCH: Duration = Duration::from_secs(3);
+
+/// Refuses if the instance `prefix` under the checkpoint root `checkpoints` is live: its
+/// heartbeat moves within [`LIVE_WATCH`] (measured on this machine's clock only). A
+/// retired or adopted instance, or one that never beat, is not live.
+#[cfg(feature = "kafka")]
+pub(crate) async fn refuse_live(checkpoints: &str, prefix: &str) -> Result<(), BoxError> {
+    let registry = shareflow::checkpoint::CheckpointStore::from_url(checkpoints, &[], prefix)?.registry();
+    let first = registry.record(prefix).await?;
+    if first.retired || first.adopted_by.is_some() || first.heartbeat.is_none() {
+        return Ok(());
+    }
+    tokio::time::sleep(LIVE_WATCH).await;
+    let second = registry.record(prefix).await?;
+    if second.heartbeat != first.heartbeat || second.incarnation != first.incarnation {
+        return Err(format!(
+            "instance {prefix} is live: its heartbeat under {checkpoints} moved within {LIVE_WATCH:?}. Stop it \
+             first; a live instance decides its own transactions"
+        )
+        .into());
     }
     Ok(())
 }

@@ -499,22 +499,28 @@ pub(crate) fn value_of(id: u64, len: usize) -> Vec<u8> {
 /// for [`identity`]).
 pub(crate) const TRANSFORM_SQL: &str = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input";
 
-/// A progress line, made when asked.
-pub(crate) type ProgressLine = std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'static>>;
+/// A progress sample, made when asked.
+pub(crate) type ProgressLine =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<crate::progress::ProgressState>> + Send + 'static>>;
 
-/// Runs `job` to its end, printing the line `progress` makes every second if given.
-/// Returns the report and how many seconds the job ran.
+/// Runs `job` to its end, showing the sample `progress` makes every second if given (a
+/// live bar on a terminal, plain lines elsewhere: [`crate::progress`]). Returns the
+/// report and how many seconds the job ran.
 pub(crate) async fn run_job(
     job: &shareflow_runtime::Job,
     progress: Option<impl Fn() -> ProgressLine + Send + 'static>,
 ) -> Result<(shareflow_runtime::JobReport, f64), Box<dyn std::error::Error + Send + Sync>> {
     let started = Instant::now();
-    let printer = progress.map(|line| {
+    let display = progress.is_some().then(|| Arc::new(crate::progress::Display::for_stderr()));
+    let printer = progress.zip(display.clone()).map(|(sample, display)| {
+        let metrics = job.metrics_handle();
         tokio::spawn(async move {
+            let mut sampler = crate::progress::Sampler::new();
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Some(l) = line().await {
-                    eprintln!("{l}");
+                if let Some(state) = sample().await {
+                    let shared = sampler.sample(&metrics.snapshot(), state.done);
+                    display.show(&state, &shared);
                 }
             }
         })
@@ -523,6 +529,9 @@ pub(crate) async fn run_job(
     let seconds = started.elapsed().as_secs_f64();
     if let Some(p) = printer {
         p.abort();
+    }
+    if let Some(d) = display {
+        d.finish();
     }
     match outcome {
         Ok(r) => Ok((r, seconds)),
@@ -719,12 +728,18 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
             let broker = broker.clone();
             Box::pin(async move {
                 let b = broker.backlog(GROUP, INPUT).await.ok()?;
-                Some(format!(
-                    "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
-                    100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64,
-                    b.acknowledged,
-                    b.locked
-                ))
+                let done = b.acknowledged + b.archived;
+                Some(crate::progress::ProgressState {
+                    done,
+                    total: Some(total),
+                    lag: Some(total.saturating_sub(done + b.locked)),
+                    line: format!(
+                        "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
+                        100.0 * done as f64 / total.max(1) as f64,
+                        b.acknowledged,
+                        b.locked
+                    ),
+                })
             })
         }
     });

@@ -321,13 +321,13 @@ pub(crate) fn pipeline(
 pub(crate) fn progress_line(metrics: &Arc<SourceMetrics>) -> impl Fn() -> ProgressLine + Send + 'static {
     let metrics = metrics.clone();
     move || -> ProgressLine {
+        let done = metrics.records_emitted.load(Ordering::Relaxed);
         let line = format!(
-            "progress: {} records emitted ({} replayed, {} redeliveries skipped)",
-            metrics.records_emitted.load(Ordering::Relaxed),
+            "progress: {done} records emitted ({} replayed, {} redeliveries skipped)",
             metrics.records_replayed.load(Ordering::Relaxed),
             metrics.records_skipped.load(Ordering::Relaxed)
         );
-        Box::pin(async move { Some(line) })
+        Box::pin(async move { Some(crate::progress::ProgressState { done, total: None, lag: None, line }) })
     }
 }
 

@@ -46,6 +46,8 @@ pub(crate) struct RunOptions {
     pub(crate) partitions: u32,
     /// Serve Prometheus metrics on this `HOST:PORT`.
     pub(crate) metrics_addr: Option<String>,
+    /// The user's pipeline from a job file, instead of the main job.
+    pub(crate) job: Option<crate::job_file::JobFile>,
 }
 
 impl RunOptions {
@@ -65,6 +67,7 @@ impl RunOptions {
             max_rate: None,
             partitions: 4,
             metrics_addr: None,
+            job: None,
         }
     }
 }
@@ -125,11 +128,8 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     let storage = CheckpointStore::from_url(&options.checkpoints, &[], &options.instance)?;
     let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
-    let input = options.input.clone().unwrap_or_else(|| input_topic(&options.group));
-    let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
-    cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
-    cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
-    let txns = KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default());
+    let exactly_once = options.job.as_ref().is_none_or(|j| j.exactly_once);
+    let txns = KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
     let mut config = JobConfig::new(storage, &options.group, &options.instance)
         .checkpoint_interval(options.interval)
         .checkpoint_timeout(options.checkpoint_timeout)
@@ -139,9 +139,18 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     config.tolerable_checkpoint_failures = 2;
 
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source = source_settings(&options.group, &input, options.parallelism, options.max_rate);
-    source.from_earliest = true;
-    let job = pipeline(&cluster, &txns, source, &output, options.parallelism, &metrics);
+    let job = match &options.job {
+        Some(file) => file_pipeline(file, &cluster, &txns, &metrics, options.parallelism).await?,
+        None => {
+            let input = options.input.clone().unwrap_or_else(|| input_topic(&options.group));
+            let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
+            cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
+            cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
+            let mut source = source_settings(&options.group, &input, options.parallelism, options.max_rate);
+            source.from_earliest = true;
+            pipeline(&cluster, &txns, source, &output, options.parallelism, &metrics)
+        }
+    };
     let job = job.build(config)?;
     if let Some(server) = &endpoint {
         crate::kafka_demo::serve_job_metrics(server, &job, &metrics);
@@ -171,4 +180,53 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
         stopped_by_signal: stopped.load(Ordering::SeqCst),
         seconds,
     })
+}
+
+/// The pipeline of a job file: share source, its transforms in order, its sink. The
+/// topics it names are created if missing, with the file's partitions.
+async fn file_pipeline(
+    file: &crate::job_file::JobFile,
+    cluster: &KafkaCluster,
+    txns: &Arc<KafkaTransactions>,
+    metrics: &Arc<SourceMetrics>,
+    parallelism: u32,
+) -> Result<shareflow_runtime::JobBuilder, Box<dyn std::error::Error + Send + Sync>> {
+    use crate::job_file::SinkSpec;
+    use shareflow_connector::kafka::{KafkaShareSource, KafkaSink};
+    use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceSettings};
+    for topic in &file.topics {
+        cluster.ensure_topic(topic, file.partitions as i32, &[]).await?;
+    }
+    let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
+    let mut source = SourceSettings::new(&file.group, &topics);
+    source.from_earliest = file.from_earliest;
+    source.max_records_per_second = file.max_rate.map(|r| (r / u64::from(parallelism)).max(1));
+    let job = shareflow_runtime::JobBuilder::new();
+    let mut stream = job
+        .source(
+            "share-source",
+            record_schema(),
+            KafkaShareSource::factory(cluster.clone(), txns.clone(), source, metrics.clone()),
+        )
+        .parallelism(parallelism);
+    for (name, sql) in &file.transforms {
+        stream = stream.sql(name, sql).parallelism(parallelism);
+    }
+    match &file.sink {
+        SinkSpec::Kafka { topic } => {
+            cluster.ensure_topic(topic, file.partitions as i32, &[]).await?;
+            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), topic)).parallelism(parallelism);
+        }
+        SinkSpec::Files { url } => {
+            let (store, root) = shareflow_checkpoint::open_url(url, &[])?;
+            let files = FileCommitter::new(store, root.as_ref());
+            stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(parallelism);
+            job.participant(files);
+        }
+        SinkSpec::Print => {
+            stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(parallelism);
+        }
+    }
+    job.participant(txns.clone());
+    Ok(job)
 }

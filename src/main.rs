@@ -13,15 +13,25 @@ use std::time::Duration;
 mod admin;
 mod demo;
 #[cfg(feature = "kafka")]
+mod job_file;
+#[cfg(feature = "kafka")]
 mod kafka_demo;
 #[cfg(feature = "kafka")]
 mod kafka_instances;
 #[cfg(feature = "kafka")]
 mod kafka_run;
+mod progress;
 
 use demo::DemoOptions;
 
 const USAGE: &str = "usage: shareflow <command> [options]
+
+options of every command:
+  --log-format text|json  how logs (SHAREFLOW_LOG=info, ...) are written to stderr: text
+                       (default) or one JSON object per line
+
+progress: on a terminal demo and run show a live bar; elsewhere (and under --json) a plain
+line per second (SHAREFLOW_PROGRESS=plain forces lines)
 
 commands:
   demo         run the exactly-once demo job on the embedded broker
@@ -76,6 +86,10 @@ commands:
     --max-rate R         at most R records per second through each instance
     --logs DIR           append each instance process's whole stderr to DIR/ID.log (set
                          SHAREFLOW_LOG for more than warnings)
+  run JOB.toml [--instance ID] [--kafka HOST:PORT] [--checkpoints URL] [--metrics-addr A] [--json]
+               run one instance of your own pipeline from a job file (source, SQL
+               transforms, sink, checkpoints; examples/jobs/*.toml); the whole file is
+               checked first, and each error names its line and key
   run --kafka HOST:PORT --group G --instance ID --checkpoints URL
                run one instance of the main job in share group G on a real Kafka 4.x broker,
                until SIGTERM or Ctrl-C (a final checkpoint, then it retires). Start more with
@@ -101,12 +115,20 @@ commands:
     --checkpoints URL    the checkpoint root of the group's instances (embedded broker)
     --json               one JSON array
   txn resolve --checkpoints URL --group G --prefix P
-               decide what a stopped job left pending on an embedded broker, as its restart
-               would: commit what a complete checkpoint covers, abort the rest; refused
-               while a job's broker holds the directory
+               decide what a stopped job left pending, as its restart would: commit what a
+               complete checkpoint covers, abort the rest; refused while the job runs
     --dir PATH           the broker directory (default ./target/shareflow-demo/broker)
+    --kafka HOST:PORT    a Kafka broker instead (the prefix's prepared transactions)
     --dry-run            print what it would do, change nothing (safe next to a live job)
     --json               one JSON array
+  txn commit|abort ID --group G --checkpoints URL
+               decide one transaction of a stopped job by hand (ID: G-P-N); refused when
+               the job's checkpoints decided otherwise (a commit no complete checkpoint
+               covers, an abort of one that one covers) unless --force, and while the job
+               runs (embedded: its broker holds the directory; Kafka: its heartbeat moves)
+    --dir PATH | --kafka HOST:PORT  the broker (default the demo's embedded directory)
+    --force              act against the checkpoints (exactly-once does not hold then)
+    --json               one JSON object
   checkpoints  list a job's checkpoints
     --checkpoints URL    storage (default file://$PWD/target/shareflow-demo/checkpoints)
     --job NAME           job id (default demo)
@@ -326,7 +348,37 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
 }
 
 #[cfg(feature = "kafka")]
+/// `run job.toml [--instance NAME] [--metrics-addr A] [--json]`: a job file, checked
+/// whole before anything runs. `--instance` overrides the file's `instance`.
+#[cfg(feature = "kafka")]
+fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String> {
+    let job = job_file::JobFile::load(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+    let instance = match (args.value("--instance")?, &job.instance) {
+        (Some(i), _) => i,
+        (None, Some(i)) => i.clone(),
+        (None, None) => {
+            return Err(format!("{path}: give the instance's name: instance = \"...\" in the file, or --instance NAME"))
+        }
+    };
+    let kafka = args.value("--kafka")?.unwrap_or_else(|| job.kafka.clone());
+    let checkpoints = args.value("--checkpoints")?.unwrap_or_else(|| job.checkpoints.clone());
+    let mut o = kafka_run::RunOptions::new(&kafka, &job.group, &instance, &checkpoints);
+    o.interval = job.interval;
+    o.checkpoint_timeout = job.checkpoint_timeout;
+    o.adoption_timeout = job.adoption_timeout;
+    o.parallelism = job.parallelism;
+    o.partitions = job.partitions;
+    o.max_rate = job.max_rate;
+    o.metrics_addr = args.value("--metrics-addr")?;
+    o.job = Some(job);
+    Ok((o, args.flag("--json")))
+}
+
 fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String> {
+    if let Some(path) = args.0.first().filter(|a| !a.starts_with("--")).cloned() {
+        args.0.remove(0);
+        return job_file_options(&path, args);
+    }
     let mut required = |name: &str, what: &str| -> Result<String, String> {
         args.value(name)?.ok_or_else(|| format!("{name} is required: {what}"))
     };
@@ -493,10 +545,27 @@ fn report<S>(
 fn txn_resolve_options(args: &mut Args) -> Result<admin::TxnResolve, String> {
     admin::TxnResolve::new(
         args.value("--dir")?,
+        args.value("--kafka")?,
         args.value("--checkpoints")?,
         args.value("--group")?,
         args.value("--prefix")?,
         args.flag("--dry-run"),
+        args.flag("--json"),
+    )
+}
+
+fn txn_decide_options(op: admin::TxnOp, args: &mut Args) -> Result<admin::TxnDecide, String> {
+    let id = match args.0.first() {
+        Some(a) if !a.starts_with("--") => Some(args.0.remove(0)),
+        _ => None,
+    };
+    admin::TxnDecide::new(
+        op,
+        id,
+        admin::TxnSource::from_options(args.value("--dir")?, args.value("--kafka")?)?,
+        args.value("--group")?,
+        args.value("--checkpoints")?,
+        args.flag("--force"),
         args.flag("--json"),
     )
 }
@@ -584,12 +653,16 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the async runtime: {e}")),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SHAREFLOW_LOG").unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    let json_logs = match args.value("--log-format") {
+        Ok(None) => false,
+        Ok(Some(f)) if f == "text" => false,
+        Ok(Some(f)) if f == "json" => true,
+        Ok(Some(f)) => return fail(format!("--log-format {f:?}: give text (the default) or json")),
+        Err(e) => return fail(e),
+    };
+    let filter = || tracing_subscriber::EnvFilter::try_from_env("SHAREFLOW_LOG").unwrap_or_else(|_| "error".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter()).with_writer(std::io::stderr);
+    let _ = if json_logs { logs.json().try_init() } else { logs.try_init() };
     match command.as_str() {
         #[cfg(not(feature = "kafka"))]
         "demo" if args.0.iter().any(|a| a == "--kafka") => {
@@ -661,6 +734,15 @@ fn main() -> ExitCode {
                 Err(e) => return fail(e),
             };
             admin_exit("txn resolve", runtime.block_on(resolve.run()))
+        }
+        "txn" if matches!(args.0.first().map(String::as_str), Some("commit" | "abort")) => {
+            let op = if args.0.remove(0) == "commit" { admin::TxnOp::Commit } else { admin::TxnOp::Abort };
+            let what = if op == admin::TxnOp::Commit { "txn commit" } else { "txn abort" };
+            let decide = match txn_decide_options(op, &mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            admin_exit(what, runtime.block_on(decide.run()))
         }
         "txn" if args.0.first().map(String::as_str) == Some("list") => {
             args.0.remove(0);

@@ -201,3 +201,115 @@ async fn checkpoints_inspect_finds_a_damaged_state_file() {
     assert!(out.lines().any(|l| l.contains("counter") && l.contains("FAILS")), "{out}");
     assert!(err.contains("1 state file(s) of checkpoint 1 fail verification"), "{err}");
 }
+
+fn txn(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow")).arg("txn").args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// `txn commit|abort ID` decides one transaction by hand, and refuses what the job's
+/// checkpoints decided otherwise unless `--force`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_commit_and_abort_follow_the_manifests_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker_dir = dir.path().join("broker-dir");
+    let broker =
+        EmbeddedBroker::open(BrokerOptions::local_dir(&broker_dir).unwrap().default_config(config(Transactional)))
+            .await
+            .unwrap();
+    broker.create_topic(IN, 1).await.unwrap();
+    broker.create_topic(OUT, 1).await.unwrap();
+    broker.configure_group(GROUP, config(Transactional)).await.unwrap();
+    broker.produce((0..4).map(|i| ProducerRecord::new(IN, 0, format!("v{i}"))).collect()).await.unwrap();
+    let coord = broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+    let mut c = broker.consumer(GROUP, config(Transactional)).await.unwrap();
+    c.subscribe(&[IN]).await.unwrap();
+    // T(2) PREPARE, decided by checkpoint 2; T(3) ONGOING and T(4) PREPARE, both above
+    // the newest complete checkpoint.
+    let t2 = begin_ack_send(&coord, &mut c, 2).await;
+    coord.prepare_transaction(&t2.id).await.unwrap();
+    let _t3 = begin_ack_send(&coord, &mut c, 3).await;
+    let t4 = begin_ack_send(&coord, &mut c, 4).await;
+    coord.prepare_transaction(&t4.id).await.unwrap();
+    let root = format!("file://{}", dir.path().join("checkpoints").display());
+    let store = CheckpointStore::from_url(&root, &[], PREFIX).unwrap();
+    store
+        .publish_manifest(&Manifest {
+            job_id: PREFIX.into(),
+            checkpoint_id: 2,
+            created_at_ms: shareflow::checkpoint::now_ms(),
+            state_files: Vec::new(),
+            transactions: vec![TransactionRecord {
+                participant: "share-source".into(),
+                transaction_id: txn_id(2).to_string(),
+                state: ParticipantState::Prepared,
+            }],
+        })
+        .await
+        .unwrap();
+    let d = broker_dir.display().to_string();
+    let id = |n: u64| txn_id(n).to_string();
+    let run = |op: &str, id: &str, extra: &[&str]| {
+        let mut args = vec![op, id, "--dir", d.as_str(), "--group", GROUP, "--checkpoints", root.as_str()];
+        args.extend_from_slice(extra);
+        txn(&args)
+    };
+    // The manifests allow it, but the job's broker still holds the directory.
+    let (code, _, stderr) = run("commit", &id(2), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", std::process::id())), "names the live broker's holder: {stderr}");
+    broker.close();
+    drop(broker);
+
+    // An ONGOING transaction cannot commit, whatever the manifests say.
+    let (code, _, stderr) = run("commit", &id(3), &["--force"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("never prepared"), "{stderr}");
+    // Against the manifests: refused, saying why, and nothing changes.
+    let (code, _, stderr) = run("commit", &id(3), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("no complete checkpoint decides") && stderr.contains("newest complete checkpoint is 2"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run("abort", &id(2), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("complete checkpoint 2 covers"), "{stderr}");
+    // With the manifests: carried out. (Taking the prefix aborts what never prepared,
+    // as a restart would, so T(3) goes first.)
+    let (code, out, stderr) = run("abort", &id(3), &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let out: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((out["action"].as_str(), out["forced"].as_bool()), (Some("aborted"), Some(false)), "{out}");
+    let (code, out, stderr) = run("commit", &id(2), &[]);
+    assert_eq!((code, out.trim()), (0, format!("committed {} (embedded-broker)", id(2)).as_str()), "{stderr}");
+    // Forced: committed against the manifests, with a warning.
+    let (code, out, stderr) = run("commit", &id(4), &["--force"]);
+    assert_eq!((code, out.trim()), (0, format!("committed {} (embedded-broker)", id(4)).as_str()), "{stderr}");
+    assert!(stderr.contains("exactly-once does not hold"), "{stderr}");
+    let (_, after, _) = txn_list(&["--dir", &d, "--group", GROUP, "--json"]);
+    let after: serde_json::Value = serde_json::from_str(after.trim()).unwrap();
+    let state = |n: u64| after.as_array().unwrap().iter().find(|r| r["id"] == id(n)).unwrap()["state"].clone();
+    assert_eq!((state(2), state(3), state(4)), ("COMMITTED".into(), "ABORTED".into(), "COMMITTED".into()), "{after}");
+
+    // Bad input, each named: a decided id, an unknown one, a malformed one, a missing option.
+    let (code, _, stderr) = run("abort", &id(3), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("no open transaction {}", id(3))), "{stderr}");
+    let (code, _, stderr) = run("abort", &id(99), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("no open transaction {}", id(99))), "{stderr}");
+    let (code, _, stderr) = run("commit", "not-a-transaction", &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("txn commit not-a-transaction"), "{stderr}");
+    let (code, _, stderr) = txn(&["abort", &id(3), "--dir", &d, "--checkpoints", &root]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("needs --group G"), "{stderr}");
+    let (code, _, stderr) = txn(&["abort", &id(3), "--dir", &d, "--group", GROUP]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("needs --checkpoints URL"), "{stderr}");
+}

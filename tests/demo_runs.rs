@@ -415,3 +415,32 @@ fn checkpoints_inspect_shows_a_checkpoint_and_names_a_damaged_one() {
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("checkpoints inspect needs a checkpoint id"), "{}", bad.stderr);
 }
+
+/// Off a terminal the demo prints a plain progress line a second, with the shared
+/// figures; `--log-format json` writes its logs as one JSON object per line; a format
+/// it does not know is refused before anything runs.
+#[test]
+fn plain_progress_lines_and_json_logs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let run = demo::shareflow_with_env(
+        &["demo", "--dir", dir, "--records", "300000", "--crashes", "0", "--interval", "100", "--log-format", "json"],
+        &[("SHAREFLOW_LOG", "info".to_string())],
+        RUN_TIMEOUT,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let progress: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("progress: ")).collect();
+    assert!(!progress.is_empty(), "no progress line: {}", run.stderr);
+    for line in &progress {
+        assert!(line.contains("% done") && line.contains("records/s") && line.contains("checkpoints"), "{line}");
+    }
+    let logs: Vec<serde_json::Value> =
+        run.stderr.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!logs.is_empty(), "no JSON log line: {}", run.stderr);
+    for log in &logs {
+        assert!(log["level"].is_string() && log["fields"].is_object() && log["timestamp"].is_string(), "{log}");
+    }
+    let bad = shareflow(&["demo", "--dir", dir, "--log-format", "yaml"], RUN_TIMEOUT);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--log-format \"yaml\": give text (the default) or json"), "{}", bad.stderr);
+}

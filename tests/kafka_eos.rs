@@ -463,3 +463,93 @@ async fn the_ledger_is_trimmed_and_a_recovery_reads_only_what_is_live() {
     assert!(named.contains(&range(EPOCHS + 1)), "{named:?}");
     assert!(!named.contains(&range(1)), "{named:?}");
 }
+
+/// `txn resolve --kafka` and `txn commit|abort --kafka` decide what a crashed instance
+/// left prepared, by its checkpoints: a dry run changes nothing, an abort of an undecided
+/// one and a commit of a decided one are carried out, and nothing is left after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_resolve_commit_and_abort_on_kafka_follow_the_manifests() {
+    use shareflow::checkpoint::{CheckpointStore, Manifest, ParticipantState, TransactionRecord};
+    let Some(c) = cluster().await else { return };
+    let bootstrap = support::kafka::bootstrap().expect("checked by cluster()");
+    let (template, out) = setup(&c).await;
+    let crashed = participant(&c);
+    crashed.open(&template).await.expect("open");
+    prepared(&crashed, &template.transaction(4), &out, 7).await;
+    prepared(&crashed, &template.transaction(5), &out, 3).await;
+    drop(crashed);
+    // Checkpoint 4 completed (its manifest names T(4)); 5 never did.
+    let dir = tempfile::tempdir().expect("dir");
+    let root = format!("file://{}", dir.path().display());
+    let store = CheckpointStore::from_url(&root, &[], template.prefix()).expect("store");
+    store
+        .publish_manifest(&Manifest {
+            job_id: template.prefix().into(),
+            checkpoint_id: 4,
+            created_at_ms: shareflow::checkpoint::now_ms(),
+            state_files: Vec::new(),
+            transactions: vec![TransactionRecord {
+                participant: "kafka".into(),
+                transaction_id: template.transaction(4).to_string(),
+                state: ParticipantState::Prepared,
+            }],
+        })
+        .await
+        .expect("manifest");
+    let group = template.group_id().to_string();
+    let txn = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"))
+            .arg("txn")
+            .args(args)
+            .args(["--kafka", &bootstrap, "--checkpoints", &root, "--group", &group])
+            .output()
+            .expect("run shareflow");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, plan, stderr) = txn(&["resolve", "--prefix", template.prefix(), "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        plan.lines().collect::<Vec<_>>(),
+        vec![
+            format!("would commit: {} (kafka)", template.transaction(4)),
+            format!("would abort: {} (kafka)", template.transaction(5))
+        ],
+        "{plan}"
+    );
+    assert_eq!(visible_now(&c, &out).await, 0, "a dry run changes nothing");
+    // Against the manifests: refused.
+    let (code, _, stderr) = txn(&["commit", &template.transaction(5).to_string()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no complete checkpoint decides"), "{stderr}");
+    let (code, done, stderr) = txn(&["abort", &template.transaction(5).to_string()]);
+    assert_eq!((code, done.trim()), (0, format!("aborted {} (kafka)", template.transaction(5)).as_str()), "{stderr}");
+    let (code, done, stderr) = txn(&["commit", &template.transaction(4).to_string()]);
+    assert_eq!((code, done.trim()), (0, format!("committed {} (kafka)", template.transaction(4)).as_str()), "{stderr}");
+    assert_eq!(committed(&c, &out).await, 7, "T(4) committed, T(5) aborted");
+    let (code, left, stderr) = txn(&["resolve", "--prefix", template.prefix()]);
+    assert_eq!(
+        (code, left.trim()),
+        (0, format!("nothing pending under {group}-{}", template.prefix()).as_str()),
+        "{stderr}"
+    );
+    // A live instance of the prefix (its heartbeat moves) is refused, named.
+    let registry = store.registry();
+    let incarnation = registry.register(template.prefix()).await.expect("register");
+    let beating = tokio::spawn({
+        let (registry, prefix) = (registry.clone(), template.prefix().to_string());
+        async move {
+            for beat in 1..=100u64 {
+                registry.heartbeat(&prefix, incarnation, beat, Some(4)).await.expect("beat");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    });
+    let (code, _, stderr) = txn(&["resolve", "--prefix", template.prefix()]);
+    beating.abort();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("instance {} is live", template.prefix())), "{stderr}");
+}

@@ -514,6 +514,31 @@ impl KafkaTransactions {
         Ok(prepared)
     }
 
+    /// The prepared transactions of `template`'s prefix, as [`Self::scan_open`] finds
+    /// them, but fencing nothing: an open transaction that never prepared is left as it
+    /// is (opening the prefix aborts it) and not reported, since no commit entry names
+    /// its epoch.
+    async fn prepared_read_only(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
+        let commits_topic = commits_topic(template);
+        let mut commits: Option<Vec<(u32, u64, u16)>> = None;
+        let mut out = Vec::new();
+        for (id, generation, slot, _) in self.listed(template, &[KafkaTxnState::Ongoing]).await? {
+            let described = self.cluster.describe_transaction(&id).await.map_err(rt)?;
+            if plan(Request::Found, described.as_ref(), &commits_topic) != RecoveryAction::AwaitDecision {
+                continue;
+            }
+            if commits.is_none() {
+                commits = Some(self.log.commits(&commits_topic, false).await.map_err(rt)?);
+            }
+            let n =
+                commits.iter().flatten().filter(|(g, _, s)| *g == generation && *s == slot).map(|(_, e, _)| *e).max();
+            if let Some(n) = n {
+                out.push(PendingTransaction { id: template.transaction(n), prepared: true });
+            }
+        }
+        Ok(out)
+    }
+
     /// The slot id that carries T(n) of `txn`'s prefix, found by a scan if not known.
     async fn recovered_id(&self, txn: &TransactionId) -> Result<Option<String>> {
         let n = txn.checkpoint_id();
@@ -855,6 +880,10 @@ impl TransactionParticipant for KafkaTransactions {
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
         if !self.config.exactly_once {
             return Ok(Vec::new());
+        }
+        if !self.owner && lock(&self.template).as_ref() != Some(template) {
+            // Not opened for this prefix (a dry run of `txn resolve`): read only.
+            return self.prepared_read_only(template).await;
         }
         // `open` aborted what never prepared; what shows up unprepared now is aborted
         // here too (nothing can decide it).

@@ -1,0 +1,188 @@
+//! `shareflow run JOB.toml`: the two example job files under `examples/jobs/`, run as
+//! real processes on a real Kafka broker, each checked from the outside; and a bad job
+//! file refused before anything runs, naming its line and key.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::ObjectStoreExt as _;
+use support::demo::{wait_for, Outcome};
+use support::kafka::{cluster, unique};
+
+/// The longest a job file's run may take to process its input.
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// Starts `shareflow run FILE --instance NAME --checkpoints URL --json`.
+fn start(file: &str, instance: &str, checkpoints: &str, stdout: &Path) -> Child {
+    let bootstrap = support::kafka::bootstrap().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_shareflow"))
+        .args(["run", file, "--instance", instance, "--kafka", &bootstrap, "--checkpoints", checkpoints, "--json"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(stdout).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGTERM by pid, then the run's summary: it stops gracefully (a final checkpoint).
+fn stop(mut child: Child, stdout: &Path) -> Outcome {
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success(), "kill -TERM by pid");
+    let status = wait_for(&mut child, WITHIN).unwrap_or_else(|| {
+        child.kill().unwrap();
+        panic!("the job did not stop after SIGTERM")
+    });
+    Outcome {
+        code: status.code().unwrap_or(-1),
+        stdout: std::fs::read_to_string(stdout).unwrap(),
+        stderr: String::new(),
+    }
+}
+
+/// The example file's value of `key` (a quoted string on its own line).
+fn file_value(file: &str, key: &str) -> String {
+    let text = std::fs::read_to_string(file).unwrap();
+    let line = text.lines().find(|l| l.starts_with(&format!("{key} = "))).unwrap_or_else(|| panic!("{key} in {file}"));
+    line.split('"').nth(1).unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uppercase_job_file_writes_each_record_once_upper_cased() {
+    let Some(c) = cluster().await else { return };
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs/uppercase.toml");
+    let (input, output) = ("jobs-uppercase-in", file_value(file, "topic"));
+    assert!(std::fs::read_to_string(file).unwrap().contains(&format!("topics = [\"{input}\"]")));
+    c.ensure_topic(input, 4, &[]).await.unwrap();
+    c.ensure_topic(&output, 4, &[]).await.unwrap();
+    // Values unique to this run: earlier runs of the example left their own.
+    let tag = unique("run");
+    let values: Vec<String> = (0..500).map(|i| format!("{tag}-rec-{i}")).collect();
+    let before = c.end_offsets(&output, true).await.unwrap();
+    c.produce(input, values.iter().map(|v| (None, Bytes::from(v.clone())))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = format!("file://{}", dir.path().display());
+    let out = dir.path().join("stdout");
+    let child = start(file, "a", &checkpoints, &out);
+    // Until every value is in the output, upper-cased.
+    let wanted: Vec<String> = values.iter().map(|v| v.to_uppercase()).collect();
+    let started = Instant::now();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut from = before.clone();
+    while !wanted.iter().all(|w| seen.contains_key(w)) {
+        assert!(started.elapsed() < WITHIN, "only {} of 500 records reached {output}", seen.len());
+        let (records, ends) = c.read_committed_from(&output, &from).await.unwrap();
+        from = ends;
+        for (_, _, _, v) in records {
+            let v = String::from_utf8_lossy(v.as_deref().unwrap_or_default()).to_string();
+            if v.starts_with(&tag.to_uppercase()) {
+                *seen.entry(v).or_default() += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stopped = stop(child, &out);
+    assert_eq!(stopped.code, 0, "{stopped:?}");
+    let summary = stopped.json();
+    assert_eq!(summary["instance"], "a", "{summary}");
+    assert_eq!(summary["stopped"], true, "{summary}");
+    // Nothing more arrived after the stop, and nothing twice.
+    let (records, _) = c.read_committed_from(&output, &from).await.unwrap();
+    for (_, _, _, v) in records {
+        let v = String::from_utf8_lossy(v.as_deref().unwrap_or_default()).to_string();
+        if v.starts_with(&tag.to_uppercase()) {
+            *seen.entry(v).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), 500);
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "duplicates: {:?}",
+        seen.iter().filter(|(_, &n)| n > 1).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_errors_job_file_publishes_only_the_error_lines_as_files() {
+    use arrow::array::{Array, StringArray};
+    let Some(c) = cluster().await else { return };
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs/errors_to_files.toml");
+    let input = "jobs-logs-in";
+    c.ensure_topic(input, 4, &[]).await.unwrap();
+    let tag = unique("run");
+    // Every third line is an error.
+    let lines: Vec<String> =
+        (0..300).map(|i| format!("{} {tag} line {i}", if i % 3 == 0 { "ERROR" } else { "INFO" })).collect();
+    c.produce(input, lines.iter().map(|l| (None, Bytes::from(l.clone())))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = format!("file://{}", dir.path().join("checkpoints").display());
+    let out = dir.path().join("stdout");
+    let child = start(file, "a", &checkpoints, &out);
+    // The lake is the example's; only this run's lines are counted.
+    let lake = file_value(file, "url");
+    let (store, root) = shareflow::checkpoint::open_url(&lake, &[]).unwrap();
+    let committer = shareflow::connector::FileCommitter::new(store.clone(), root.as_ref());
+    let count = || async {
+        let mut found: HashMap<String, usize> = HashMap::new();
+        for path in committer.published().await.unwrap() {
+            let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+            let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes.to_vec()), None).unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                // Whatever string type the SQL produced (Utf8, Utf8View), read as Utf8.
+                let column = batch.column_by_name("value").unwrap();
+                let column = arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).unwrap();
+                let values = column.as_any().downcast_ref::<StringArray>().unwrap();
+                for i in 0..values.len() {
+                    let v = values.value(i);
+                    if v.contains(&tag) {
+                        *found.entry(v.split_once(' ').unwrap().1.to_string()).or_default() += 1;
+                    }
+                }
+            }
+        }
+        found
+    };
+    let started = Instant::now();
+    let mut found = count().await;
+    while found.len() < 100 {
+        assert!(started.elapsed() < WITHIN, "only {} of 100 error lines were published", found.len());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        found = count().await;
+    }
+    let stopped = stop(child, &out);
+    assert_eq!(stopped.code, 0, "{stopped:?}");
+    let found = count().await;
+    let errors: Vec<&String> = lines.iter().filter(|l| l.starts_with("ERROR")).collect();
+    assert_eq!(found.len(), errors.len(), "{found:?}");
+    for e in errors {
+        assert_eq!(found.get(e.as_str()), Some(&1), "{e}: published once");
+    }
+}
+
+#[test]
+fn a_bad_job_file_is_refused_naming_its_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs/uppercase.toml")).unwrap();
+    let bad = good.replace("parallelism = 2", "parallelism = 0");
+    let line = bad.lines().position(|l| l == "parallelism = 0").unwrap() + 1;
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, bad).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shareflow"))
+        .args(["run", path.to_str().unwrap(), "--instance", "a"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("bad.toml:{line}: job.parallelism: 0 is out of range")), "{stderr}");
+    // A missing file is named too.
+    let out = Command::new(env!("CARGO_BIN_EXE_shareflow")).args(["run", "/nonexistent/job.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/job.toml"), "{out:?}");
+}
