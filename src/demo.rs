@@ -517,7 +517,7 @@ pub(crate) async fn run_job(
         tokio::spawn(async move {
             let mut sampler = crate::progress::Sampler::new();
             loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(display.interval()).await;
                 if let Some(state) = sample().await {
                     let shared = sampler.sample(&metrics.snapshot(), state.done);
                     display.show(&state, &shared);

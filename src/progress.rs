@@ -87,21 +87,36 @@ impl Display {
         if plain || !std::io::stderr().is_terminal() {
             return Display::Lines;
         }
-        let bar = indicatif::ProgressBar::new(0);
-        let style = indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30.cyan/blue} {pos}/{len} committed  {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        bar.set_style(style);
+        // A spinner until the first sample says how long the bar is.
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message("starting");
         bar.enable_steady_tick(Duration::from_millis(200));
         Display::Bar(bar)
+    }
+
+    /// How often to sample: a bar a few times a second, lines once a second.
+    pub(crate) fn interval(&self) -> Duration {
+        match self {
+            Display::Bar(_) => Duration::from_millis(250),
+            Display::Lines => Duration::from_secs(1),
+        }
     }
 
     /// Shows one sample.
     pub(crate) fn show(&self, state: &ProgressState, shared: &Shared) {
         match self {
             Display::Bar(bar) => {
-                bar.set_length(state.total.unwrap_or(state.done).max(state.done));
+                if bar.length().is_none() || bar.length() == Some(0) {
+                    let template = match state.total {
+                        Some(_) => "{spinner} [{elapsed_precise}] {bar:30.cyan/blue} {pos}/{len} done  {msg}",
+                        None => "{spinner} [{elapsed_precise}] {pos} done  {msg}",
+                    };
+                    bar.set_style(
+                        indicatif::ProgressStyle::with_template(template)
+                            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                    );
+                }
+                bar.set_length(state.total.unwrap_or(state.done).max(state.done).max(1));
                 bar.set_position(state.done);
                 bar.set_message(bar_message(state, shared));
             }
