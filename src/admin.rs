@@ -634,6 +634,9 @@ impl TxnDecide {
         match &self.source {
             TxnSource::Dir(dir) => {
                 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+                // The prefix is checked for liveness on Kafka only: here the directory
+                // lock refuses a live job.
+                let _ = prefix;
                 has_broker(dir)?;
                 let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir)?).await?;
                 let p: shareflow::runtime::Participant =

@@ -347,7 +347,6 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
     Ok((o, c.json))
 }
 
-#[cfg(feature = "kafka")]
 /// `run job.toml [--instance NAME] [--metrics-addr A] [--json]`: a job file, checked
 /// whole before anything runs. `--instance` overrides the file's `instance`.
 #[cfg(feature = "kafka")]
@@ -374,6 +373,7 @@ fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run::RunOption
     Ok((o, args.flag("--json")))
 }
 
+#[cfg(feature = "kafka")]
 fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String> {
     if let Some(path) = args.0.first().filter(|a| !a.starts_with("--")).cloned() {
         args.0.remove(0);
