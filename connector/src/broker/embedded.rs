@@ -1,6 +1,7 @@
 //! The embedded broker: the pure [`BrokerState`] behind a lock, a durable [`Journal`],
 //! a clock, metrics, and the async APIs of the KIP contract.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use tokio::sync::Notify;
 use super::clock::{Clock, SystemClock};
 use super::journal::{Durability, Journal, JournalCore};
 use super::log::LogRecord;
+use super::log::Retention;
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::share_partition::MemberKey;
 use super::state::{BrokerState, Command, Entry, Outcome, RecordStatus};
@@ -34,6 +36,8 @@ pub struct BrokerOptions {
     local: Option<(std::path::PathBuf, Durability)>,
     clock: Arc<dyn Clock>,
     default_config: ShareConfig,
+    retention: Retention,
+    topic_retention: BTreeMap<String, Retention>,
 }
 
 impl BrokerOptions {
@@ -44,7 +48,15 @@ impl BrokerOptions {
 
     /// A journal under `root` in `store`. Reopening on the same store recovers.
     pub fn with_store(store: Arc<dyn ObjectStore>, root: Path) -> Self {
-        Self { store, root, local: None, clock: Arc::new(SystemClock), default_config: ShareConfig::default() }
+        Self {
+            store,
+            root,
+            local: None,
+            clock: Arc::new(SystemClock),
+            default_config: ShareConfig::default(),
+            retention: Retention::default(),
+            topic_retention: BTreeMap::new(),
+        }
     }
 
     /// A journal in a local directory (created if missing). Writes append to segment
@@ -116,6 +128,23 @@ impl BrokerOptions {
     /// The configuration of groups that are not configured explicitly.
     pub fn default_config(mut self, config: ShareConfig) -> Self {
         self.default_config = config;
+        self
+    }
+
+    /// How long and how much every topic's log keeps (Kafka's broker keys
+    /// `log.retention.ms` and `log.retention.bytes`; default: everything, forever).
+    /// Retention deletes whole batches from the start of a partition, about once a
+    /// second, and never a record of an open producer transaction or one a share group
+    /// has ACQUIRED or LOCKED. A share partition's start offset advances past what it
+    /// deletes: records deleted before they were delivered are never delivered.
+    pub fn log_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// `retention.ms` and `retention.bytes` of one topic, over [`log_retention`](Self::log_retention).
+    pub fn topic_retention(mut self, topic: &str, retention: Retention) -> Self {
+        self.topic_retention.insert(topic.to_string(), retention);
         self
     }
 }
@@ -221,7 +250,14 @@ struct Inner {
     read_only: bool,
     /// The exclusive lock on a local broker directory, held until close or drop.
     dir_lock: Mutex<Option<DirLock>>,
+    /// Retention, broker-wide and per topic.
+    retention: (Retention, BTreeMap<String, Retention>),
+    /// Broker time of the last retention pass.
+    retention_at_ms: AtomicU64,
 }
+
+/// How often retention looks at the logs, in broker time.
+const RETENTION_EVERY_MS: u64 = 1_000;
 
 /// An OS lock on `{dir}/LOCK`, released when the file is closed: by [`close`], by drop,
 /// or by the death of the process.
@@ -363,6 +399,8 @@ impl EmbeddedBroker {
                 closed: AtomicBool::new(false),
                 read_only,
                 dir_lock: Mutex::new(dir_lock),
+                retention: (options.retention, options.topic_retention),
+                retention_at_ms: AtomicU64::new(0),
             }),
         })
     }
@@ -399,13 +437,16 @@ impl EmbeddedBroker {
             // A command that changed nothing still answers from a state that may hold
             // others' entries not yet durable (a no-op commit after another caller's
             // commit): it waits for them too, which costs nothing once they are.
-            let (lsn, wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
+            let (mut lsn, mut wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
                 (self.inner.journal.append(&entry)?, true)
             } else if expired {
                 (self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?, true)
             } else {
                 (self.inner.journal.next_lsn().saturating_sub(1), false)
             };
+            if let Some(last) = self.apply_retention(&mut st, now_ms)? {
+                (lsn, wrote) = (last, true);
+            }
             (result, lsn, wrote, std::mem::take(&mut st.events))
         };
         self.publish(&events);
@@ -447,6 +488,30 @@ impl EmbeddedBroker {
             reason: format!("a read waited {ROUNDS} group commits for the journal to catch up; retry"),
             source: None,
         })
+    }
+
+    /// At most once a second of broker time: deletes what retention allows, one
+    /// journaled `Trim` per partition. Returns the last entry written, if any.
+    fn apply_retention(&self, st: &mut BrokerState, now_ms: u64) -> Result<Option<u64>> {
+        let (default, per_topic) = &self.inner.retention;
+        if !default.limits() && !per_topic.values().any(Retention::limits) {
+            return Ok(None);
+        }
+        let last = self.inner.retention_at_ms.load(Ordering::Relaxed);
+        if now_ms < last.saturating_add(RETENTION_EVERY_MS) {
+            return Ok(None);
+        }
+        self.inner.retention_at_ms.store(now_ms, Ordering::Relaxed);
+        let mut written = None;
+        for (tp, before) in st.retention_trims(now_ms, default, per_topic) {
+            let entry = Entry { now_ms, command: Command::Trim { tp, before } };
+            if let (Ok(outcome), _) = st.apply(&entry) {
+                if outcome.changed_state() {
+                    written = Some(self.inner.journal.append(&entry)?);
+                }
+            }
+        }
+        Ok(written)
     }
 
     async fn maybe_snapshot(&self) -> Result<()> {
@@ -525,12 +590,16 @@ impl EmbeddedBroker {
         let mut batches: Vec<(TopicPartition, Vec<LogRecord>, Vec<usize>)> = Vec::new();
         {
             let st = self.state()?;
+            // A record without a timestamp gets the broker's time, as Kafka's producers
+            // stamp one: time retention counts from it.
+            let now_ms = i64::try_from(self.inner.clock.now_ms().max(st.last_now_ms)).unwrap_or(i64::MAX);
             for (i, r) in records.into_iter().enumerate() {
                 let n = st
                     .partition_count(&r.topic)
                     .ok_or_else(|| Error::UnknownTopicPartition { topic: r.topic.to_string(), partition: -1 })?;
                 let tp = TopicPartition::new(r.topic.clone(), self.partition_for(&r, n));
-                let rec = LogRecord { key: r.key, value: r.value, timestamp_ms: r.timestamp_ms };
+                let timestamp_ms = if r.timestamp_ms == 0 { now_ms } else { r.timestamp_ms };
+                let rec = LogRecord { key: r.key, value: r.value, timestamp_ms };
                 match batches.iter_mut().find(|(t, _, _)| *t == tp) {
                     Some((_, recs, idx)) => {
                         recs.push(rec);
@@ -584,6 +653,17 @@ impl EmbeddedBroker {
     /// One past the last offset of a partition.
     pub async fn end_offset(&self, tp: &TopicPartition) -> Result<i64> {
         self.read(|st| st.log(tp).map(|l| l.end())).await?
+    }
+
+    /// The log start offset of a partition: retention deleted everything below it.
+    pub async fn start_offset(&self, tp: &TopicPartition) -> Result<i64> {
+        self.read(|st| st.log(tp).map(|l| l.start())).await?
+    }
+
+    /// The bytes of keys and values a partition's log holds (what `retention.bytes`
+    /// counts).
+    pub async fn log_bytes(&self, tp: &TopicPartition) -> Result<u64> {
+        self.read(|st| st.log(tp).map(|l| l.bytes())).await?
     }
 
     /// The last stable offset: read_committed readers stop before open transactions.

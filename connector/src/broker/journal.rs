@@ -36,7 +36,8 @@ use crate::error::{Error, Result};
 const ENTRY_MAGIC: Magic = Magic(*b"SFJE");
 const SNAPSHOT_MAGIC: Magic = Magic(*b"SFJS");
 /// 2: transaction keys never reused, retention, members with a mode (decision 0002).
-const FORMAT_VERSION: u16 = 2;
+/// 3: `Trim` entries of topic retention. Versions 2 and 3 read alike.
+const FORMAT_VERSION: u16 = 3;
 
 /// Log sequence number of a journal entry; the first entry is 1.
 pub(crate) type Lsn = u64;

@@ -25,6 +25,7 @@ pub use embedded::{
     SharePartitionInfo, TransactionInfo,
 };
 pub use journal::Durability;
+pub use log::Retention;
 pub use metrics::{
     Histogram, Metric, MetricValue, MetricsSnapshot, TRANSACTION_ABORT_TOTAL, TRANSACTION_ACTIVE,
     TRANSACTION_COMMIT_TIME_MS, TRANSACTION_PREPARE_TIME_MS, TRANSACTION_TIMEOUT_TOTAL,

@@ -26,6 +26,20 @@ impl<S: Clone + PartialEq> RunMap<S> {
         self.end
     }
 
+    /// Forgets every offset below `start`: the map then starts there (and ends there,
+    /// if it ended below).
+    pub(crate) fn trim_front(&mut self, start: i64) {
+        if self.end <= start {
+            *self = Self::starting_at(start);
+            return;
+        }
+        let mut kept = OffsetRanges::new();
+        for (f, l, s) in self.runs.overlapping(start, self.end - 1) {
+            kept.assign(f.max(start), l, s.clone());
+        }
+        self.runs = kept;
+    }
+
     /// Number of stored runs.
     pub(crate) fn run_count(&self) -> usize {
         self.runs.range_count()
@@ -74,6 +88,23 @@ mod tests {
 
     fn runs(m: &RunMap<char>) -> Vec<(i64, i64, char)> {
         m.iter().map(|(f, l, s)| (f, l, *s)).collect()
+    }
+
+    #[test]
+    fn trim_front_forgets_what_is_below_and_clips_the_run_across() {
+        let mut m = RunMap::starting_at(0);
+        m.push(4, 'a');
+        m.push(9, 'b');
+        m.trim_front(2);
+        assert_eq!(runs(&m), vec![(2, 4, 'a'), (5, 9, 'b')]);
+        m.trim_front(5);
+        assert_eq!(runs(&m), vec![(5, 9, 'b')]);
+        m.trim_front(20);
+        assert_eq!((runs(&m), m.end()), (vec![], 20));
+        m.push(21, 'c');
+        assert_eq!(runs(&m), vec![(20, 21, 'c')]);
+        m.trim_front(3); // below the start: nothing changes
+        assert_eq!(runs(&m), vec![(20, 21, 'c')]);
     }
 
     #[test]

@@ -152,6 +152,24 @@ impl SharePartition {
         self.in_flight
     }
 
+    /// The first offset an ACQUIRED or LOCKED record holds: retention keeps it.
+    pub(crate) fn first_in_flight(&self) -> Option<i64> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        self.runs.iter().find(|(_, _, s)| s.in_flight()).map(|(f, _, _)| f)
+    }
+
+    /// The log was trimmed below `start` (retention): the states below it are gone, and
+    /// delivery goes on from `start` (Kafka: the share-partition start offset advances
+    /// to the log start). Nothing in flight is below `start`: retention stops there.
+    pub(crate) fn advance_start(&mut self, start: i64) {
+        self.runs.trim_front(start);
+        if self.available_floor < start {
+            self.available_floor = start;
+        }
+    }
+
     pub(crate) fn run_count(&self) -> usize {
         self.runs.run_count()
     }

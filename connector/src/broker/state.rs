@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::log::{LogRecord, PartitionLog};
+use super::log::{LogRecord, PartitionLog, Retention};
 use super::share_partition::{AcquiredRange, Changes, Limits, MemberKey, RangeError, SharePartition, Slot};
 use super::txn::{decide, Step, Txn, TxnKey, TxnOp, TxnTable};
 use crate::error::{Error, Result};
@@ -99,6 +99,12 @@ pub(crate) enum Command {
     Restarted {
         default_config: ShareConfig,
     },
+    /// Retention deleted the records of `tp` below `before` (whole batches): the log
+    /// starts there, and so does every share partition of it.
+    Trim {
+        tp: TopicPartition,
+        before: i64,
+    },
 }
 
 /// A command and the broker time it ran at.
@@ -155,6 +161,8 @@ pub(crate) struct Events {
     pub(crate) txn_committed: u64,
     pub(crate) txn_aborted: u64,
     pub(crate) txn_timed_out: u64,
+    /// Records retention deleted.
+    pub(crate) retention_deleted: u64,
     /// Something became available to poll: wake waiting consumers.
     pub(crate) wake: bool,
 }
@@ -306,6 +314,7 @@ impl BrokerState {
     pub(crate) fn exec(&mut self, command: &Command, now_ms: u64) -> Result<Outcome> {
         match command {
             Command::CreateTopic { name, partitions } => self.create_topic(name, *partitions),
+            Command::Trim { tp, before } => self.trim(tp, *before),
             Command::Produce { tp, records, txn } => self.produce(tp, records, txn.as_ref()),
             Command::ConfigureGroup { group, config } => {
                 config.validate()?;
@@ -438,6 +447,51 @@ impl BrokerState {
         Ok(Outcome::Produced { base_offset })
     }
 
+    /// Deletes the log of `tp` below `before` and moves its share partitions' start up.
+    fn trim(&mut self, tp: &TopicPartition, before: i64) -> Result<Outcome> {
+        let log = self.log_mut(tp)?;
+        let gone = log.trim(before);
+        let start = log.start();
+        if gone == 0 {
+            return Ok(Outcome::Unchanged);
+        }
+        for g in self.groups.values_mut() {
+            if let Some(sp) = g.partitions.get_mut(tp) {
+                sp.advance_start(start);
+            }
+        }
+        self.events.retention_deleted += gone;
+        Ok(Outcome::Done)
+    }
+
+    /// What retention deletes at `now_ms`: per partition, the offset below which its
+    /// topic's retention (`per_topic`, else `default`) deletes. Never a batch of an
+    /// open producer transaction, and never a record some share group has ACQUIRED or
+    /// LOCKED: retention waits for those.
+    pub(crate) fn retention_trims(
+        &self,
+        now_ms: u64,
+        default: &Retention,
+        per_topic: &BTreeMap<String, Retention>,
+    ) -> Vec<(TopicPartition, i64)> {
+        let mut out = Vec::new();
+        for (topic, logs) in &self.topics {
+            let retention = per_topic.get(&**topic).unwrap_or(default);
+            if !retention.limits() {
+                continue;
+            }
+            for (p, log) in logs.iter().enumerate() {
+                let tp = TopicPartition { topic: topic.clone(), partition: p as i32 };
+                let in_flight = self.groups.values().filter_map(|g| g.partitions.get(&tp)?.first_in_flight()).min();
+                let keep_from = in_flight.unwrap_or(i64::MAX).min(log.last_stable_offset());
+                if let Some(before) = log.retention_point(now_ms, retention, keep_from) {
+                    out.push((tp, before));
+                }
+            }
+        }
+        out
+    }
+
     fn check_topics(&self, topics: &[String]) -> Result<()> {
         for t in topics {
             if !self.topics.contains_key(t.as_str()) {
@@ -502,11 +556,13 @@ impl BrokerState {
             }
             let tp = &tps[(start + i) % tps.len()];
             let Some(log) = self.topics.get(&tp.topic).and_then(|p| p.get(tp.partition as usize)) else { continue };
-            let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(0));
+            // A new share partition starts at the log start: retention may have
+            // deleted what came before.
+            let sp = g.partitions.entry(tp.clone()).or_insert_with(|| SharePartition::new(log.start()));
             let (ranges, acquired) = sp.acquire(member, budget, now_ms, &limits, log);
             // A share partition exists once something was delivered from it: an empty
             // acquire must leave no trace, since it is not journaled.
-            if ranges.is_empty() && !acquired.any() && sp.fetched_end() == 0 {
+            if ranges.is_empty() && !acquired.any() && sp.fetched_end() == log.start() && sp.run_count() == 0 {
                 g.partitions.remove(tp);
             }
             changes.add(acquired);
