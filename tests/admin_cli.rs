@@ -7,20 +7,63 @@
 mod support;
 
 use shareflow::checkpoint::{CheckpointStore, Manifest, ParticipantState, TransactionRecord};
-use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::broker::{
+    BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator,
+};
 use shareflow::connector::share::AcknowledgeType::Accept;
 use shareflow::connector::share::AcknowledgementMode::Transactional;
 use shareflow::connector::share::*;
 use support::{acks, config, poll, txn_id, GROUP, IN, OUT, PREFIX, TXN_TIMEOUT};
 
-fn txn_list(args: &[&str]) -> (i32, String, String) {
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_shareflow")).args(["txn", "list"]).args(args).output().unwrap();
+/// `shareflow txn ARGS`: exit code, stdout, stderr.
+fn txn(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow")).arg("txn").args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),
         String::from_utf8_lossy(&out.stderr).into(),
     )
+}
+
+fn txn_list(args: &[&str]) -> (i32, String, String) {
+    txn(&[&["list"], args].concat())
+}
+
+/// A live broker in `dir` (system clock, as the commands' own opens use) with topics
+/// `IN` holding `records` records and `OUT`, its coordinator, and a subscribed
+/// transactional consumer.
+async fn live_broker(
+    dir: &std::path::Path,
+    records: usize,
+) -> (EmbeddedBroker, EmbeddedTransactionCoordinator, EmbeddedShareConsumer) {
+    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir).unwrap().default_config(config(Transactional)))
+        .await
+        .unwrap();
+    broker.create_topic(IN, 1).await.unwrap();
+    broker.create_topic(OUT, 1).await.unwrap();
+    broker.configure_group(GROUP, config(Transactional)).await.unwrap();
+    broker.produce((0..records).map(|i| ProducerRecord::new(IN, 0, format!("v{i}"))).collect()).await.unwrap();
+    let coord = broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+    let mut c = broker.consumer(GROUP, config(Transactional)).await.unwrap();
+    c.subscribe(&[IN]).await.unwrap();
+    (broker, coord, c)
+}
+
+/// Publishes checkpoint `n`'s manifest, naming T(n), under `root`.
+async fn publish_checkpoint(root: &str, n: u64) {
+    let store = CheckpointStore::from_url(root, &[], PREFIX).unwrap();
+    let manifest = Manifest {
+        job_id: PREFIX.into(),
+        checkpoint_id: n,
+        created_at_ms: shareflow::checkpoint::now_ms(),
+        state_files: Vec::new(),
+        transactions: vec![TransactionRecord {
+            participant: "share-source".into(),
+            transaction_id: txn_id(n).to_string(),
+            state: ParticipantState::Prepared,
+        }],
+    };
+    store.publish_manifest(&manifest).await.unwrap();
 }
 
 /// Begins T(n), polls one record, sends one output record and acknowledges the record
@@ -41,18 +84,7 @@ async fn begin_ack_send(
 async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
     let dir = tempfile::tempdir().unwrap();
     let broker_dir = dir.path().join("broker-dir");
-    // The system clock, as the listing's own read-only open uses.
-    let broker =
-        EmbeddedBroker::open(BrokerOptions::local_dir(&broker_dir).unwrap().default_config(config(Transactional)))
-            .await
-            .unwrap();
-    broker.create_topic(IN, 1).await.unwrap();
-    broker.create_topic(OUT, 1).await.unwrap();
-    broker.configure_group(GROUP, config(Transactional)).await.unwrap();
-    broker.produce((0..3).map(|i| ProducerRecord::new(IN, 0, format!("v{i}"))).collect()).await.unwrap();
-    let coord = broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
-    let mut c = broker.consumer(GROUP, config(Transactional)).await.unwrap();
-    c.subscribe(&[IN]).await.unwrap();
+    let (broker, coord, mut c) = live_broker(&broker_dir, 3).await;
     // T(1) committed; T(2) PREPARE with one ack and one output record, named by
     // checkpoint 2's manifest; T(3) ONGOING, named by none.
     let t1 = begin_ack_send(&coord, &mut c, 1).await;
@@ -63,21 +95,8 @@ async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
     let _t3 = begin_ack_send(&coord, &mut c, 3).await;
 
     let root = format!("file://{}", dir.path().join("checkpoints").display());
-    let store = CheckpointStore::from_url(&root, &[], PREFIX).unwrap();
-    let record = |n: u64| TransactionRecord {
-        participant: "share-source".into(),
-        transaction_id: txn_id(n).to_string(),
-        state: ParticipantState::Prepared,
-    };
     for n in [1, 2] {
-        let manifest = Manifest {
-            job_id: PREFIX.into(),
-            checkpoint_id: n,
-            created_at_ms: shareflow::checkpoint::now_ms(),
-            state_files: Vec::new(),
-            transactions: vec![record(n)],
-        };
-        store.publish_manifest(&manifest).await.unwrap();
+        publish_checkpoint(&root, n).await;
     }
 
     let d = broker_dir.display().to_string();
@@ -202,32 +221,13 @@ async fn checkpoints_inspect_finds_a_damaged_state_file() {
     assert!(err.contains("1 state file(s) of checkpoint 1 fail verification"), "{err}");
 }
 
-fn txn(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow")).arg("txn").args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 /// `txn commit|abort ID` decides one transaction by hand, and refuses what the job's
 /// checkpoints decided otherwise unless `--force`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn txn_commit_and_abort_follow_the_manifests_unless_forced() {
     let dir = tempfile::tempdir().unwrap();
     let broker_dir = dir.path().join("broker-dir");
-    let broker =
-        EmbeddedBroker::open(BrokerOptions::local_dir(&broker_dir).unwrap().default_config(config(Transactional)))
-            .await
-            .unwrap();
-    broker.create_topic(IN, 1).await.unwrap();
-    broker.create_topic(OUT, 1).await.unwrap();
-    broker.configure_group(GROUP, config(Transactional)).await.unwrap();
-    broker.produce((0..4).map(|i| ProducerRecord::new(IN, 0, format!("v{i}"))).collect()).await.unwrap();
-    let coord = broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
-    let mut c = broker.consumer(GROUP, config(Transactional)).await.unwrap();
-    c.subscribe(&[IN]).await.unwrap();
+    let (broker, coord, mut c) = live_broker(&broker_dir, 4).await;
     // T(2) PREPARE, decided by checkpoint 2; T(3) ONGOING and T(4) PREPARE, both above
     // the newest complete checkpoint.
     let t2 = begin_ack_send(&coord, &mut c, 2).await;
@@ -236,21 +236,7 @@ async fn txn_commit_and_abort_follow_the_manifests_unless_forced() {
     let t4 = begin_ack_send(&coord, &mut c, 4).await;
     coord.prepare_transaction(&t4.id).await.unwrap();
     let root = format!("file://{}", dir.path().join("checkpoints").display());
-    let store = CheckpointStore::from_url(&root, &[], PREFIX).unwrap();
-    store
-        .publish_manifest(&Manifest {
-            job_id: PREFIX.into(),
-            checkpoint_id: 2,
-            created_at_ms: shareflow::checkpoint::now_ms(),
-            state_files: Vec::new(),
-            transactions: vec![TransactionRecord {
-                participant: "share-source".into(),
-                transaction_id: txn_id(2).to_string(),
-                state: ParticipantState::Prepared,
-            }],
-        })
-        .await
-        .unwrap();
+    publish_checkpoint(&root, 2).await;
     let d = broker_dir.display().to_string();
     let id = |n: u64| txn_id(n).to_string();
     let run = |op: &str, id: &str, extra: &[&str]| {
