@@ -17,7 +17,42 @@ pub(crate) enum TxnSource {
     Kafka(String),
 }
 
+/// A participant of `txn resolve` or `txn commit|abort`, and what closes it.
+type Opened = (shareflow::runtime::Participant, Box<dyn FnOnce() + Send>);
+
 impl TxnSource {
+    /// The participant that decides `prefix`'s transactions here, and what closes it.
+    /// `read_only` (a dry run) opens the embedded broker beside a live one and checks no
+    /// liveness. Otherwise the embedded broker's directory is taken exclusively (a
+    /// running job's broker holds it, and the refusal names the holder), and on Kafka a
+    /// live instance of the prefix under `checkpoints` is refused.
+    async fn participant(&self, checkpoints: &str, prefix: &str, read_only: bool) -> Result<Opened, BoxError> {
+        match self {
+            TxnSource::Dir(dir) => {
+                use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+                // The directory lock, not the prefix, refuses a live job here.
+                let _ = (checkpoints, prefix);
+                has_broker(dir)?;
+                let options = BrokerOptions::local_dir(dir)?;
+                let broker = if read_only {
+                    EmbeddedBroker::open_read_only(options).await?
+                } else {
+                    EmbeddedBroker::open(options).await?
+                };
+                let p: shareflow::runtime::Participant =
+                    shareflow::connector::embedded::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+                Ok((p, Box::new(move || broker.close())))
+            }
+            #[cfg(feature = "kafka")]
+            TxnSource::Kafka(bootstrap) => {
+                if !read_only {
+                    refuse_live(checkpoints, prefix).await?;
+                }
+                Ok((kafka_adopter(bootstrap).await?, Box::new(|| {})))
+            }
+        }
+    }
+
     /// `--dir` or `--kafka` (not both); neither is the demo's embedded directory.
     pub(crate) fn from_options(dir: Option<String>, kafka: Option<String>) -> Result<Self, String> {
         match (dir, kafka) {
@@ -332,8 +367,7 @@ pub(crate) struct TxnResolve {
 impl TxnResolve {
     /// Checks the options; every one but `--dir` and the flags is required.
     pub(crate) fn new(
-        dir: Option<String>,
-        kafka: Option<String>,
+        source: TxnSource,
         checkpoints: Option<String>,
         group: Option<String>,
         prefix: Option<String>,
@@ -341,7 +375,6 @@ impl TxnResolve {
         json: bool,
     ) -> Result<Self, String> {
         let need = |v: Option<String>, what: &str| v.ok_or_else(|| format!("txn resolve needs {what}"));
-        let source = TxnSource::from_options(dir, kafka)?;
         Ok(Self {
             source,
             checkpoints: need(checkpoints, "--checkpoints URL: the manifests decide")?,
@@ -354,31 +387,9 @@ impl TxnResolve {
 
     /// Resolves (or, with `--dry-run`, plans) and prints each decision.
     pub(crate) async fn run(&self) -> Result<(), BoxError> {
-        use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-        use shareflow::connector::embedded::BrokerTransactions;
         let storage = shareflow::checkpoint::CheckpointStore::from_url(&self.checkpoints, &[], &self.prefix)?;
         let template = shareflow::runtime::TransactionTemplate::new(&self.group, &self.prefix)?;
-        let (participant, close): (shareflow::runtime::Participant, Box<dyn FnOnce() + Send>) = match &self.source {
-            TxnSource::Dir(dir) => {
-                has_broker(dir)?;
-                let options = BrokerOptions::local_dir(dir)?;
-                // A dry run reads; a resolution takes the directory, which a running
-                // job's broker holds: then it is refused, naming the holder.
-                let broker = if self.dry_run {
-                    EmbeddedBroker::open_read_only(options).await?
-                } else {
-                    EmbeddedBroker::open(options).await?
-                };
-                (BrokerTransactions::new(broker.clone(), Duration::from_secs(60)), Box::new(move || broker.close()))
-            }
-            #[cfg(feature = "kafka")]
-            TxnSource::Kafka(bootstrap) => {
-                if !self.dry_run {
-                    refuse_live(&self.checkpoints, &self.prefix).await?;
-                }
-                (kafka_adopter(bootstrap).await?, Box::new(|| {}))
-            }
-        };
+        let (participant, close) = self.source.participant(&self.checkpoints, &self.prefix, self.dry_run).await?;
         let done = shareflow::runtime::resolve_pending(&[participant], &template, &storage, self.dry_run).await;
         close();
         let done = done?;
@@ -553,7 +564,7 @@ impl TxnDecide {
                 op
             }
         };
-        let (participant, close) = self.participant(&prefix).await?;
+        let (participant, close) = self.source.participant(&self.checkpoints, &prefix, false).await?;
         // Looked up before the prefix is taken: taking it aborts what never prepared.
         let pending = participant.pending(&template).await?;
         let Some(found) = pending.iter().find(|t| t.id.checkpoint_id() == n) else {
@@ -621,33 +632,6 @@ impl TxnDecide {
             TxnSource::Dir(d) => format!("the embedded broker in {d}"),
             #[cfg(feature = "kafka")]
             TxnSource::Kafka(k) => format!("Kafka at {k}"),
-        }
-    }
-
-    /// The participant that decides, and what closes it. The embedded broker's
-    /// directory is taken exclusively: a running job's broker holds it, and then this is
-    /// refused naming the holder. On Kafka a live instance of the prefix is refused.
-    async fn participant(
-        &self,
-        prefix: &str,
-    ) -> Result<(shareflow::runtime::Participant, Box<dyn FnOnce() + Send>), BoxError> {
-        match &self.source {
-            TxnSource::Dir(dir) => {
-                use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-                // The prefix is checked for liveness on Kafka only: here the directory
-                // lock refuses a live job.
-                let _ = prefix;
-                has_broker(dir)?;
-                let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir)?).await?;
-                let p: shareflow::runtime::Participant =
-                    shareflow::connector::embedded::BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-                Ok((p, Box::new(move || broker.close())))
-            }
-            #[cfg(feature = "kafka")]
-            TxnSource::Kafka(bootstrap) => {
-                refuse_live(&self.checkpoints, prefix).await?;
-                Ok((kafka_adopter(bootstrap).await?, Box::new(|| {})))
-            }
         }
     }
 }

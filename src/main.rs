@@ -544,8 +544,7 @@ fn report<S>(
 
 fn txn_resolve_options(args: &mut Args) -> Result<admin::TxnResolve, String> {
     admin::TxnResolve::new(
-        args.value("--dir")?,
-        args.value("--kafka")?,
+        admin::TxnSource::from_options(args.value("--dir")?, args.value("--kafka")?)?,
         args.value("--checkpoints")?,
         args.value("--group")?,
         args.value("--prefix")?,

@@ -250,8 +250,8 @@ struct Inner {
     read_only: bool,
     /// The exclusive lock on a local broker directory, held until close or drop.
     dir_lock: Mutex<Option<DirLock>>,
-    /// Retention, broker-wide and per topic.
-    retention: (Retention, BTreeMap<String, Retention>),
+    /// Retention, broker-wide and per topic; `None` if nothing is limited.
+    retention: Option<(Retention, BTreeMap<String, Retention>)>,
     /// Broker time of the last retention pass.
     retention_at_ms: AtomicU64,
 }
@@ -399,7 +399,8 @@ impl EmbeddedBroker {
                 closed: AtomicBool::new(false),
                 read_only,
                 dir_lock: Mutex::new(dir_lock),
-                retention: (options.retention, options.topic_retention),
+                retention: (options.retention.limits() || options.topic_retention.values().any(Retention::limits))
+                    .then_some((options.retention, options.topic_retention)),
                 retention_at_ms: AtomicU64::new(0),
             }),
         })
@@ -493,10 +494,7 @@ impl EmbeddedBroker {
     /// At most once a second of broker time: deletes what retention allows, one
     /// journaled `Trim` per partition. Returns the last entry written, if any.
     fn apply_retention(&self, st: &mut BrokerState, now_ms: u64) -> Result<Option<u64>> {
-        let (default, per_topic) = &self.inner.retention;
-        if !default.limits() && !per_topic.values().any(Retention::limits) {
-            return Ok(None);
-        }
+        let Some((default, per_topic)) = &self.inner.retention else { return Ok(None) };
         let last = self.inner.retention_at_ms.load(Ordering::Relaxed);
         if now_ms < last.saturating_add(RETENTION_EVERY_MS) {
             return Ok(None);

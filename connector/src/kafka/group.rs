@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::claims::{ClaimIndex, Claimant, Holdings};
-use super::client::CachedProducer;
 use super::ledger::{replay_piece, LedgerEntry, LedgerRange, LedgerSummary, RangeSet};
+use super::ledger_log::LedgerLog;
 use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -275,8 +275,8 @@ pub(crate) struct GroupLedger {
     /// The tailer's position: the next offset of the intents topic it will read.
     position: tokio::sync::watch::Sender<i64>,
     tailer: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Writes commit notes and summaries (outside any transaction).
-    notes: CachedProducer,
+    /// Writes commit notes and summaries (outside any transaction), as it writes intents.
+    log: Arc<LedgerLog>,
     /// A compaction is running.
     compacting: AtomicBool,
     /// Ledger records the tailer read, and their value bytes.
@@ -309,14 +309,15 @@ impl Drop for GroupLedger {
 }
 
 impl GroupLedger {
-    /// A ledger view on `cluster`, not tailing yet.
-    pub(crate) fn new(cluster: KafkaCluster) -> Arc<Self> {
+    /// A ledger view on `cluster`, not tailing yet, writing its notes and summaries
+    /// through `log`.
+    pub(crate) fn new(cluster: KafkaCluster, log: Arc<LedgerLog>) -> Arc<Self> {
         Arc::new(Self {
             cluster,
             inner: Mutex::new(Inner::default()),
             position: tokio::sync::watch::channel(0).0,
             tailer: Mutex::new(None),
-            notes: CachedProducer::new(Duration::ZERO, 1 << 20),
+            log,
             compacting: AtomicBool::new(false),
             read_entries: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
@@ -462,17 +463,7 @@ impl GroupLedger {
     pub(crate) async fn write_note(&self, by: Claimant, epoch: u64) -> Result<()> {
         let topic = self.lock().topic.clone();
         let entry = LedgerEntry::Committed { by, epoch };
-        self.send(&topic, &entry).await.map(drop)
-    }
-
-    async fn send(&self, topic: &str, entry: &LedgerEntry) -> Result<i64> {
-        let record = super::ledger_log::LedgerLog::record(topic, entry)?;
-        let producer = self.notes.get(&self.cluster).await?;
-        let meta = producer
-            .send(record)
-            .await
-            .map_err(|e| kafka_error(format!("write {} to {topic}", entry.describe()), e))?;
-        Ok(meta.offset)
+        self.log.write(&topic, &entry).await.map(drop)
     }
 
     /// The pairs of `committed` whose intents are still open here: their commit notes
@@ -533,7 +524,7 @@ impl GroupLedger {
             );
             return Ok(None);
         }
-        self.send(&topic, &entry).await?;
+        self.log.write(&topic, &entry).await?;
         self.cluster.delete_records(&topic, 0, upto).await?;
         let commits_start = match commits {
             Some((commits_topic, prefix)) => self.trim_commits(commits_topic, prefix).await?,
@@ -547,14 +538,13 @@ impl GroupLedger {
     async fn trim_commits(&self, topic: &str, prefix: &str) -> Result<Option<i64>> {
         // Committed entries first, then the tailer caught up: every intent of an epoch
         // read here is durable before its commit, so the index has seen it.
-        let mut entries = Vec::new();
-        for (_, offset, _, value) in self.cluster.read_topic(topic, true).await? {
-            if let Ok(LedgerEntry::Commit { generation, epoch, .. }) =
-                LedgerEntry::decode(value.as_deref().unwrap_or_default())
-            {
-                entries.push((offset, Claimant::new(prefix, generation), epoch));
-            }
-        }
+        let entries: Vec<(i64, Claimant, u64)> = self
+            .log
+            .read_commits(topic, true)
+            .await?
+            .into_iter()
+            .map(|(offset, generation, epoch, _)| (offset, Claimant::new(prefix, generation), epoch))
+            .collect();
         self.catch_up(Duration::from_secs(60)).await?;
         let pairs: Vec<(Claimant, u64)> = entries.iter().map(|(_, c, e)| (c.clone(), *e)).collect();
         let needed: BTreeSet<(Claimant, u64)> = self.unnoted(&pairs).into_iter().collect();

@@ -91,8 +91,15 @@ impl LedgerLog {
                 source: None,
             });
         }
+        Ok(self.read_commits(topic, stable).await?.into_iter().map(|(_, g, e, s)| (g, e, s)).collect())
+    }
+
+    /// The commit entries of the commits topic `topic` as `(offset, generation, epoch,
+    /// slot)`, read up to its end now: committed entries only if `read_committed`, without
+    /// waiting for open transactions. Anything but a commit entry is corruption.
+    pub(crate) async fn read_commits(&self, topic: &str, read_committed: bool) -> Result<Vec<(i64, u32, u64, u16)>> {
         let mut out = Vec::new();
-        for (partition, offset, _key, value) in c.read_topic(topic, stable).await? {
+        for (partition, offset, _key, value) in self.cluster.read_topic(topic, read_committed).await? {
             let value = value.unwrap_or_default();
             self.read_entries.fetch_add(1, Ordering::Relaxed);
             self.read_bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
@@ -104,12 +111,12 @@ impl LedgerLog {
                 ),
             };
             match LedgerEntry::decode(&value) {
-                Ok(LedgerEntry::Commit { generation, epoch, slot }) => out.push((generation, epoch, slot)),
+                Ok(LedgerEntry::Commit { generation, epoch, slot }) => out.push((offset, generation, epoch, slot)),
                 Ok(other) => return Err(corrupt(format!("{} in a commits topic", other.describe()))),
                 Err(reason) => return Err(corrupt(format!("not a ledger entry: {reason}"))),
             }
         }
-        tracing::debug!(topic = %topic, commits = out.len(), stable, "read a commits topic");
+        tracing::debug!(topic = %topic, commits = out.len(), read_committed, "read a commits topic");
         Ok(out)
     }
 

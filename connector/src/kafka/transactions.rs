@@ -172,7 +172,7 @@ pub struct KafkaTransactions {
     /// At-least-once writes: idempotent, not transactional.
     plain: CachedProducer,
     /// The ledger topics' reads and writes, and the replay reader.
-    log: LedgerLog,
+    log: Arc<LedgerLog>,
     plain_handles: Mutex<Vec<DeliveryHandle>>,
     group: Arc<GroupLedger>,
 }
@@ -206,9 +206,9 @@ impl KafkaTransactions {
     }
 
     fn build(cluster: KafkaCluster, config: KafkaTransactionsConfig, owner: bool) -> Arc<Self> {
-        let log = LedgerLog::new(cluster.clone(), config.transaction_timeout);
+        let log = Arc::new(LedgerLog::new(cluster.clone(), config.transaction_timeout));
         Arc::new(Self {
-            group: GroupLedger::new(cluster.clone()),
+            group: GroupLedger::new(cluster.clone(), log.clone()),
             cluster,
             config,
             template: Mutex::new(None),
@@ -471,7 +471,10 @@ impl KafkaTransactions {
     /// that never prepared: no checkpoint can cover it, and left open it would hold its
     /// topics' read_committed readers back. Reports the prepared ones, by epoch, and
     /// remembers which slot id carries each.
-    async fn scan_open(&self, template: &TransactionTemplate) -> Result<Vec<u64>> {
+    ///
+    /// `read_only` (a dry run of `txn resolve`) fences nothing: what never prepared is
+    /// left as it is (opening the prefix aborts it) and not reported.
+    async fn scan_open(&self, template: &TransactionTemplate, read_only: bool) -> Result<Vec<u64>> {
         let commits_topic = commits_topic(template);
         let mut commits: Option<Vec<(u32, u64, u16)>> = None;
         let mut prepared = Vec::new();
@@ -498,12 +501,14 @@ impl KafkaTransactions {
                             lock(&self.recovered).insert(n, id);
                             prepared.push(n);
                         }
+                        None if read_only => {}
                         None => {
                             tracing::warn!(%id, "recovery: prepared but its commit entry is missing; aborting it");
                             self.fence(&id).await.map_err(rt)?;
                         }
                     }
                 }
+                RecoveryAction::Fence if read_only => {}
                 RecoveryAction::Fence => {
                     tracing::info!(%id, "recovery: aborting a transaction that never prepared");
                     self.fence(&id).await.map_err(rt)?;
@@ -514,31 +519,6 @@ impl KafkaTransactions {
         Ok(prepared)
     }
 
-    /// The prepared transactions of `template`'s prefix, as [`Self::scan_open`] finds
-    /// them, but fencing nothing: an open transaction that never prepared is left as it
-    /// is (opening the prefix aborts it) and not reported, since no commit entry names
-    /// its epoch.
-    async fn prepared_read_only(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
-        let commits_topic = commits_topic(template);
-        let mut commits: Option<Vec<(u32, u64, u16)>> = None;
-        let mut out = Vec::new();
-        for (id, generation, slot, _) in self.listed(template, &[KafkaTxnState::Ongoing]).await? {
-            let described = self.cluster.describe_transaction(&id).await.map_err(rt)?;
-            if plan(Request::Found, described.as_ref(), &commits_topic) != RecoveryAction::AwaitDecision {
-                continue;
-            }
-            if commits.is_none() {
-                commits = Some(self.log.commits(&commits_topic, false).await.map_err(rt)?);
-            }
-            let n =
-                commits.iter().flatten().filter(|(g, _, s)| *g == generation && *s == slot).map(|(_, e, _)| *e).max();
-            if let Some(n) = n {
-                out.push(PendingTransaction { id: template.transaction(n), prepared: true });
-            }
-        }
-        Ok(out)
-    }
-
     /// The slot id that carries T(n) of `txn`'s prefix, found by a scan if not known.
     async fn recovered_id(&self, txn: &TransactionId) -> Result<Option<String>> {
         let n = txn.checkpoint_id();
@@ -546,7 +526,7 @@ impl KafkaTransactions {
             return Ok(Some(id.clone()));
         }
         let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
-        self.scan_open(&template).await?;
+        self.scan_open(&template, false).await?;
         Ok(lock(&self.recovered).get(&n).cloned())
     }
 
@@ -658,7 +638,7 @@ impl TransactionParticipant for KafkaTransactions {
             *lock(&self.template) = Some(template.clone());
             lock(&self.recovered).clear();
             if self.config.exactly_once {
-                self.scan_open(template).await?;
+                self.scan_open(template, false).await?;
             }
             return Ok(());
         }
@@ -689,7 +669,7 @@ impl TransactionParticipant for KafkaTransactions {
             let idle: Vec<String> =
                 listed.iter().filter(|(_, _, _, st)| *st != KafkaTxnState::Ongoing).map(|l| l.0.clone()).collect();
             self.fence_all(&idle).await.map_err(rt)?;
-            self.scan_open(template).await?;
+            self.scan_open(template, false).await?;
         }
         // A generation above every one this prefix used: its ids are fresh.
         let written = self.log.commits(&commits, false).await.map_err(rt)?;
@@ -881,13 +861,11 @@ impl TransactionParticipant for KafkaTransactions {
         if !self.config.exactly_once {
             return Ok(Vec::new());
         }
-        if !self.owner && lock(&self.template).as_ref() != Some(template) {
-            // Not opened for this prefix (a dry run of `txn resolve`): read only.
-            return self.prepared_read_only(template).await;
-        }
-        // `open` aborted what never prepared; what shows up unprepared now is aborted
-        // here too (nothing can decide it).
-        let prepared = self.scan_open(template).await?;
+        // Not opened for this prefix (a dry run of `txn resolve`): read only. Otherwise
+        // `open` aborted what never prepared, and what shows up unprepared now is
+        // aborted here too (nothing can decide it).
+        let read_only = !self.owner && lock(&self.template).as_ref() != Some(template);
+        let prepared = self.scan_open(template, read_only).await?;
         Ok(prepared.into_iter().map(|n| PendingTransaction { id: template.transaction(n), prepared: true }).collect())
     }
 
