@@ -20,6 +20,8 @@
 //! - What both backends share is at the top: [`SourceSettings`], [`SourceMetrics`],
 //!   [`record_schema`], the fault points in [`points`], and the backend-neutral sinks
 //!   [`FileSink`] and [`PrintSink`].
+//! - [`stream`]: [`stream::ShareStream`], exactly-once share consumption as a
+//!   `futures::Stream` of Arrow batches for a caller's own loop, on either backend.
 //! - [`Error`]: one error type; [`Error::kind`] says whether to fix the input, stop
 //!   (fenced), retry, or report corrupt data.
 //!
@@ -42,6 +44,7 @@ pub mod kafka;
 pub mod model;
 pub mod share;
 mod sinks;
+pub mod stream;
 #[cfg(feature = "testing")]
 pub mod verify;
 
