@@ -616,23 +616,25 @@ impl Stream for ShareStream {
             return Poll::Ready(None);
         }
         loop {
-            if this.in_flight.is_none() {
-                let Some(mut source) = this.source.take() else {
-                    this.broken = Some("the source is gone".into());
-                    return Poll::Ready(Some(Err(RuntimeError::Internal(
-                        "share stream polled without its source".into(),
-                    ))));
-                };
-                let epoch = this.epoch;
-                this.in_flight = Some(
-                    async move {
-                        let event = source.poll_next(epoch).await;
-                        (source, event)
-                    }
-                    .boxed(),
-                );
-            }
-            let Some(f) = this.in_flight.as_mut() else { continue };
+            let f = match this.in_flight.as_mut() {
+                Some(f) => f,
+                None => {
+                    let Some(mut source) = this.source.take() else {
+                        this.broken = Some("the source is gone".into());
+                        return Poll::Ready(Some(Err(RuntimeError::Internal(
+                            "share stream polled without its source".into(),
+                        ))));
+                    };
+                    let epoch = this.epoch;
+                    this.in_flight.insert(
+                        async move {
+                            let event = source.poll_next(epoch).await;
+                            (source, event)
+                        }
+                        .boxed(),
+                    )
+                }
+            };
             let (source, event) = match f.poll_unpin(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(done) => done,
