@@ -622,9 +622,37 @@ async fn a_failed_snapshot_does_not_fail_the_command() {
     for i in 0..200u8 {
         f.broker.produce(vec![ProducerRecord::new(IN, 0, vec![i; 32 * 1024])]).await.unwrap();
     }
+    // Snapshots run in the background: wait (bounded) for the failed attempt.
+    for _ in 0..500 {
+        if !faulty.injected().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(!faulty.injected().is_empty(), "a snapshot was tried and failed");
     faulty.clear();
     f.restart().await;
+    assert_eq!(f.broker.end_offset(&tp(0)).await.unwrap(), 200);
+}
+
+/// A snapshot being written holds up neither the broker nor the caller whose command
+/// started it: here its write never finishes, and 200 more commands still complete.
+#[tokio::test]
+async fn a_snapshot_being_written_blocks_no_command() {
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 3));
+    let store: Arc<dyn ObjectStore> = faulty.clone();
+    let f = Fixture::on_store(store, 1, config(Explicit)).await;
+    faulty.inject(FaultRule::always(StoreOp::Put, "snapshot", Fault::Latency(Duration::from_secs(3600))));
+    let commands = async {
+        for i in 0..200u8 {
+            f.broker.produce(vec![ProducerRecord::new(IN, 0, vec![i; 32 * 1024])]).await.unwrap();
+        }
+    };
+    // A guard against a hang, not a measurement: the commands take well under a second.
+    tokio::time::timeout(Duration::from_secs(60), commands)
+        .await
+        .expect("the commands waited for a snapshot write that never ends");
+    assert!(!faulty.injected().is_empty(), "a snapshot write was started");
     assert_eq!(f.broker.end_offset(&tp(0)).await.unwrap(), 200);
 }
 

@@ -100,15 +100,22 @@ pub fn encode(magic: Magic, version: u16, payload: &[u8]) -> Vec<u8> {
 
 /// Appends an envelope around `payload` to `out`, for files that hold many frames.
 pub fn encode_into(out: &mut Vec<u8>, magic: Magic, version: u16, payload: &[u8]) {
-    debug_assert!(payload.len() <= MAX_PAYLOAD_LEN);
-    let start = out.len();
-    out.extend_from_slice(&magic.0);
-    out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start..start + 12]), payload);
-    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&header(magic, version, payload));
     out.extend_from_slice(payload);
+}
+
+/// The header of the envelope around `payload`, for a writer that sends the payload
+/// without copying it behind the header. `payload` must not exceed [`MAX_PAYLOAD_LEN`]
+/// (a reader refuses such a frame); split larger data into several frames.
+pub fn header(magic: Magic, version: u16, payload: &[u8]) -> [u8; HEADER_LEN] {
+    debug_assert!(payload.len() <= MAX_PAYLOAD_LEN);
+    let mut h = [0u8; HEADER_LEN];
+    h[..4].copy_from_slice(&magic.0);
+    h[4..6].copy_from_slice(&version.to_le_bytes());
+    h[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..12]), payload);
+    h[12..].copy_from_slice(&crc.to_le_bytes());
+    h
 }
 
 /// Decodes a file that is exactly one envelope. Extra trailing bytes are an error.

@@ -455,7 +455,7 @@ impl EmbeddedBroker {
         // The command is durable: a failed snapshot must not turn it into an error (the
         // caller would retry what is done). The journal simply grows until the next one.
         if wrote {
-            if let Err(e) = self.maybe_snapshot().await {
+            if let Err(e) = self.maybe_snapshot() {
                 tracing::warn!(error = %e, "journal snapshot failed; will try again later");
             }
         }
@@ -512,16 +512,21 @@ impl EmbeddedBroker {
         Ok(written)
     }
 
-    async fn maybe_snapshot(&self) -> Result<()> {
+    /// Starts a snapshot when the journal has grown enough, and returns at once. Under
+    /// the state lock it only clones the state (the records are shared, not copied); the
+    /// encoding and the write run in the background, so neither the broker nor the
+    /// caller (often a source whose records' locks are ticking) waits the seconds a
+    /// large snapshot takes.
+    fn maybe_snapshot(&self) -> Result<()> {
         if !self.inner.journal.wants_snapshot() || !self.inner.journal.begin_snapshot() {
             return Ok(());
         }
-        let encoded = {
-            let st = self.state()?;
-            JournalCore::encode_state(&st).map(|bytes| (self.inner.journal.next_lsn() - 1, bytes))
-        };
-        match encoded {
-            Ok((lsn, bytes)) => self.inner.journal.write_snapshot_detached(lsn, bytes).await,
+        let snapshot = self.state().map(|st| (self.inner.journal.next_lsn() - 1, st.clone()));
+        match snapshot {
+            Ok((lsn, state)) => {
+                self.inner.journal.snapshot_detached(lsn, state);
+                Ok(())
+            }
             Err(e) => {
                 self.inner.journal.abandon_snapshot();
                 Err(e)

@@ -3,7 +3,9 @@
 //! Layout under the broker's root:
 //! - `wal/{first_lsn:020}.seg`: one object per group commit, holding one envelope
 //!   frame per entry, each `(lsn, entry)` in postcard;
-//! - `snapshot/{lsn:020}.snap`: the whole state as of `lsn`, one envelope.
+//! - `snapshot/{lsn:020}.snap`: the whole state as of `lsn`, in postcard, cut into
+//!   envelope frames of at most 64 MiB behind a first frame that gives the total length
+//!   and the frame count (older snapshots are one frame, which limited them to 1 GiB).
 //!
 //! Every state a process kill can leave opens again (decision 0002, "Kills"): a torn or
 //! empty last segment is cut back (or removed) with a warning, an unfinished snapshot
@@ -38,6 +40,11 @@ const SNAPSHOT_MAGIC: Magic = Magic(*b"SFJS");
 /// 2: transaction keys never reused, retention, members with a mode (decision 0002).
 /// 3: `Trim` entries of topic retention. Versions 2 and 3 read alike.
 const FORMAT_VERSION: u16 = 3;
+/// A snapshot cut into frames (see [`snapshot_frames`]). Readers accept the single
+/// frame of versions 2 and 3 too.
+const SNAPSHOT_FRAMES_VERSION: u16 = 4;
+/// The largest frame of a snapshot's payload.
+const SNAPSHOT_FRAME_BYTES: usize = 64 << 20;
 
 /// Log sequence number of a journal entry; the first entry is 1.
 pub(crate) type Lsn = u64;
@@ -174,21 +181,28 @@ impl Journal {
         }
     }
 
-    /// Writes a snapshot in its own task (see [`JournalCore::write_snapshot`]).
-    ///
-    /// Everything, the wait for `lsn` included, runs in the spawned task: a caller that
-    /// is cancelled cannot leave the snapshot claim taken.
-    pub(crate) async fn write_snapshot_detached(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
+    /// Encodes `state` (every entry up to `lsn`) and writes it as a snapshot (see
+    /// [`JournalCore::write_snapshot`]) in a task of its own, without waiting for it:
+    /// the caller never waits the seconds a large snapshot takes. The encoding runs on
+    /// a blocking thread. The claim taken with [`begin_snapshot`](Self::begin_snapshot)
+    /// is released when the task ends, however it ends; a failure is logged and the next
+    /// write tries again.
+    pub(crate) fn snapshot_detached(&self, lsn: Lsn, state: BrokerState) {
         let journal = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = journal.sync(lsn).await {
-                journal.abandon_snapshot();
-                return Err(e);
+            let result = async {
+                let bytes = tokio::task::spawn_blocking(move || JournalCore::encode_state(&state))
+                    .await
+                    .map_err(|e| Error::Internal(format!("journal snapshot encoder failed: {e}")))??;
+                journal.sync(lsn).await?;
+                journal.core.write_snapshot(lsn, bytes).await
             }
-            journal.core.write_snapshot(lsn, state_bytes).await
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("journal snapshot task failed: {e}")))?
+            .await;
+            if let Err(e) = result {
+                journal.abandon_snapshot();
+                tracing::warn!(lsn, error = %e, "journal snapshot failed; will try again later");
+            }
+        });
     }
 }
 
@@ -449,9 +463,8 @@ impl JournalCore {
         let mut snapshot_lsn = 0;
         if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
             let bytes = self.get(&path).await?;
-            let payload =
-                envelope::decode(SNAPSHOT_MAGIC, FORMAT_VERSION, &bytes).map_err(|e| Error::corrupt(&path, e))?;
-            state = postcard::from_bytes(payload)
+            let payload = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+            state = postcard::from_bytes(&payload)
                 .map_err(|e| Error::corrupt(&path, format!("snapshot does not decode: {e}")))?;
             snapshot_lsn = lsn;
             if let Ok(mut b) = self.lock() {
@@ -648,11 +661,11 @@ impl JournalCore {
     }
 
     async fn write_snapshot_inner(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
-        let bytes = envelope::encode(SNAPSHOT_MAGIC, FORMAT_VERSION, &state_bytes);
-        let size = bytes.len() as u64;
+        let frames = snapshot_frames(bytes::Bytes::from(state_bytes), SNAPSHOT_FRAME_BYTES);
+        let size = frames.iter().map(|f| f.len() as u64).sum();
         let path = self.snapshot_path(lsn);
         self.store
-            .put(&path, PutPayload::from(bytes))
+            .put(&path, frames.into_iter().collect::<PutPayload>())
             .await
             .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
         // The segments it covers are deleted next: it must be on disk first.
@@ -730,5 +743,114 @@ impl JournalCore {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
+    }
+}
+
+/// A snapshot file's parts: a first frame whose payload is the total length (u64 LE)
+/// and the number of frames after it (u32 LE), then `state` in frames of at most
+/// `frame_bytes`, each with its own header and checksum. The parts slice `state`
+/// without copying it, so the store writes them as they are.
+fn snapshot_frames(state: bytes::Bytes, frame_bytes: usize) -> Vec<bytes::Bytes> {
+    let frame_bytes = frame_bytes.clamp(1, envelope::MAX_PAYLOAD_LEN);
+    let count = state.len().div_ceil(frame_bytes);
+    let mut first = Vec::with_capacity(envelope::HEADER_LEN + 12);
+    let mut lengths = [0u8; 12];
+    lengths[..8].copy_from_slice(&(state.len() as u64).to_le_bytes());
+    lengths[8..].copy_from_slice(&(count as u32).to_le_bytes());
+    envelope::encode_into(&mut first, SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &lengths);
+    let mut parts = Vec::with_capacity(1 + 2 * count);
+    parts.push(bytes::Bytes::from(first));
+    for i in 0..count {
+        let piece = state.slice(i * frame_bytes..((i + 1) * frame_bytes).min(state.len()));
+        parts.push(bytes::Bytes::copy_from_slice(&envelope::header(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &piece)));
+        parts.push(piece);
+    }
+    parts
+}
+
+/// The state bytes of a snapshot file, checking every frame: the framed form of
+/// [`snapshot_frames`], or the single frame older brokers wrote. The message says what
+/// is wrong; the caller names the file.
+fn snapshot_payload(file: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8]>, String> {
+    let first = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, file).map_err(|e| e.to_string())?;
+    if first.version < SNAPSHOT_FRAMES_VERSION {
+        // One frame holds the whole state (versions 2 and 3).
+        return envelope::decode(SNAPSHOT_MAGIC, FORMAT_VERSION, file)
+            .map(std::borrow::Cow::Borrowed)
+            .map_err(|e| e.to_string());
+    }
+    let lengths: [u8; 12] = first
+        .payload
+        .try_into()
+        .map_err(|_| format!("snapshot header frame of {} bytes, not 12", first.payload.len()))?;
+    let total = u64::from_le_bytes(lengths[..8].try_into().unwrap_or_default());
+    let count = u32::from_le_bytes(lengths[8..].try_into().unwrap_or_default());
+    // The total is checked against what the frames hold, not trusted for an allocation.
+    let mut state = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(file.len()));
+    let mut pos = first.len;
+    for i in 0..count {
+        let frame = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &file[pos..])
+            .map_err(|e| format!("snapshot frame {} of {count}: {e}", i + 1))?;
+        state.extend_from_slice(frame.payload);
+        pos += frame.len;
+    }
+    if pos != file.len() {
+        return Err(format!("{} bytes follow the last of the snapshot's {count} frames", file.len() - pos));
+    }
+    if state.len() as u64 != total {
+        return Err(format!("the snapshot's frames hold {} bytes, its header says {total}", state.len()));
+    }
+    Ok(std::borrow::Cow::Owned(state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(parts: &[bytes::Bytes]) -> Vec<u8> {
+        parts.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    #[test]
+    fn a_snapshot_round_trips_through_frames_of_any_size() {
+        let state: Vec<u8> = (0..1_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        // (state length, frame size) -> frames after the first
+        for (len, frame, frames) in [(0, 64, 0), (1, 64, 1), (1_000, 1_000, 1), (1_000, 999, 2), (1_000, 7, 143)] {
+            let parts = snapshot_frames(bytes::Bytes::from(state[..len].to_vec()), frame);
+            assert_eq!(parts.len(), 1 + 2 * frames, "len {len}, frame {frame}");
+            let f = file(&parts);
+            assert_eq!(&*snapshot_payload(&f).unwrap(), &state[..len], "len {len}, frame {frame}");
+        }
+    }
+
+    #[test]
+    fn a_snapshot_of_the_single_frame_format_still_reads() {
+        let old = envelope::encode(SNAPSHOT_MAGIC, 3, b"state of a version 3 broker");
+        assert_eq!(&*snapshot_payload(&old).unwrap(), b"state of a version 3 broker");
+    }
+
+    #[test]
+    fn damage_anywhere_in_a_framed_snapshot_is_refused_with_where() {
+        let state: Vec<u8> = (0..100u8).collect();
+        let good = file(&snapshot_frames(bytes::Bytes::from(state), 30));
+        // A flipped payload byte in the third data frame.
+        let mut flipped = good.clone();
+        let third = (envelope::HEADER_LEN + 12) + 2 * (envelope::HEADER_LEN + 30) + envelope::HEADER_LEN + 5;
+        flipped[third] ^= 1;
+        let err = snapshot_payload(&flipped).unwrap_err();
+        assert!(err.contains("frame 3 of 4"), "{err}");
+        // Cut short, or with bytes after the last frame.
+        let err = snapshot_payload(&good[..good.len() - 1]).unwrap_err();
+        assert!(err.contains("frame 4 of 4"), "{err}");
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(snapshot_payload(&longer).unwrap_err().contains("1 bytes follow"));
+        // A header that claims more than the frames hold.
+        let mut parts = snapshot_frames(bytes::Bytes::from(vec![1u8; 10]), 30);
+        let mut lengths = [0u8; 12];
+        lengths[..8].copy_from_slice(&11u64.to_le_bytes());
+        lengths[8..].copy_from_slice(&1u32.to_le_bytes());
+        parts[0] = envelope::encode(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &lengths).into();
+        assert!(snapshot_payload(&file(&parts)).unwrap_err().contains("header says 11"));
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,9 @@ pub(crate) struct LogRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LogBatch {
     pub(crate) base_offset: i64,
-    pub(crate) records: Vec<LogRecord>,
+    /// Never changed once appended, and shared: cloning the broker state for a snapshot
+    /// copies no records (it serializes as the sequence a `Vec` would).
+    pub(crate) records: Arc<[LogRecord]>,
     /// The producer transaction it was written in, while undecided.
     pub(crate) txn: Option<TxnKey>,
     /// Its transaction aborted: read_committed readers skip it. Kept in the batch so
@@ -199,7 +202,7 @@ impl PartitionLog {
         if let Some(t) = txn {
             self.open_txn_batches.insert(base_offset, t);
         }
-        self.batches.push(LogBatch { base_offset, records, txn, aborted: false });
+        self.batches.push(LogBatch { base_offset, records: records.into(), txn, aborted: false });
         base_offset
     }
 
