@@ -173,9 +173,12 @@ impl ModelBroker {
         self.run(now_ms, Command::Abort { id: id.clone(), epoch }).and_then(Self::applied)
     }
 
-    /// `Tick`: only time passes (lock expiry, transaction timeout, retention).
-    pub fn tick(&mut self, now_ms: u64) {
-        let _ = self.run(now_ms, Command::Tick);
+    /// `Tick`: only time passes (lock expiry, transaction timeout, retention). Returns
+    /// whether a lock or a transaction expired.
+    pub fn tick(&mut self, now_ms: u64) -> bool {
+        let (_, expired) = self.state.apply(&Entry { now_ms, command: Command::Tick });
+        self.state.events = Events::default();
+        expired
     }
 
     // ---- reads ----

@@ -61,6 +61,11 @@ pub enum Bug {
     AckBeforeStaging,
     /// The adopter decides the dead instance's transactions without bumping its epoch.
     AdoptWithoutFence,
+    /// Recovery (and adoption) abort T(n) without first creating the tombstone
+    /// `chk-{n}/_aborted` (the runtime before finding 1 was fixed).
+    NoTombstone,
+    /// Recovery leaves PREPARE transactions as they are (decides only ONGOING ones).
+    RecoveryLeavesPrepared,
 }
 
 /// The size of a configuration and the bug it runs.
@@ -205,10 +210,16 @@ pub enum Action {
     AdoptDecide(u8),
     /// The adopter records the adoption done.
     AdoptDone(u8),
+    /// The fair clock: when nothing else can happen and the state is not quiescent,
+    /// time moves on to the next deadline (a lock, then a transaction timeout), if that
+    /// expires anything. It is the liveness check's fairness: time never stops.
+    Time,
+    /// The paused incarnation of instance i never comes back: its process ends.
+    Vanish(u8),
 }
 
 /// Action kinds, for coverage counters.
-pub const ACTION_KINDS: [&str; 18] = [
+pub const ACTION_KINDS: [&str; 20] = [
     "Restart",
     "Recover",
     "Start",
@@ -227,6 +238,8 @@ pub const ACTION_KINDS: [&str; 18] = [
     "AdoptFence",
     "AdoptDecide",
     "AdoptDone",
+    "Time",
+    "Vanish",
 ];
 
 impl Action {
@@ -250,6 +263,8 @@ impl Action {
             Action::AdoptFence(_) => 15,
             Action::AdoptDecide(_) => 16,
             Action::AdoptDone(_) => 17,
+            Action::Time => 18,
+            Action::Vanish(_) => 19,
         }
     }
 }
@@ -379,6 +394,9 @@ pub struct Sys {
     /// The checkpoint store: (instance, checkpoint id) -> the transaction ids its
     /// manifest lists.
     pub store: BTreeMap<(u8, u64), Vec<u64>>,
+    /// Tombstones `chk-{n}/_aborted` in the checkpoint store: (instance, checkpoint id).
+    /// A tombstoned checkpoint decides nothing, whatever manifest appears there.
+    pub tombstones: BTreeSet<(u8, u64)>,
     /// Instances.
     pub slots: Vec<Slot>,
     /// Instance registry.
@@ -399,7 +417,7 @@ pub struct ProtocolModel {
     proto: Sys,
     share: ShareConfig,
     /// How often each action kind was taken (successfully) while checking.
-    pub coverage: Arc<[AtomicU64; 18]>,
+    pub coverage: Arc<[AtomicU64; 20]>,
 }
 
 fn tp(topic: &str) -> TopicPartition {
@@ -443,6 +461,7 @@ impl ProtocolModel {
             now: 0,
             broker,
             store: BTreeMap::new(),
+            tombstones: BTreeSet::new(),
             slots: vec![Slot { life: Life::Down, zombie: None, last_epoch: 0 }; n],
             registry: vec![Registry::default(); n],
             budget: [cfg.crashes, cfg.pauses, cfg.lock_expiries, cfg.txn_timeouts, cfg.store_faults],
@@ -501,26 +520,33 @@ impl Sys {
         self.store.range((i, k)..=(i, u64::MAX)).next().is_some()
     }
 
+    /// What `CheckpointStore::observe` reports for instance i: its manifests, with a
+    /// tombstone deciding over whatever manifest sits under it.
     fn observed(&self, i: u8) -> Observed {
-        let checkpoints = self
-            .store
-            .range((i, 0)..=(i, u64::MAX))
-            .map(|(&(_, id), txns)| ObservedCheckpoint {
+        let mut ids: BTreeSet<u64> = self.store.range((i, 0)..=(i, u64::MAX)).map(|(&(_, id), _)| id).collect();
+        ids.extend(self.tombstones.range((i, 0)..=(i, u64::MAX)).map(|&(_, id)| id));
+        let checkpoints = ids
+            .into_iter()
+            .map(|id| ObservedCheckpoint {
                 checkpoint_id: id,
-                manifest: ManifestStatus::Valid(Manifest {
-                    job_id: PREFIXES[i as usize].into(),
-                    checkpoint_id: id,
-                    created_at_ms: 0,
-                    state_files: vec![],
-                    transactions: txns
-                        .iter()
-                        .map(|&k| TransactionRecord {
-                            participant: "broker".into(),
-                            transaction_id: txn(i, k).to_string(),
-                            state: ParticipantState::Prepared,
-                        })
-                        .collect(),
-                }),
+                manifest: match self.store.get(&(i, id)) {
+                    _ if self.tombstones.contains(&(i, id)) => ManifestStatus::Aborted,
+                    None => ManifestStatus::Missing,
+                    Some(txns) => ManifestStatus::Valid(Manifest {
+                        job_id: PREFIXES[i as usize].into(),
+                        checkpoint_id: id,
+                        created_at_ms: 0,
+                        state_files: vec![],
+                        transactions: txns
+                            .iter()
+                            .map(|&k| TransactionRecord {
+                                participant: "broker".into(),
+                                transaction_id: txn(i, k).to_string(),
+                                state: ParticipantState::Prepared,
+                            })
+                            .collect(),
+                    }),
+                },
                 files: BTreeMap::new(),
             })
             .collect();
@@ -558,8 +584,10 @@ impl Sys {
         }
     }
 
-    /// Carries out a recovery plan for instance i's transactions with `epoch`.
-    fn carry_out(&mut self, i: u8, plan: &[TxnAction], epoch: u32, token: u8) -> Result<(), String> {
+    /// Carries out a recovery plan for instance i's transactions with `epoch`. Before it
+    /// aborts T(n) it creates the tombstone of checkpoint n, as the runtime's recovery
+    /// does (unless `bug` is `NoTombstone`).
+    fn carry_out(&mut self, i: u8, plan: &[TxnAction], epoch: u32, token: u8, bug: Bug) -> Result<(), String> {
         let now = self.now;
         for a in plan {
             let id = txn(i, a.checkpoint_id());
@@ -575,7 +603,15 @@ impl Sys {
                         self.note_commit(i, checkpoint_id, token);
                     }
                 }
-                TxnAction::Abort { .. } => {
+                TxnAction::Abort { checkpoint_id, .. } => {
+                    // A tombstone may only mark a checkpoint no manifest decided yet:
+                    // recovery never aborts what a manifest committed to.
+                    if self.store.contains_key(&(i, checkpoint_id)) {
+                        self.violations.insert(format!("abort of {id}, which manifest {checkpoint_id} decided"));
+                    }
+                    if bug != Bug::NoTombstone {
+                        self.tombstones.insert((i, checkpoint_id));
+                    }
                     self.broker.abort(now, &id, epoch).map_err(|e| e.to_string())?;
                 }
             }
@@ -594,7 +630,11 @@ impl Sys {
                 prepared: p.state == TransactionState::Prepare,
             })
             .collect();
-        let plan = plan_recovery(restored, &pending);
+        let mut plan = plan_recovery(restored, &pending);
+        if bug == Bug::RecoveryLeavesPrepared {
+            let prepared: BTreeSet<u64> = pending.iter().filter(|p| p.prepared).map(|p| p.checkpoint_id).collect();
+            plan.retain(|a| !prepared.contains(&a.checkpoint_id()));
+        }
         if bug == Bug::RecoveryAbortsDecided {
             return plan
                 .into_iter()
@@ -653,6 +693,17 @@ impl Sys {
         idle && self.records(n).iter().all(|s| !matches!(s, RecordState::Available | RecordState::Acquired))
     }
 
+    /// A live instance has begun a transaction past the configuration's last checkpoint
+    /// id, so it polls no more: the model's bound.
+    pub fn at_bound(&self, checkpoints: u64) -> bool {
+        self.slots.iter().any(|s| matches!(&s.life, Life::Running(p) if p.cur > checkpoints))
+    }
+
+    /// Some transaction is PREPARE.
+    pub fn any_prepared(&self) -> bool {
+        self.broker.all_pending().iter().any(|p| p.state == TransactionState::Prepare)
+    }
+
     /// A short, readable summary of the state, for traces.
     pub fn summary(&self, n: u8) -> String {
         let mut s = String::new();
@@ -670,6 +721,11 @@ impl Sys {
         let store: Vec<String> =
             self.store.iter().map(|((i, id), t)| format!("{}/chk-{id}{:?}", PREFIXES[*i as usize], t)).collect();
         let _ = write!(s, " store[{}]", store.join(" "));
+        if !self.tombstones.is_empty() {
+            let t: Vec<String> =
+                self.tombstones.iter().map(|(i, id)| format!("{}/chk-{id}", PREFIXES[*i as usize])).collect();
+            let _ = write!(s, " tombstones[{}]", t.join(" "));
+        }
         for (i, slot) in self.slots.iter().enumerate() {
             let life = match &slot.life {
                 Life::Running(p) => format!(
@@ -734,6 +790,9 @@ impl Model for ProtocolModel {
             {
                 out.push(Action::Crash(i));
             }
+            if slot.zombie.is_some() {
+                out.push(Action::Vanish(i));
+            }
             for who in [Who::Live(i), Who::Zombie(i)] {
                 let Some(p) = s.proc(who) else { continue };
                 match p.rec {
@@ -744,8 +803,13 @@ impl Model for ProtocolModel {
                 }
                 match &p.coord {
                     Coord::Idle => {
-                        let work = p.dirty || p.uncommitted.iter().any(|&k| k < p.cur);
-                        if p.rec.is_none() && p.cur <= self.cfg.checkpoints && work {
+                        // Past the last checkpoint id the source polls no more, but the
+                        // coordinator still checkpoints to finish earlier transactions
+                        // (a failed manifest write leaves T(n) prepared for the next
+                        // checkpoint to commit), as the runtime's timer would.
+                        let earlier = p.uncommitted.iter().any(|&k| k < p.cur);
+                        let work = p.dirty || earlier;
+                        if p.rec.is_none() && (p.cur <= self.cfg.checkpoints || earlier) && work {
                             out.push(Action::Barrier(who));
                         }
                     }
@@ -771,9 +835,127 @@ impl Model for ProtocolModel {
         if s.budget[3] > 0 {
             out.push(Action::TxnTimeout);
         }
+        if !s.quiescent(self.cfg.records) {
+            out.push(Action::Time);
+        }
     }
 
     fn next_state(&self, s: &Sys, action: Action) -> Option<Sys> {
+        let next = self.step(s, action);
+        if next.is_some() {
+            self.coverage[action.kind()].fetch_add(1, Ordering::Relaxed);
+        }
+        next
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut props = vec![
+            Property::<Self>::always("every record in committed output at most once", |m, s| {
+                s.outputs(m.cfg.records).iter().all(|&c| c <= 1)
+            }),
+            Property::<Self>::always("acks and output visible together", |m, s| {
+                let n = m.cfg.records;
+                s.records(n).iter().zip(s.outputs(n)).all(|(st, out)| (*st == RecordState::Acknowledged) == (out >= 1))
+            }),
+            Property::<Self>::always("no commit without a manifest that decided it", |_, s| {
+                !s.violations.iter().any(|v| v.contains("no manifest"))
+            }),
+            Property::<Self>::always("no two owners commit for one prefix", |_, s| {
+                !s.violations.iter().any(|v| v.contains("stale owner"))
+            }),
+            Property::<Self>::always("a manifest's transactions are never aborted", |_, s| {
+                // A tombstoned checkpoint decides nothing: a fenced zombie may still
+                // create its manifest after recovery aborted its transactions. Recovery
+                // itself never aborts (nor tombstones) what a manifest already decided.
+                !s.violations.iter().any(|v| v.contains("which manifest"))
+                    && s.store.iter().filter(|(key, _)| !s.tombstones.contains(key)).all(|(&(i, _), ks)| {
+                        ks.iter().all(|&k| s.broker.txn_state(&txn(i, k)) != TransactionState::Aborted)
+                    })
+            }),
+            Property::<Self>::always("recovery never restores a checkpoint whose transactions aborted", |_, s| {
+                !s.violations.iter().any(|v| v.contains("restored checkpoint"))
+            }),
+            Property::<Self>::always("at quiescence: exactly once or archived, nothing locked, no PREPARE", |m, s| {
+                let n = m.cfg.records;
+                if !s.quiescent(n) {
+                    return true;
+                }
+                let ok_records = s.records(n).iter().zip(s.outputs(n)).all(|(st, out)| match st {
+                    RecordState::Acknowledged => out == 1,
+                    RecordState::Archived => out == 0,
+                    _ => false,
+                });
+                ok_records
+                    && s.readable_outputs(n) == s.outputs(n)
+                    && s.broker.all_pending().iter().all(|p| p.state != TransactionState::Prepare)
+            }),
+            // Liveness. The state graph is finite and acyclic (the test
+            // `the_state_graph_has_no_cycle` checks it), so every path ends in a state
+            // where nothing can happen. If every such state is quiescent, then by the
+            // property above every PREPARE transaction is eventually decided, on every
+            // path, with no fairness assumption needed.
+            // A live instance past the configuration's last checkpoint id stops polling:
+            // that is the model's bound, not the protocol's, so such a state may end a
+            // path, but never with a PREPARE transaction left.
+            Property::<Self>::always("a state where no event can happen is quiescent (no deadlock)", |m, s| {
+                s.quiescent(m.cfg.records) || m.can_move(s) || (s.at_bound(m.cfg.checkpoints) && !s.any_prepared())
+            }),
+            Property::<Self>::eventually("every PREPARE transaction is eventually decided", |m, s| {
+                (s.quiescent(m.cfg.records) || s.at_bound(m.cfg.checkpoints)) && !s.any_prepared()
+            }),
+            Property::<Self>::sometimes("quiescent with every record output", |m, s| {
+                s.quiescent(m.cfg.records) && s.outputs(m.cfg.records).iter().all(|&c| c == 1)
+            }),
+        ];
+        if self.cfg.crashes > 0 {
+            props.push(Property::<Self>::sometimes("quiescent after a crash", |m, s| {
+                s.budget[0] < m.cfg.crashes && s.quiescent(m.cfg.records)
+            }));
+        }
+        if self.cfg.pauses > 0 {
+            props.push(Property::<Self>::sometimes("quiescent after a paused incarnation stopped", |m, s| {
+                s.budget[1] < m.cfg.pauses && s.quiescent(m.cfg.records)
+            }));
+        }
+        if self.cfg.delivery_limit == 2 && self.cfg.lock_expiries > 0 && self.cfg.crashes > 0 {
+            props.push(Property::<Self>::sometimes("a record archived at the delivery limit", |m, s| {
+                s.records(m.cfg.records).contains(&RecordState::Archived)
+            }));
+        }
+        if self.cfg.instances > 1 {
+            props.push(Property::<Self>::sometimes("an adoption done", |_, s| s.registry.iter().any(|r| r.done)));
+        }
+        props
+    }
+}
+
+fn who_inst(who: Who) -> u8 {
+    match who {
+        Who::Live(i) | Who::Zombie(i) => i,
+    }
+}
+
+impl ProtocolModel {
+    fn done(&self, s: Sys, _action: Action) -> Option<Sys> {
+        Some(s)
+    }
+
+    /// Some event can still happen in `s` (it is not a terminal state).
+    pub fn can_move(&self, s: &Sys) -> bool {
+        let mut actions = Vec::new();
+        self.actions(s, &mut actions);
+        actions.into_iter().any(|a| self.step(s, a).is_some())
+    }
+
+    /// Every state `s` can move to, for the cycle search of the liveness test.
+    pub fn successors(&self, s: &Sys) -> Vec<Sys> {
+        let mut actions = Vec::new();
+        self.actions(s, &mut actions);
+        actions.into_iter().filter_map(|a| self.step(s, a)).collect()
+    }
+
+    /// The state `action` leads to from `s`, or `None` when it cannot happen there.
+    fn step(&self, s: &Sys, action: Action) -> Option<Sys> {
         let mut s = s.clone();
         let bug = self.cfg.bug;
         let now = s.now;
@@ -815,7 +997,7 @@ impl Model for ProtocolModel {
                     }
                 }
                 let actions = s.recovery_plan(i, plan.restored_id(), bug);
-                if s.carry_out(i, &actions, epoch, token).is_err() {
+                if s.carry_out(i, &actions, epoch, token, bug).is_err() {
                     s.slots[i as usize].life = Life::Down;
                 } else {
                     let highest = s.broker.highest_checkpoint(GROUP, PREFIXES[i as usize]).unwrap_or(0);
@@ -1031,7 +1213,7 @@ impl Model for ProtocolModel {
                     }
                 };
                 let actions = s.recovery_plan(v, restored, Bug::None);
-                if s.carry_out(v, &actions, epoch, token).is_err() {
+                if s.carry_out(v, &actions, epoch, token, bug).is_err() {
                     s.fail(Who::Live(i));
                 } else {
                     s.proc_mut(Who::Live(i))?.adopt = Some(Adopting::Decided(v));
@@ -1042,83 +1224,28 @@ impl Model for ProtocolModel {
                 s.registry[a.victim() as usize].done = true;
                 s.proc_mut(Who::Live(i))?.adopt = None;
             }
+            Action::Vanish(i) => {
+                s.slots[i as usize].zombie.take()?;
+            }
+            Action::Time => {
+                let mut others = Vec::new();
+                self.actions(&s, &mut others);
+                if others.into_iter().any(|a| a != Action::Time && self.step(&s, a).is_some()) {
+                    return None;
+                }
+                let lock = s.now + LOCK_MS + 1;
+                if s.broker.tick(lock) {
+                    s.now = lock;
+                } else {
+                    let timeout = s.now + TXN_TIMEOUT_MS + 1;
+                    if !s.broker.tick(timeout) {
+                        return None;
+                    }
+                    s.now = timeout;
+                }
+            }
         }
         self.done(s, action)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
-        let mut props = vec![
-            Property::<Self>::always("every record in committed output at most once", |m, s| {
-                s.outputs(m.cfg.records).iter().all(|&c| c <= 1)
-            }),
-            Property::<Self>::always("acks and output visible together", |m, s| {
-                let n = m.cfg.records;
-                s.records(n).iter().zip(s.outputs(n)).all(|(st, out)| (*st == RecordState::Acknowledged) == (out >= 1))
-            }),
-            Property::<Self>::always("no commit without a manifest that decided it", |_, s| {
-                !s.violations.iter().any(|v| v.contains("no manifest"))
-            }),
-            Property::<Self>::always("no two owners commit for one prefix", |_, s| {
-                !s.violations.iter().any(|v| v.contains("stale owner"))
-            }),
-            Property::<Self>::always("a manifest's transactions are never aborted", |_, s| {
-                s.store.iter().all(|(&(i, _), ks)| {
-                    ks.iter().all(|&k| s.broker.txn_state(&txn(i, k)) != TransactionState::Aborted)
-                })
-            }),
-            Property::<Self>::always("recovery never restores a checkpoint whose transactions aborted", |_, s| {
-                !s.violations.iter().any(|v| v.contains("restored checkpoint"))
-            }),
-            Property::<Self>::always("at quiescence: exactly once or archived, nothing locked, no PREPARE", |m, s| {
-                let n = m.cfg.records;
-                if !s.quiescent(n) {
-                    return true;
-                }
-                let ok_records = s.records(n).iter().zip(s.outputs(n)).all(|(st, out)| match st {
-                    RecordState::Acknowledged => out == 1,
-                    RecordState::Archived => out == 0,
-                    _ => false,
-                });
-                ok_records
-                    && s.readable_outputs(n) == s.outputs(n)
-                    && s.broker.all_pending().iter().all(|p| p.state != TransactionState::Prepare)
-            }),
-            Property::<Self>::sometimes("quiescent with every record output", |m, s| {
-                s.quiescent(m.cfg.records) && s.outputs(m.cfg.records).iter().all(|&c| c == 1)
-            }),
-        ];
-        if self.cfg.crashes > 0 {
-            props.push(Property::<Self>::sometimes("quiescent after a crash", |m, s| {
-                s.budget[0] < m.cfg.crashes && s.quiescent(m.cfg.records)
-            }));
-        }
-        if self.cfg.pauses > 0 {
-            props.push(Property::<Self>::sometimes("quiescent after a paused incarnation stopped", |m, s| {
-                s.budget[1] < m.cfg.pauses && s.quiescent(m.cfg.records)
-            }));
-        }
-        if self.cfg.delivery_limit == 2 && self.cfg.lock_expiries > 0 && self.cfg.crashes > 0 {
-            props.push(Property::<Self>::sometimes("a record archived at the delivery limit", |m, s| {
-                s.records(m.cfg.records).contains(&RecordState::Archived)
-            }));
-        }
-        if self.cfg.instances > 1 {
-            props.push(Property::<Self>::sometimes("an adoption done", |_, s| s.registry.iter().any(|r| r.done)));
-        }
-        props
-    }
-}
-
-fn who_inst(who: Who) -> u8 {
-    match who {
-        Who::Live(i) | Who::Zombie(i) => i,
-    }
-}
-
-impl ProtocolModel {
-    fn done(&self, s: Sys, action: Action) -> Option<Sys> {
-        self.coverage[action.kind()].fetch_add(1, Ordering::Relaxed);
-        Some(s)
     }
 
     /// A readable trace: each action, then the state it led to.
