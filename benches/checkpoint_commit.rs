@@ -15,6 +15,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use shareflow::checkpoint::{open_url, CheckpointPaths, CheckpointStore, DurableLocalStore, DEFAULT_INLINE_THRESHOLD};
 
+#[path = "support/results.rs"]
+mod results;
+
 const ROUNDS: usize = 200;
 const SUBTASKS: usize = 4;
 
@@ -22,7 +25,13 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
-async fn measure(name: &str, store: Arc<dyn ObjectStore>, root: &str, state_bytes: usize) {
+async fn measure(
+    results: &mut results::Results,
+    name: &str,
+    store: Arc<dyn ObjectStore>,
+    root: &str,
+    state_bytes: usize,
+) {
     let job = format!("bench-{}-{state_bytes}", std::process::id());
     let checkpoints = CheckpointStore::new(store.clone(), CheckpointPaths::new(root, &job).unwrap());
     let state = bytes::Bytes::from(vec![7u8; state_bytes]);
@@ -51,6 +60,12 @@ async fn measure(name: &str, store: Arc<dyn ObjectStore>, root: &str, state_byte
     commit.sort();
     let (r50, r99, c50, c99) =
         (quantile(&raw, 0.5), quantile(&raw, 0.99), quantile(&commit, 0.5), quantile(&commit, 0.99));
+    let ms = |sorted: &[Duration]| -> Vec<f64> {
+        [0.5, 0.9, 0.99].iter().map(|&q| quantile(sorted, q).as_secs_f64() * 1e3).collect()
+    };
+    results.record(serde_json::json!({"kind": "latency", "store": name, "subtasks": SUBTASKS,
+        "state_bytes": state_bytes, "rounds": ROUNDS, "quantiles": [0.5, 0.9, 0.99],
+        "raw_put_ms": ms(&raw), "commit_ms": ms(&commit)}));
     let how = if state_bytes <= DEFAULT_INLINE_THRESHOLD { "inlined in the manifest" } else { "state files" };
     println!(
         "{name}: {SUBTASKS} subtasks x {} KiB state ({how}), {ROUNDS} rounds interleaved\n  raw manifest PUT  p50 {r50:>10.2?}  p99 {r99:>10.2?}\n  checkpoint commit p50 {c50:>10.2?}  p99 {c99:>10.2?}\n  ratio             p50 {:.2}x (target <= 2.5x)  p99 {:.2}x (target <= 4x)",
@@ -65,11 +80,16 @@ fn main() {
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut results = results::Results::create(
+        "checkpoint_commit",
+        serde_json::json!({"rounds": ROUNDS, "subtasks": SUBTASKS, "s3": std::env::var("SHAREFLOW_S3_ENDPOINT").is_ok()}),
+    );
+    let results = &mut results;
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let local: Arc<dyn ObjectStore> = Arc::new(DurableLocalStore::new(dir.path()).unwrap());
         for size in [2 * 1024, 64 * 1024] {
-            measure("file:// with fsync", local.clone(), "bench", size).await;
+            measure(results, "file:// with fsync", local.clone(), "bench", size).await;
         }
         match std::env::var("SHAREFLOW_S3_ENDPOINT") {
             Ok(endpoint) => {
@@ -85,7 +105,7 @@ fn main() {
                 )
                 .unwrap();
                 for size in [2 * 1024, 64 * 1024] {
-                    measure(&format!("s3 (MinIO at {endpoint})"), store.clone(), "bench", size).await;
+                    measure(results, "s3 (MinIO)", store.clone(), "bench", size).await;
                 }
             }
             Err(_) => println!(

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use shareflow::connector::share::AcknowledgementMode;
 
+#[path = "support/results.rs"]
+mod results;
+
 /// Records per second of one `shareflow demo` run without crashes.
 async fn throughput(mode: AcknowledgementMode, interval: Duration, records: u64) -> f64 {
     let dir = tempfile::tempdir().unwrap();
@@ -148,6 +151,7 @@ fn main() {
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let mut results = results::Results::create("eos_cost", serde_json::json!({"rounds": 3}));
     rt.block_on(async {
         for (interval, records) in [(Duration::from_millis(100), 1_000_000), (Duration::from_secs(1), 2_000_000), (Duration::from_secs(10), 2_000_000)] {
             let mut ratios = Vec::new();
@@ -160,6 +164,8 @@ fn main() {
                     alo,
                     eos / alo
                 );
+                results.record(serde_json::json!({"kind": "throughput", "interval_ms": interval.as_millis() as u64,
+                    "records": records, "round": round, "exactly_once": eos, "at_least_once": alo}));
                 ratios.push(eos / alo);
             }
             ratios.sort_by(f64::total_cmp);
@@ -167,7 +173,9 @@ fn main() {
         }
         let mut times = Vec::new();
         for _ in 0..3 {
-            times.push(recovery_time().await);
+            let time = recovery_time().await;
+            results.record(serde_json::json!({"kind": "recovery", "locked": 100_000, "seconds": time.as_secs_f64()}));
+            times.push(time);
         }
         times.sort();
         println!("recovery with 100,000 LOCKED records pending: restart to first new output {:?} (median of 3: {times:?})", times[1]);

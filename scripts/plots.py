@@ -1,0 +1,226 @@
+"""Charts of shareflow's benchmark results. Run through scripts/plots, which provides the
+pinned matplotlib.
+
+Each bench writes docs/results/<bench>.jsonl: a first line {"kind": "run", ...} saying what
+ran, then one JSON object per measurement. Each chart below reads one such file and
+writes one PNG whose caption names the command that produced the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+class ResultsError(Exception):
+    """A results file that cannot be charted; the message names the file and line."""
+
+
+@dataclass
+class Run:
+    """One bench run: its header line and its measurements."""
+
+    path: Path
+    header: dict
+    rows: list[dict]
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.rows if r.get("kind") == kind]
+
+    def when(self) -> str:
+        started = self.header.get("started_unix_s")
+        if not isinstance(started, (int, float)):
+            return "unknown date"
+        return datetime.fromtimestamp(started, tz=timezone.utc).strftime("%Y-%m-%d")
+
+    def need(self, row: dict, line: int, *keys: str) -> list:
+        missing = [k for k in keys if k not in row]
+        if missing:
+            raise ResultsError(f"{self.path}:{line}: a {row.get('kind')!r} line lacks {', '.join(missing)}; "
+                               f"run its bench again to rewrite the file")
+        return [row[k] for k in keys]
+
+
+def load(path: Path) -> Run:
+    """Reads one results file, refusing anything that is not the format above."""
+    header, rows = None, []
+    with path.open(encoding="utf-8") as f:
+        for number, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ResultsError(f"{path}:{number}: not JSON ({e.msg}); run its bench again to rewrite the file")
+            if not isinstance(row, dict) or not isinstance(row.get("kind"), str):
+                raise ResultsError(f"{path}:{number}: expected an object with a \"kind\"")
+            row["_line"] = number
+            if header is None:
+                if row["kind"] != "run":
+                    raise ResultsError(f"{path}:{number}: the first line must be the run header (kind \"run\")")
+                header = row
+            else:
+                rows.append(row)
+    if header is None:
+        raise ResultsError(f"{path}: empty; run its bench to fill it")
+    return Run(path, header, rows)
+
+
+def caption(fig, run: Run, command: str) -> None:
+    fig.text(0.01, 0.01, f"{command}  ({run.header.get('profile', '?')} build, "
+             f"{run.header.get('cores', '?')} cores, {run.when()})", fontsize=8, color="#555555")
+
+
+def eos_throughput(run: Run, out: Path) -> Path:
+    """Throughput of the demo pipeline against the checkpoint interval, both modes."""
+    by_interval: dict[int, dict[str, list[float]]] = {}
+    for row in run.of("throughput"):
+        interval, eos, alo = run.need(row, row["_line"], "interval_ms", "exactly_once", "at_least_once")
+        point = by_interval.setdefault(int(interval), {"eos": [], "alo": []})
+        point["eos"].append(float(eos))
+        point["alo"].append(float(alo))
+    if not by_interval:
+        raise ResultsError(f"{run.path}: no throughput lines")
+    intervals = sorted(by_interval)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for key, label, colour in (("eos", "exactly-once (transactional ack)", "#1f77b4"),
+                               ("alo", "at-least-once (explicit ack)", "#d62728")):
+        medians = [statistics.median(by_interval[i][key]) / 1e6 for i in intervals]
+        ax.plot(intervals, medians, marker="o", color=colour, label=f"{label}, median")
+        for i in intervals:
+            values = [v / 1e6 for v in by_interval[i][key]]
+            ax.scatter([i] * len(values), values, color=colour, alpha=0.35, s=14)
+    ax.set_xscale("log")
+    ax.set_xticks(intervals, [f"{i / 1000:g} s" if i >= 1000 else f"{i} ms" for i in intervals])
+    ax.set_xlabel("checkpoint interval")
+    ax.set_ylabel("records per second (millions)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Demo pipeline throughput, embedded broker")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    caption(fig, run, "cargo bench --bench eos_cost")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return save(fig, out / "eos_throughput.png")
+
+
+def commit_latency(run: Run, out: Path) -> Path:
+    """Checkpoint commit latency percentiles next to one raw PUT of the manifest."""
+    groups = []
+    for row in run.of("latency"):
+        store, state, quantiles, raw, commit = run.need(
+            row, row["_line"], "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
+        if not (len(quantiles) == len(raw) == len(commit)):
+            raise ResultsError(f"{run.path}:{row['_line']}: quantiles, raw_put_ms and commit_ms differ in length")
+        groups.append((f"{store}\n{int(state) // 1024} KiB state x {row.get('subtasks', '?')}", quantiles, raw, commit))
+    if not groups:
+        raise ResultsError(f"{run.path}: no latency lines")
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 4.2), squeeze=False)
+    for ax, (title, quantiles, raw, commit) in zip(axes[0], groups):
+        xs = range(len(quantiles))
+        width = 0.38
+        ax.bar([x - width / 2 for x in xs], raw, width, label="raw manifest PUT", color="#999999")
+        ax.bar([x + width / 2 for x in xs], commit, width, label="checkpoint commit", color="#1f77b4")
+        ax.set_xticks(list(xs), [f"p{q * 100:g}" for q in quantiles])
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("milliseconds")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Checkpoint commit latency (state files, then the manifest with PutMode::Create)", fontsize=10)
+    caption(fig, run, "cargo bench --bench checkpoint_commit")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return save(fig, out / "commit_latency.png")
+
+
+def soak(run: Run, out: Path) -> Path:
+    """Memory, snapshot size and log bytes over a long run with retention."""
+    samples = run.of("sample")
+    if not samples:
+        raise ResultsError(f"{run.path}: no sample lines")
+    cols = {k: [] for k in ("secs", "records_per_second", "rss_mib", "snapshot_kib", "log_mib")}
+    for row in samples:
+        for key, value in zip(cols, run.need(row, row["_line"], *cols)):
+            cols[key].append(float(value))
+    minutes = [s / 60 for s in cols["secs"]]
+    retention_min = float(run.header.get("args", {}).get("retention_s", 0)) / 60
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
+    panels = (
+        (axes[0][0], [v / 1e3 for v in cols["records_per_second"]], "committed records/s (thousands)"),
+        (axes[0][1], cols["rss_mib"], "resident memory (MiB)"),
+        (axes[1][0], [v / 1024 for v in cols["snapshot_kib"]], "newest broker snapshot (MiB)"),
+        (axes[1][1], cols["log_mib"], "bytes held by the topic logs (MiB)"),
+    )
+    for ax, values, label in panels:
+        ax.plot(minutes, values, color="#1f77b4")
+        ax.set_title(label, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        if retention_min > 0:
+            ax.axvline(retention_min, color="#d62728", linestyle="--", linewidth=1)
+    for ax in axes[1]:
+        ax.set_xlabel("minutes")
+    axes[0][1].text(retention_min, 0, " retention", color="#d62728", fontsize=8, va="bottom")
+    args = run.header.get("args", {})
+    fig.suptitle(f"Soak: exactly-once pipeline at full rate, {args.get('minutes', '?')} min, "
+                 f"retention {args.get('retention_s', '?')} s", fontsize=10)
+    caption(fig, run, f"cargo bench --bench broker_soak -- {args.get('minutes', 30):g} {args.get('retention_s', 60)}")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return save(fig, out / "soak.png")
+
+
+def save(fig, path: Path) -> Path:
+    # No software/date metadata: the same results give the same bytes.
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+CHARTS = {
+    "eos_cost": (eos_throughput, "cargo bench --bench eos_cost"),
+    "checkpoint_commit": (commit_latency, "cargo bench --bench checkpoint_commit"),
+    "broker_soak": (soak, "cargo bench --bench broker_soak"),
+}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/plots", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=Path("docs/results"), help="where the benches wrote *.jsonl")
+    parser.add_argument("--out", type=Path, default=Path("docs/plots"), help="where the PNGs go")
+    args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        print(f"scripts/plots: error: results directory {args.results} does not exist; "
+              f"run a bench (e.g. cargo bench --bench eos_cost) or pass --results DIR", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    made, failed = 0, 0
+    for bench, (chart, command) in CHARTS.items():
+        path = args.results / f"{bench}.jsonl"
+        if not path.exists():
+            print(f"scripts/plots: {path} is missing, so no chart from it; `{command}` writes it")
+            continue
+        try:
+            written = chart(load(path), args.out)
+        except ResultsError as e:
+            print(f"scripts/plots: error: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"scripts/plots: {written} (from {path})")
+        made += 1
+    if failed or made == 0:
+        if made == 0 and not failed:
+            print(f"scripts/plots: error: no results in {args.results}; run the benches first", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
