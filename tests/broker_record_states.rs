@@ -274,3 +274,46 @@ async fn members_split_the_records() {
     assert_eq!(seen.len(), 100);
     assert_eq!((from_a, from_b), (50, 50));
 }
+
+/// The at-least-once source's batched path: offset ranges outside a transaction settle
+/// as single records do, one call for many records, and a refused call buffers nothing.
+#[tokio::test]
+async fn ranges_outside_a_txn_settle_like_records_all_or_nothing() {
+    let f = fixture().await;
+    let mut c = f.consumer(Explicit).await;
+    assert_eq!(poll(&mut c, 10).await.len(), 10);
+    let mut acks = ShareAcknowledgements::new();
+    acks.add(tp(0), AcknowledgementBatch::new(0, 5, Accept)).unwrap();
+    acks.add(tp(0), AcknowledgementBatch::new(6, 9, Renew)).unwrap();
+    c.acknowledge_ranges(&acks).await.unwrap();
+    c.commit().await.unwrap();
+    for o in 0..=5 {
+        assert_eq!(f.state(0, o).await, RecordState::Acknowledged, "offset {o}");
+    }
+    assert_eq!(f.state(0, 6).await, RecordState::Acquired, "renewed, still held");
+    let mut first = ShareAcknowledgements::new();
+    first.add(tp(0), AcknowledgementBatch::new(6, 7, Accept)).unwrap();
+    c.acknowledge_ranges(&first).await.unwrap();
+    // 7 is buffered already: the whole call is refused, 8..=9 included.
+    let mut overlapping = ShareAcknowledgements::new();
+    overlapping.add(tp(0), AcknowledgementBatch::new(7, 7, Reject)).unwrap();
+    overlapping.add(tp(0), AcknowledgementBatch::new(8, 9, Accept)).unwrap();
+    let err = c.acknowledge_ranges(&overlapping).await.unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+    c.commit().await.unwrap();
+    assert_eq!(f.state(0, 7).await, RecordState::Acknowledged);
+    assert_eq!(f.state(0, 8).await, RecordState::Acquired, "nothing of the refused call was sent");
+}
+
+#[tokio::test]
+async fn ranges_are_refused_in_implicit_mode_and_as_plain_accept_in_transactional_mode() {
+    let f = fixture().await;
+    let mut acks = ShareAcknowledgements::new();
+    acks.add(tp(0), AcknowledgementBatch::new(0, 1, Accept)).unwrap();
+    let mut implicit = f.consumer(Implicit).await;
+    let err = implicit.acknowledge_ranges(&acks).await.unwrap_err();
+    assert!(err.to_string().contains("implicit mode"), "{err}");
+    let mut transactional = f.consumer(Transactional).await;
+    let err = transactional.acknowledge_ranges(&acks).await.unwrap_err();
+    assert!(err.to_string().contains("acknowledge_batches_transactional"), "{err}");
+}

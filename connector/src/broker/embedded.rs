@@ -906,6 +906,37 @@ impl EmbeddedShareConsumer {
         Ok(())
     }
 
+    /// Settles offset ranges outside any transaction, as
+    /// [`acknowledge`](ShareConsumer::acknowledge) settles one record: buffered, and sent
+    /// with the next poll, commit or close. One call covers a whole checkpoint's records
+    /// (the at-least-once source's path), instead of one call per record. All or
+    /// nothing: a refused range leaves nothing buffered.
+    pub async fn acknowledge_ranges(&mut self, acks: &ShareAcknowledgements) -> Result<()> {
+        self.check_open()?;
+        let mut pending = self.pending.clone();
+        for (tp, ranges) in acks.partitions() {
+            for b in ranges.batches() {
+                match (self.mode, b.ack_type) {
+                    (AcknowledgementMode::Implicit, _) => {
+                        return Err(Error::InvalidRequest(format!(
+                            "acknowledging {tp} offsets {}..={} is not allowed in implicit mode: the next poll accepts every record",
+                            b.first_offset, b.last_offset
+                        )))
+                    }
+                    (AcknowledgementMode::Transactional, AcknowledgeType::Accept) => {
+                        return Err(Error::InvalidRequest(format!(
+                            "ACCEPT of {tp} offsets {}..={} outside a transaction is refused in transactional mode; use acknowledge_batches_transactional",
+                            b.first_offset, b.last_offset
+                        )))
+                    }
+                    _ => pending.add(tp.clone(), b)?,
+                }
+            }
+        }
+        self.pending = pending;
+        Ok(())
+    }
+
     async fn send(&self, acks: ShareAcknowledgements) -> Result<()> {
         self.broker
             .execute(Command::Acknowledge { group: self.group.clone(), member: self.member, acks })

@@ -5,8 +5,10 @@
 //!   open epoch's transaction T(n) right away (ACQUIRED -> LOCKED), as ACCEPT, or as
 //!   REJECT when the decoder refuses it. T(n) commits with the checkpoint: the
 //!   acknowledgements and the sinks' output of epoch n become visible in one step.
-//! - **Explicit** (at-least-once, FLIP-573 style): acknowledgements wait per epoch and are
-//!   sent as ACCEPT when the checkpoint completes; meanwhile the locks are renewed.
+//! - **Explicit** (at-least-once, FLIP-573 style): acknowledgements wait per epoch, as
+//!   merged offset ranges, and are sent as ACCEPT when the checkpoint completes;
+//!   meanwhile the locks are renewed. Each is one call for all the ranges, never one
+//!   per record.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -33,8 +35,8 @@ pub struct ShareGroupSource {
     share: ShareConfig,
     consumer: Option<EmbeddedShareConsumer>,
     ctx: Option<SubtaskContext>,
-    /// Explicit mode: records waiting for their checkpoint, per epoch.
-    waiting: BTreeMap<u64, Vec<Record>>,
+    /// Explicit mode: the offset ranges waiting for their checkpoint, per epoch.
+    waiting: BTreeMap<u64, ShareAcknowledgements>,
     last_renew: tokio::time::Instant,
     rate: RateLimit,
     metrics: Arc<SourceMetrics>,
@@ -143,13 +145,37 @@ impl ShareGroupSource {
             return Ok(());
         }
         self.last_renew = tokio::time::Instant::now();
-        let records: Vec<Record> = self.waiting.values().flatten().cloned().collect();
+        let renew = settle(self.waiting.values(), AcknowledgeType::Renew).map_err(|e| self.err(e))?;
         let consumer = self.consumer()?;
-        for r in &records {
-            consumer.acknowledge(r, AcknowledgeType::Renew).await.map_err(|e| runtime_error("share-source", e))?;
-        }
+        consumer.acknowledge_ranges(&renew).await.map_err(|e| runtime_error("share-source", e))?;
         consumer.commit().await.map_err(|e| runtime_error("share-source", e))
     }
+}
+
+/// The union of `sets`' offset ranges, every one settled as `ack_type`.
+fn settle<'a>(
+    sets: impl IntoIterator<Item = &'a ShareAcknowledgements>,
+    ack_type: AcknowledgeType,
+) -> crate::Result<ShareAcknowledgements> {
+    let mut out = ShareAcknowledgements::new();
+    for set in sets {
+        add_all(&mut out, set, ack_type)?;
+    }
+    Ok(out)
+}
+
+/// Adds every range of `from` to `into` as `ack_type`.
+fn add_all(
+    into: &mut ShareAcknowledgements,
+    from: &ShareAcknowledgements,
+    ack_type: AcknowledgeType,
+) -> crate::Result<()> {
+    for (tp, ranges) in from.partitions() {
+        for b in ranges.batches() {
+            into.add(tp.clone(), AcknowledgementBatch::new(b.first_offset, b.last_offset, ack_type))?;
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -201,7 +227,10 @@ impl Source for ShareGroupSource {
             self.failpoints.hit(points::SOURCE_AFTER_LOCK)?;
             good
         } else {
-            self.waiting.entry(epoch).or_default().extend(records.iter().cloned());
+            let polled =
+                ShareAcknowledgements::from_records(&records, AcknowledgeType::Accept).map_err(|e| self.err(e))?;
+            let added = add_all(self.waiting.entry(epoch).or_default(), &polled, AcknowledgeType::Accept);
+            added.map_err(|e| self.err(e))?;
             records
         };
         self.metrics.records_emitted.fetch_add(emit.len() as u64, Ordering::Relaxed);
@@ -222,15 +251,11 @@ impl Source for ShareGroupSource {
     async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         // Completing n covers every earlier epoch, even if its notification was lost.
         if !self.transactional() {
-            let done: Vec<u64> = self.waiting.range(..=checkpoint_id).map(|(e, _)| *e).collect();
-            let mut records = Vec::new();
-            for e in done {
-                records.extend(self.waiting.remove(&e).unwrap_or_default());
-            }
+            let rest = self.waiting.split_off(&(checkpoint_id + 1));
+            let done = std::mem::replace(&mut self.waiting, rest);
+            let accept = settle(done.values(), AcknowledgeType::Accept).map_err(|e| self.err(e))?;
             let consumer = self.consumer()?;
-            for r in &records {
-                consumer.acknowledge(r, AcknowledgeType::Accept).await.map_err(|e| runtime_error("share-source", e))?;
-            }
+            consumer.acknowledge_ranges(&accept).await.map_err(|e| runtime_error("share-source", e))?;
             consumer.commit().await.map_err(|e| runtime_error("share-source", e))?;
         }
         Ok(())
