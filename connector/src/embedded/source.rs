@@ -251,7 +251,7 @@ impl Source for ShareGroupSource {
     async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         // Completing n covers every earlier epoch, even if its notification was lost.
         if !self.transactional() {
-            let rest = self.waiting.split_off(&(checkpoint_id + 1));
+            let rest = checkpoint_id.checked_add(1).map(|next| self.waiting.split_off(&next)).unwrap_or_default();
             let done = std::mem::replace(&mut self.waiting, rest);
             let accept = settle(done.values(), AcknowledgeType::Accept).map_err(|e| self.err(e))?;
             let consumer = self.consumer()?;
