@@ -925,7 +925,7 @@ impl EmbeddedShareConsumer {
                     }
                     (AcknowledgementMode::Transactional, AcknowledgeType::Accept) => {
                         return Err(Error::InvalidRequest(format!(
-                            "ACCEPT of {tp} offsets {}..={} outside a transaction is refused in transactional mode; use acknowledge_batches_transactional",
+                            "ACCEPT of {tp} offsets {}..={} outside a transaction is refused in transactional mode; use acknowledge_transactional or acknowledge_batches_transactional",
                             b.first_offset, b.last_offset
                         )))
                     }
@@ -1008,18 +1008,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
     }
 
     async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()> {
-        self.check_open()?;
-        match (self.mode, ack_type) {
-            (AcknowledgementMode::Implicit, _) => Err(Error::InvalidRequest(format!(
-                "acknowledge({}-{} offset {}) is not allowed in implicit mode: the next poll accepts every record",
-                record.topic, record.partition, record.offset
-            ))),
-            (AcknowledgementMode::Transactional, AcknowledgeType::Accept) => Err(Error::InvalidRequest(format!(
-                "ACCEPT of {}-{} offset {} outside a transaction is refused in transactional mode; use acknowledge_transactional",
-                record.topic, record.partition, record.offset
-            ))),
-            _ => self.pending.add(record.topic_partition(), crate::share::AcknowledgementBatch::new(record.offset, record.offset, ack_type)),
-        }
+        self.acknowledge_ranges(&ShareAcknowledgements::from_records([record], ack_type)?).await
     }
 
     async fn acknowledge_batches_transactional(

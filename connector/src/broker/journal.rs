@@ -774,10 +774,11 @@ fn snapshot_frames(state: bytes::Bytes, frame_bytes: usize) -> Vec<bytes::Bytes>
 fn snapshot_payload(file: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8]>, String> {
     let first = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, file).map_err(|e| e.to_string())?;
     if first.version < SNAPSHOT_FRAMES_VERSION {
-        // One frame holds the whole state (versions 2 and 3).
-        return envelope::decode(SNAPSHOT_MAGIC, FORMAT_VERSION, file)
-            .map(std::borrow::Cow::Borrowed)
-            .map_err(|e| e.to_string());
+        // One frame holds the whole state (versions 2 and 3), already checked.
+        if first.len != file.len() {
+            return Err(format!("{} bytes follow the snapshot's single frame", file.len() - first.len));
+        }
+        return Ok(std::borrow::Cow::Borrowed(first.payload));
     }
     let lengths: [u8; 12] = first
         .payload
@@ -827,6 +828,9 @@ mod tests {
     fn a_snapshot_of_the_single_frame_format_still_reads() {
         let old = envelope::encode(SNAPSHOT_MAGIC, 3, b"state of a version 3 broker");
         assert_eq!(&*snapshot_payload(&old).unwrap(), b"state of a version 3 broker");
+        let mut longer = old.clone();
+        longer.push(0);
+        assert!(snapshot_payload(&longer).unwrap_err().contains("1 bytes follow the snapshot's single frame"));
     }
 
     #[test]

@@ -158,24 +158,12 @@ fn settle<'a>(
     ack_type: AcknowledgeType,
 ) -> crate::Result<ShareAcknowledgements> {
     let mut out = ShareAcknowledgements::new();
-    for set in sets {
-        add_all(&mut out, set, ack_type)?;
-    }
-    Ok(out)
-}
-
-/// Adds every range of `from` to `into` as `ack_type`.
-fn add_all(
-    into: &mut ShareAcknowledgements,
-    from: &ShareAcknowledgements,
-    ack_type: AcknowledgeType,
-) -> crate::Result<()> {
-    for (tp, ranges) in from.partitions() {
+    for (tp, ranges) in sets.into_iter().flat_map(ShareAcknowledgements::partitions) {
         for b in ranges.batches() {
-            into.add(tp.clone(), AcknowledgementBatch::new(b.first_offset, b.last_offset, ack_type))?;
+            out.add(tp.clone(), AcknowledgementBatch::new(b.first_offset, b.last_offset, ack_type))?;
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 #[async_trait]
@@ -227,9 +215,10 @@ impl Source for ShareGroupSource {
             self.failpoints.hit(points::SOURCE_AFTER_LOCK)?;
             good
         } else {
-            let polled =
-                ShareAcknowledgements::from_records(&records, AcknowledgeType::Accept).map_err(|e| self.err(e))?;
-            let added = add_all(self.waiting.entry(epoch).or_default(), &polled, AcknowledgeType::Accept);
+            let waiting = self.waiting.entry(epoch).or_default();
+            let added = records.iter().try_for_each(|r| {
+                waiting.add(r.topic_partition(), AcknowledgementBatch::new(r.offset, r.offset, AcknowledgeType::Accept))
+            });
             added.map_err(|e| self.err(e))?;
             records
         };
