@@ -652,6 +652,14 @@ async fn a_snapshot_being_written_blocks_no_command() {
     tokio::time::timeout(Duration::from_secs(60), commands)
         .await
         .expect("the commands waited for a snapshot write that never ends");
+    // The snapshot is encoded on a blocking thread before its write starts: wait
+    // (bounded) for the write to be under way.
+    for _ in 0..500 {
+        if !faulty.injected().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(!faulty.injected().is_empty(), "a snapshot write was started");
     assert_eq!(f.broker.end_offset(&tp(0)).await.unwrap(), 200);
 }
