@@ -23,9 +23,10 @@ use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 
-/// The fault points the demo crashes at. `recovery.mid` is left out: it is reached only
-/// when an earlier crash left decided work, so a schedule naming it alone would never
-/// fire; the failure-recovery tests and the seeded campaign cover it.
+/// The fault points the demo crashes at. The recovery points are left out:
+/// `recovery.mid` is reached only when an earlier crash left decided work, so a schedule
+/// naming it alone would never fire; the failure-recovery tests and the seeded campaign
+/// cover it, and `recovery.after` too (`--crash-at recovery.after` names it).
 pub(crate) const FAULT_POINTS: &[&str] = &[
     shareflow_connector::points::SOURCE_AFTER_POLL,
     shareflow_connector::points::SOURCE_AFTER_LOCK,

@@ -44,7 +44,7 @@ commands:
                          POINT: source.after_poll, source.after_lock, sink.after_write,
                          checkpoint.after_state_before_manifest, checkpoint.after_manifest,
                          commit.before, commit.mid, commit.after_broker_before_notify,
-                         recovery.mid (a point the run does not reach does not fire)
+                         recovery.mid, recovery.after (a point the run does not reach does not fire)
     --dir PATH           broker and checkpoint directory, cleared first (default ./target/shareflow-demo)
     --resume             continue the run a stopped or killed demo left in --dir: produce only
                          what it had not produced, recover, run to the end, check the whole input

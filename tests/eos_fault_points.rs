@@ -82,3 +82,4 @@ fault_point!(commit_before, "commit.before");
 fault_point!(commit_mid, "commit.mid");
 fault_point!(commit_after_broker_before_notify, "commit.after_broker_before_notify");
 fault_point!(recovery_mid, "recovery.mid");
+fault_point!(recovery_after, "recovery.after");

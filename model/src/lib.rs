@@ -28,6 +28,9 @@ use shareflow_connector::share::{
 };
 use stateright::{Model, Property};
 
+pub mod trace;
+pub use trace::{Trace, TraceError};
+
 /// The share group.
 pub const GROUP: &str = "g";
 /// The input topic (one partition).

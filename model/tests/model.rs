@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
-use shareflow_model::{Bug, Config, ProtocolModel};
+use shareflow_model::{Bug, Config, ProtocolModel, Trace};
 use stateright::{Checker, Expectation, Model};
 
 fn deep() -> bool {
@@ -13,8 +13,8 @@ fn deep() -> bool {
 }
 
 struct Outcome {
-    /// Always-properties that failed, with a readable trace.
-    violated: Vec<(&'static str, String)>,
+    /// Always-properties that failed, with a readable trace and the trace file's text.
+    violated: Vec<(&'static str, String, Trace)>,
     /// Sometimes-properties never reached.
     unreached: Vec<&'static str>,
 }
@@ -65,7 +65,7 @@ fn report(
             (Expectation::Always | Expectation::Eventually, Some(path)) => {
                 let trace = explainer.explain(&path);
                 println!("[{name}] VIOLATED: {}\n{trace}", p.name);
-                violated.push((p.name, trace));
+                violated.push((p.name, trace, Trace::of_path(cfg, p.name, &path)));
             }
             (Expectation::Sometimes, None) => {
                 println!("[{name}] never reached: {}", p.name);
@@ -87,12 +87,75 @@ fn holds(name: &str, cfg: Config) {
 
 fn caught(name: &str, cfg: Config, property: &str) {
     let out = run(name, cfg);
+    if let Some((_, _, trace)) = out.violated.iter().find(|(p, ..)| *p == property) {
+        write_trace(name, trace);
+    }
     assert!(
-        out.violated.iter().any(|(p, _)| *p == property),
+        out.violated.iter().any(|(p, ..)| *p == property),
         "{name}: the broken variant {:?} was not caught by {property:?}; violated: {:?}",
         cfg.bug,
         out.violated.iter().map(|v| v.0).collect::<Vec<_>>()
     );
+}
+
+/// Writes a counterexample where a runtime test can replay it: `$SHAREFLOW_MODEL_TRACES`,
+/// or `model-traces/` in the target dir.
+fn write_trace(name: &str, trace: &Trace) {
+    let dir = match std::env::var_os("SHAREFLOW_MODEL_TRACES") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| std::path::PathBuf::from("target"), std::path::PathBuf::from)
+            .join("model-traces"),
+    };
+    let file = dir.join(format!("{}.trace", name.replace([':', ' '], "_").replace("__", "_")));
+    match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, trace.to_text())) {
+        Ok(()) => println!("[{name}] counterexample written to {}", file.display()),
+        Err(e) => println!("[{name}] cannot write the counterexample to {}: {e}", file.display()),
+    }
+}
+
+/// The traces under `tests/traces/` that the root workspace replays against the real
+/// runtime (`tests/model_traces.rs`) are counterexamples of the model as it is now:
+/// each replays step by step on its own broken variant and violates its property
+/// there, and the real protocol either cannot take the same steps or keeps every
+/// property along them.
+#[test]
+fn committed_traces_are_counterexamples_of_this_model() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "expected the committed traces in {}, found {files:?}", dir.display());
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable trace");
+        let trace = Trace::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert_ne!(trace.config.bug, Bug::None, "{}: a counterexample of a broken variant", file.display());
+        let end = trace.replay(trace.config).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let violated = Trace::violated(trace.config, &end);
+        assert!(
+            violated.contains(&trace.property.as_str()),
+            "{}: replayed, but `{}` holds at the end (violated: {violated:?})",
+            file.display(),
+            trace.property
+        );
+        let real = trace.config.with_bug(Bug::None);
+        for k in 1..=trace.actions.len() {
+            let prefix = Trace { actions: trace.actions[..k].to_vec(), ..trace.clone() };
+            match prefix.replay(real) {
+                Ok(state) => {
+                    let violated = Trace::violated(real, &state);
+                    assert!(violated.is_empty(), "{}: the real protocol violates {violated:?}", file.display());
+                }
+                Err(e) => {
+                    println!("{}: the real protocol diverges at step {k}: {e}", file.display());
+                    break;
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::channel::Barrier;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
-use crate::failpoint::{points, Failpoints};
+use crate::failpoint::{points, Broken, Failpoints};
 use crate::instance::Instance;
 use crate::metrics::JobMetrics;
 use crate::operator::{Participant, PrepareOutcome, StateItems, TransactionTemplate};
@@ -273,26 +273,14 @@ impl Coordinator<'_> {
             state_files: files,
             transactions,
         };
+        // A broken variant (tests only) commits before the decision is written.
+        let early = self.failpoints.is_broken(Broken::CommitBeforeManifest);
+        let mut committed_in = if early { self.commit_phase(&to_commit).await? } else { Default::default() };
         storage.publish_manifest(&manifest).await?;
         self.failpoints.hit(points::AFTER_MANIFEST)?;
-        // Phase two.
-        let phase_two = Instant::now();
-        self.failpoints.hit(points::COMMIT_BEFORE)?;
-        let mut first = true;
-        for &k in &to_commit {
-            let txn = self.template.transaction(k);
-            for p in self.participants {
-                p.commit(&txn).await.map_err(|e| self.txn_error("commit", k, e))?;
-                if first {
-                    first = false;
-                    self.failpoints.hit(points::COMMIT_MID)?;
-                }
-            }
-            self.uncommitted.remove(&k);
+        if !early {
+            committed_in = self.commit_phase(&to_commit).await?;
         }
-        let committed_in = phase_two.elapsed();
-        self.count_open();
-        self.failpoints.hit(points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY)?;
         self.notify(Control::Complete(n));
         let elapsed = started.elapsed();
         let committed = to_commit.len() as u64;
@@ -311,6 +299,29 @@ impl Coordinator<'_> {
         });
         tracing::info!(checkpoint = n, ?elapsed, size, "checkpoint complete");
         Ok(())
+    }
+
+    /// Phase two: commits every T(k) of `to_commit` on every participant. Returns how
+    /// long it took.
+    async fn commit_phase(&mut self, to_commit: &[u64]) -> Result<std::time::Duration> {
+        let phase_two = Instant::now();
+        self.failpoints.hit(points::COMMIT_BEFORE)?;
+        let mut first = true;
+        for &k in to_commit {
+            let txn = self.template.transaction(k);
+            for p in self.participants {
+                p.commit(&txn).await.map_err(|e| self.txn_error("commit", k, e))?;
+                if first {
+                    first = false;
+                    self.failpoints.hit(points::COMMIT_MID)?;
+                }
+            }
+            self.uncommitted.remove(&k);
+        }
+        let committed_in = phase_two.elapsed();
+        self.count_open();
+        self.failpoints.hit(points::COMMIT_AFTER_BROKER_BEFORE_NOTIFY)?;
+        Ok(committed_in)
     }
 
     /// Deletes complete checkpoints beyond retention. Failures only warn: the next

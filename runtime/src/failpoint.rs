@@ -22,6 +22,9 @@ pub mod points {
     pub const COMMIT_AFTER_BROKER_BEFORE_NOTIFY: &str = "commit.after_broker_before_notify";
     /// Recovery resolved some pending transactions, not all.
     pub const RECOVERY_MID: &str = "recovery.mid";
+    /// Recovery decided every pending transaction and restored the state; no task runs
+    /// yet.
+    pub const AFTER_RECOVERY: &str = "recovery.after";
     /// An adopter claimed a silent instance, fenced it and recorded its plan; none of
     /// its transactions is decided yet (decision 0007). Only instances reach it.
     pub const ADOPTION_MID: &str = "adoption.mid";
@@ -33,7 +36,22 @@ pub mod points {
         COMMIT_MID,
         COMMIT_AFTER_BROKER_BEFORE_NOTIFY,
         RECOVERY_MID,
+        AFTER_RECOVERY,
     ];
+}
+
+/// A deliberately broken variant of the commit protocol, the runtime's counterpart of
+/// the model's broken variants (docs/model.md). The tests that replay the model's
+/// counterexamples against the runtime select one to show that the replay catches what
+/// the model caught. Only the `testing` feature can select one
+/// ([`Failpoints::break_protocol`]); without it the runtime never consults this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Broken {
+    /// The coordinator commits T(k) after prepare, before it writes the manifest.
+    CommitBeforeManifest,
+    /// Recovery aborts every pending transaction, including those a manifest decided.
+    RecoveryAbortsDecided,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +92,8 @@ pub struct Failpoints {
     armed: Arc<Mutex<HashMap<String, Armed>>>,
     schedule: Arc<Mutex<Schedule>>,
     fired: Arc<Mutex<Vec<String>>>,
+    #[cfg(feature = "testing")]
+    broken: Arc<Mutex<Option<Broken>>>,
 }
 
 impl Failpoints {
@@ -148,6 +168,26 @@ impl Failpoints {
         tracing::warn!(failpoint = name, "injected crash");
         self.fired.lock().unwrap_or_else(|p| p.into_inner()).push(name.to_string());
         Err(RuntimeError::InjectedCrash(name.to_string()))
+    }
+
+    /// Runs the job with a broken variant of the protocol (tests only).
+    #[cfg(feature = "testing")]
+    pub fn break_protocol(&self, broken: Option<Broken>) {
+        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = broken;
+    }
+
+    /// Whether the protocol is broken as `broken` says. Always `false` without the
+    /// `testing` feature.
+    pub(crate) fn is_broken(&self, broken: Broken) -> bool {
+        #[cfg(feature = "testing")]
+        {
+            *self.broken.lock().unwrap_or_else(|p| p.into_inner()) == Some(broken)
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            let _ = broken;
+            false
+        }
     }
 
     /// Crashes of the schedule that have not fired yet.

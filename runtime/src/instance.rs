@@ -15,7 +15,7 @@ use shareflow_checkpoint::CheckpointStore;
 
 use crate::config::InstanceConfig;
 use crate::error::{Result, RuntimeError};
-use crate::failpoint::{points, Failpoints};
+use crate::failpoint::{points, Broken, Failpoints};
 use crate::metrics::JobMetrics;
 use crate::operator::{Participant, PrepareOutcome, TransactionTemplate};
 
@@ -284,7 +284,18 @@ pub(crate) async fn decide(
             pending.push(PendingTxn { participant: index, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared });
         }
     }
-    let plan = plan_recovery(restored, &pending);
+    let mut plan = plan_recovery(restored, &pending);
+    if mid.is_some_and(|f| f.is_broken(Broken::RecoveryAbortsDecided)) {
+        // A broken variant (tests only): every pending transaction aborted.
+        plan = plan
+            .into_iter()
+            .map(|a| match a {
+                TxnAction::Commit { participant, checkpoint_id }
+                | TxnAction::PrepareAndCommit { participant, checkpoint_id }
+                | TxnAction::Abort { participant, checkpoint_id } => TxnAction::Abort { participant, checkpoint_id },
+            })
+            .collect();
+    }
     let decided: BTreeSet<u64> = plan.iter().map(TxnAction::checkpoint_id).collect();
     for (i, action) in plan.into_iter().enumerate() {
         let (index, commit, prepare) = match action {

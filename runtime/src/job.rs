@@ -10,7 +10,7 @@ use crate::channel::{Collector, OutEdge, Tagged};
 use crate::config::{JobConfig, RestartStrategy};
 use crate::coordinator::Coordinator;
 use crate::error::{ErrorKind, Result, RuntimeError};
-use crate::failpoint::Failpoints;
+use crate::failpoint::{points, Failpoints};
 use crate::instance::{self, Instance};
 use crate::metrics::{JobMetrics, JobMetricsSnapshot};
 use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
@@ -258,6 +258,7 @@ impl Job {
                 states.entry(operator.clone()).or_default().insert(*subtask, items);
             }
         }
+        self.failpoints.hit(points::AFTER_RECOVERY)?;
         Ok(Recovered { restored_from: restored, states, first_epoch: highest + 1 })
     }
 

@@ -58,7 +58,7 @@ pub use async_trait::async_trait;
 pub use channel::Collector;
 pub use config::{InstanceConfig, JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
-pub use failpoint::Failpoints;
+pub use failpoint::{Broken, Failpoints};
 pub use graph::{JobBuilder, Stream};
 pub use instance::{resolve_pending, Resolution};
 pub use job::{Job, JobReport, StopHandle};

@@ -27,14 +27,15 @@ pub const DELIVERY_LIMIT: u16 = 10;
 /// The file in the demo directory that names the input of the run started there.
 pub const INPUT_MARKER: &str = "demo-input.json";
 
-/// The fault points `shareflow demo --crashes K` draws from: every point but
-/// `recovery.mid`, which is reached only after an earlier crash left decided work.
+/// The fault points `shareflow demo --crashes K` draws from: every point but the
+/// recovery points (`recovery.mid` is reached only after an earlier crash left decided
+/// work; `recovery.after` is covered by the failure-recovery tests).
 pub fn fault_points() -> Vec<&'static str> {
     shareflow::connector::points::ALL
         .iter()
         .chain(runtime_points::ALL)
         .copied()
-        .filter(|p| *p != runtime_points::RECOVERY_MID)
+        .filter(|p| *p != runtime_points::RECOVERY_MID && *p != runtime_points::AFTER_RECOVERY)
         .collect()
 }
 

@@ -101,6 +101,8 @@ pub struct Run {
     pub prefix: String,
     /// Records per second per source subtask; `None`: as fast as it goes.
     pub max_rate: Option<u64>,
+    /// Records one poll returns at most.
+    pub max_poll_records: usize,
 }
 
 impl Run {
@@ -117,6 +119,7 @@ impl Run {
             parallelism: 2,
             prefix: "job".into(),
             max_rate: None,
+            max_poll_records: 200,
         }
     }
 
@@ -125,7 +128,7 @@ impl Run {
         let metrics = Arc::new(SourceMetrics::default());
         let mut source = SourceSettings::new(GROUP, &[INPUT]);
         source.stop_when_drained = true;
-        source.max_poll_records = 200;
+        source.max_poll_records = self.max_poll_records;
         // Idle polls hold barriers back; these runs use checkpoint timeouts of 50 ms.
         source.poll_timeout = Duration::from_millis(5);
         source.decoder = self.decoder.clone();
