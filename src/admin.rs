@@ -437,7 +437,8 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: u64, json: bool
                 "participant": t.participant, "transaction": t.transaction_id, "state": format!("{:?}", t.state),
             })).collect::<Vec<_>>(),
             "state_files": files.iter().map(|(f, v)| serde_json::json!({
-                "operator": f.operator, "subtask": f.subtask, "bytes": f.size, "inline": f.inline.is_some(), "check": v,
+                "operator": f.operator, "subtask": f.subtask, "bytes": f.size, "inline": f.inline.is_some(),
+                "shared_offset": f.offset, "check": v,
             })).collect::<Vec<_>>(),
         });
         println!("{v}");
@@ -455,7 +456,11 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: u64, json: bool
         }
         println!("state files:");
         for (f, v) in &files {
-            let place = if f.inline.is_some() { "inline" } else { "file" };
+            let place = match (&f.inline, f.offset) {
+                (Some(_), _) => "inline".to_string(),
+                (None, Some(offset)) => format!("{} @{offset}", shareflow::checkpoint::SHARED_STATE_NAME),
+                (None, None) => "file".to_string(),
+            };
             println!("  {:<24} {:>4} {:>10} bytes {place:<6} {v}", f.operator, f.subtask, f.size);
         }
         if files.is_empty() {

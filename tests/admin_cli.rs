@@ -201,23 +201,25 @@ async fn checkpoints_inspect_finds_a_damaged_state_file() {
     let (code, out, err) = inspect();
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().filter(|l| l.contains("counter") && l.ends_with("verified")).count(), 2, "{out}");
-    // Flip one byte of subtask 1's file.
+    // Both states went into the checkpoint's one shared object: flip the last byte of
+    // subtask 1's section.
     let chk = dir.path().join("job").join(format!("chk-{:020}", 1));
-    let file = std::fs::read_dir(&chk)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name().unwrap().to_string_lossy().contains("counter")
-                && p.file_name().unwrap().to_string_lossy().contains('1')
-        })
-        .expect("the state file of counter-1");
+    let names: Vec<String> =
+        std::fs::read_dir(&chk).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert!(names.contains(&shareflow::checkpoint::SHARED_STATE_NAME.to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("counter")), "no file per subtask: {names:?}");
+    let manifest = store.read_manifest(1).await.unwrap();
+    let one = manifest.state_files.iter().find(|f| f.subtask == 1).unwrap();
+    let file = chk.join(shareflow::checkpoint::SHARED_STATE_NAME);
     let mut bytes = std::fs::read(&file).unwrap();
-    let last = bytes.len() - 1;
+    let last = (one.offset.unwrap() + one.size - 1) as usize;
     bytes[last] ^= 0xff;
     std::fs::write(&file, bytes).unwrap();
     let (code, out, err) = inspect();
     assert_eq!(code, 1, "{out}");
-    assert!(out.lines().any(|l| l.contains("counter") && l.contains("FAILS")), "{out}");
+    // Only subtask 1's section fails; subtask 0's, in the same object, still verifies.
+    assert_eq!(out.lines().filter(|l| l.contains("counter") && l.contains("FAILS")).count(), 1, "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains("counter") && l.ends_with("verified")).count(), 1, "{out}");
     assert!(err.contains("1 state file(s) of checkpoint 1 fail verification"), "{err}");
 }
 

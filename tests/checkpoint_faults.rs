@@ -126,3 +126,98 @@ proptest! {
         }
     }
 }
+
+/// Three states: two above the inline threshold, one below.
+fn three_states(id: u64) -> Vec<(String, u32, bytes::Bytes)> {
+    vec![
+        ("agg".to_string(), 0, bytes::Bytes::from(vec![id as u8; 20_000])),
+        ("agg".to_string(), 1, bytes::Bytes::from(vec![id as u8 + 100; 30_000])),
+        ("src".to_string(), 0, bytes::Bytes::from_static(b"small")),
+    ]
+}
+
+async fn keys_of(store: &dyn ObjectStore, checkpoint: u64) -> Vec<String> {
+    use futures::TryStreamExt;
+    let dir = object_store::path::Path::from(format!("c/job/chk-{checkpoint:020}"));
+    let mut keys: Vec<String> =
+        store.list(Some(&dir)).map_ok(|m| m.location.filename().unwrap().to_string()).try_collect().await.unwrap();
+    keys.sort();
+    keys
+}
+
+/// Every state above the inline threshold goes into one object per checkpoint, each
+/// in its own envelope at the offset its manifest entry names, and restores byte for
+/// byte.
+#[tokio::test]
+async fn states_above_the_inline_threshold_share_one_object_per_checkpoint() {
+    let (faulty, store) = faulty();
+    let m = store.commit_checkpoint(1, &three_states(1), vec![], 16 * 1024).await.unwrap();
+    assert_eq!(keys_of(faulty.as_ref(), 1).await, vec!["_metadata".to_string(), "_shared.state".to_string()]);
+    let (a0, a1, s0) = (&m.state_files[0], &m.state_files[1], &m.state_files[2]);
+    assert_eq!((a0.offset, a1.offset), (Some(0), Some(a0.size)), "sections one after another");
+    assert!(a0.size > 20_000 && a1.size > 30_000, "each section carries its envelope");
+    assert!(s0.inline.is_some() && s0.offset.is_none());
+    let restored = store.recover(&RetentionPolicy::default()).await.unwrap().restored.unwrap();
+    for (operator, subtask, payload) in three_states(1) {
+        assert_eq!(restored.states[&(operator.clone(), subtask)], payload, "{operator}-{subtask}");
+    }
+    // A savepoint copies the shared object and reads back the same.
+    store.create_savepoint("keep", 1).await.unwrap();
+    assert_eq!(store.read_savepoint("keep").await.unwrap().states, restored.states);
+}
+
+/// A shared object's limit: what would take it past the limit gets a file of its own.
+#[tokio::test]
+async fn a_state_past_the_shared_limit_gets_a_file_of_its_own() {
+    let (faulty, store) = faulty();
+    let store = store.with_shared_state_limit(25_000);
+    let m = store.commit_checkpoint(1, &three_states(1), vec![], 16 * 1024).await.unwrap();
+    assert_eq!(
+        keys_of(faulty.as_ref(), 1).await,
+        vec!["_metadata".to_string(), "_shared.state".to_string(), "agg-1.state".to_string()]
+    );
+    assert_eq!((m.state_files[0].offset, m.state_files[1].offset), (Some(0), None));
+    let restored = store.recover(&RetentionPolicy::default()).await.unwrap().restored.unwrap();
+    assert_eq!(restored.states[&("agg".to_string(), 1)], three_states(1)[1].2);
+}
+
+/// A flipped byte in one section fails that checkpoint's verification, naming the
+/// shared object and the state; a truncated shared object is corrupt before any read.
+/// Either way recovery falls back to the checkpoint before, and keeps the damaged one.
+#[tokio::test]
+async fn a_damaged_shared_object_fails_only_its_checkpoint() {
+    use object_store::{ObjectStoreExt, PutPayload};
+    for damage in ["flip", "truncate"] {
+        let (faulty, store) = faulty();
+        store.commit_checkpoint(1, &three_states(1), vec![], 16 * 1024).await.unwrap();
+        let m = store.commit_checkpoint(2, &three_states(2), vec![], 16 * 1024).await.unwrap();
+        let path = object_store::path::Path::from(format!("c/job/chk-{:020}/_shared.state", 2));
+        let mut bytes = faulty.get(&path).await.unwrap().bytes().await.unwrap().to_vec();
+        let a1 = &m.state_files[1];
+        match damage {
+            "flip" => bytes[(a1.offset.unwrap() + a1.size / 2) as usize] ^= 1,
+            _ => bytes.truncate(bytes.len() - 1),
+        }
+        faulty.put(&path, PutPayload::from(bytes)).await.unwrap();
+        let recovery = store.recover(&RetentionPolicy::default()).await.unwrap();
+        assert_eq!(recovery.plan.restored_id(), Some(1), "{damage}");
+        let listed = store.list_checkpoints().await.unwrap();
+        assert!(listed.iter().any(|c| c.checkpoint_id == 2), "{damage}: the damaged checkpoint is kept");
+        if damage == "truncate" {
+            let (id, reason) = &recovery.plan.skipped[0];
+            assert_eq!(*id, 2);
+            assert!(reason.contains("_shared.state has") && reason.contains("agg-1 needs bytes"), "{reason}");
+        } else {
+            // Verified while restoring: the restore of 2 fails, and names the section.
+            let err = store
+                .read_state(&store.paths().checkpoint_dir(2), a1)
+                .await
+                .expect_err("the flipped section fails its checksum");
+            assert_eq!(err.kind(), ErrorKind::Data, "{err}");
+            assert!(err.to_string().contains("_shared.state@") && err.to_string().contains("(agg-1)"), "{err}");
+            // Its neighbour in the same object still verifies.
+            let a0 = &m.state_files[0];
+            assert_eq!(store.read_state(&store.paths().checkpoint_dir(2), a0).await.unwrap(), three_states(2)[0].2);
+        }
+    }
+}

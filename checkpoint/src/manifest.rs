@@ -9,26 +9,35 @@ use crate::error::{CheckpointError, Result};
 pub const MANIFEST_MAGIC: Magic = Magic(*b"SFCM");
 /// Magic of state files.
 pub const STATE_MAGIC: Magic = Magic(*b"SFCS");
-/// The manifest format this build writes and the newest it reads.
-pub const MANIFEST_VERSION: u16 = 1;
+/// The manifest format this build writes and the newest it reads. Version 2 added
+/// [`StateFileRef::offset`] (state merged into one object per checkpoint); version 1
+/// manifests still read, each of their state files on its own.
+pub const MANIFEST_VERSION: u16 = 2;
 /// The state-file envelope version this build writes and the newest it reads.
 pub const STATE_VERSION: u16 = 1;
 
-/// One operator subtask's state, as the manifest records it: a state file, or the
-/// state itself inlined into the manifest when it is small (as Flink inlines state below
-/// `state.storage.fs.memory-threshold`), which saves a PUT per subtask.
+/// One operator subtask's state, as the manifest records it: the state itself inlined
+/// into the manifest when it is small (as Flink inlines state below
+/// `state.storage.fs.memory-threshold`), or an enveloped section of the checkpoint's one
+/// shared state object (as Flink's file merging keeps state handles as offsets into a
+/// shared file), or (manifests of version 1) a state file of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateFileRef {
     /// Operator name.
     pub operator: String,
     /// Subtask index.
     pub subtask: u32,
-    /// Size of the file in bytes, envelope included; for inline state, of the payload.
+    /// Size in bytes of the file or section, envelope included; for inline state, of
+    /// the payload.
     pub size: u64,
-    /// CRC-32C of the whole file; for inline state, of the payload.
+    /// CRC-32C of the whole file or section; for inline state, of the payload.
     pub crc32c: u32,
-    /// The state payload itself, when inlined; `None` for a state file.
+    /// The state payload itself, when inlined; `None` otherwise.
     pub inline: Option<bytes::Bytes>,
+    /// Where the section starts in the checkpoint's shared state object
+    /// ([`SHARED_STATE_NAME`](crate::paths::SHARED_STATE_NAME)); `None` for inline state
+    /// and for a state file of its own.
+    pub offset: Option<u64>,
 }
 
 impl StateFileRef {
@@ -40,6 +49,50 @@ impl StateFileRef {
             size: payload.len() as u64,
             crc32c: crc32c::crc32c(payload),
             inline: Some(bytes::Bytes::copy_from_slice(payload)),
+            offset: None,
+        }
+    }
+}
+
+/// Version 1 of [`StateFileRef`]: no offset, every state file on its own.
+#[derive(Deserialize)]
+struct StateFileRefV1 {
+    operator: String,
+    subtask: u32,
+    size: u64,
+    crc32c: u32,
+    inline: Option<bytes::Bytes>,
+}
+
+/// Version 1 of [`Manifest`].
+#[derive(Deserialize)]
+struct ManifestV1 {
+    job_id: String,
+    checkpoint_id: u64,
+    created_at_ms: u64,
+    state_files: Vec<StateFileRefV1>,
+    transactions: Vec<TransactionRecord>,
+}
+
+impl From<ManifestV1> for Manifest {
+    fn from(m: ManifestV1) -> Self {
+        Manifest {
+            job_id: m.job_id,
+            checkpoint_id: m.checkpoint_id,
+            created_at_ms: m.created_at_ms,
+            state_files: m
+                .state_files
+                .into_iter()
+                .map(|f| StateFileRef {
+                    operator: f.operator,
+                    subtask: f.subtask,
+                    size: f.size,
+                    crc32c: f.crc32c,
+                    inline: f.inline,
+                    offset: None,
+                })
+                .collect(),
+            transactions: m.transactions,
         }
     }
 }
@@ -90,10 +143,29 @@ impl Manifest {
 
     /// Decodes and checks a manifest read from `path`.
     pub fn decode(path: &str, bytes: &[u8]) -> Result<Self> {
-        let payload =
-            envelope::decode(MANIFEST_MAGIC, MANIFEST_VERSION, bytes).map_err(|e| CheckpointError::corrupt(path, e))?;
-        let manifest: Manifest = postcard::from_bytes(payload)
-            .map_err(|e| CheckpointError::corrupt(path, format!("manifest payload does not decode: {e}")))?;
+        let frame = envelope::decode_frame(MANIFEST_MAGIC, MANIFEST_VERSION, bytes)
+            .map_err(|e| CheckpointError::corrupt(path, e))?;
+        if frame.len != bytes.len() {
+            let e = envelope::EnvelopeError::LengthMismatch {
+                declared: frame.payload.len(),
+                actual: bytes.len() - envelope::HEADER_LEN,
+            };
+            return Err(CheckpointError::corrupt(path, e));
+        }
+        let bad = |e: postcard::Error| CheckpointError::corrupt(path, format!("manifest payload does not decode: {e}"));
+        let manifest = if frame.version == 1 {
+            postcard::from_bytes::<ManifestV1>(frame.payload).map_err(bad)?.into()
+        } else {
+            postcard::from_bytes::<Manifest>(frame.payload).map_err(bad)?
+        };
+        for f in &manifest.state_files {
+            if f.inline.is_some() && f.offset.is_some() {
+                return Err(CheckpointError::corrupt(
+                    path,
+                    format!("state of {}-{} is both inline and in the shared object", f.operator, f.subtask),
+                ));
+            }
+        }
         Ok(manifest)
     }
 
@@ -113,7 +185,7 @@ mod tests {
             checkpoint_id: 3,
             created_at_ms: 1,
             state_files: vec![
-                StateFileRef { operator: "src".into(), subtask: 0, size: 10, crc32c: 7, inline: None },
+                StateFileRef { operator: "src".into(), subtask: 0, size: 10, crc32c: 7, inline: None, offset: Some(0) },
                 StateFileRef::inline("sink", 1, b"small"),
             ],
             transactions: vec![TransactionRecord {
@@ -128,6 +200,65 @@ mod tests {
     fn round_trip() {
         let m = sample();
         assert_eq!(Manifest::decode("x", &m.encode().unwrap()).unwrap(), m);
+    }
+
+    /// The version 1 layout, as an older build wrote it.
+    #[derive(Serialize)]
+    struct V1Ref<'a> {
+        operator: &'a str,
+        subtask: u32,
+        size: u64,
+        crc32c: u32,
+        inline: Option<bytes::Bytes>,
+    }
+
+    #[derive(Serialize)]
+    struct V1<'a> {
+        job_id: &'a str,
+        checkpoint_id: u64,
+        created_at_ms: u64,
+        state_files: Vec<V1Ref<'a>>,
+        transactions: Vec<TransactionRecord>,
+    }
+
+    #[test]
+    fn a_version_1_manifest_reads_with_every_state_file_on_its_own() {
+        let v1 = V1 {
+            job_id: "j",
+            checkpoint_id: 3,
+            created_at_ms: 1,
+            state_files: vec![
+                V1Ref { operator: "src", subtask: 0, size: 10, crc32c: 7, inline: None },
+                V1Ref {
+                    operator: "sink",
+                    subtask: 1,
+                    size: 5,
+                    crc32c: 9,
+                    inline: Some(bytes::Bytes::from_static(b"small")),
+                },
+            ],
+            transactions: sample().transactions,
+        };
+        let bytes = envelope::encode(MANIFEST_MAGIC, 1, &postcard::to_allocvec(&v1).unwrap());
+        let m = Manifest::decode("chk-3/_metadata", &bytes).unwrap();
+        assert_eq!(m.state_files.len(), 2);
+        assert!(m.state_files.iter().all(|f| f.offset.is_none()));
+        assert_eq!((m.state_files[0].size, m.state_files[0].crc32c), (10, 7));
+        assert_eq!(m.state_files[1].inline.as_deref(), Some(&b"small"[..]));
+        assert_eq!(m.transactions, sample().transactions);
+        // Its trailing bytes are refused as a version 2 manifest's are.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Manifest::decode("chk-3/_metadata", &longer).unwrap_err().to_string().contains("chk-3/_metadata"));
+    }
+
+    #[test]
+    fn a_state_both_inline_and_in_the_shared_object_is_corrupt() {
+        let mut m = sample();
+        m.state_files[1].offset = Some(0);
+        let err = Manifest::decode("chk-3/_metadata", &m.encode().unwrap()).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Data);
+        assert!(err.to_string().contains("sink-1 is both inline and in the shared object"), "{err}");
     }
 
     #[test]

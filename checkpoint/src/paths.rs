@@ -1,8 +1,10 @@
 //! [`CheckpointPaths`]: the one place that builds and parses every object key.
 //!
 //! ```text
-//! {root}/{job}/chk-{n:020}/{operator}-{subtask}.state
+//! {root}/{job}/chk-{n:020}/_shared.state
+//! {root}/{job}/chk-{n:020}/{operator}-{subtask}.state   (manifests of version 1)
 //! {root}/{job}/chk-{n:020}/_metadata
+//! {root}/{job}/chk-{n:020}/_aborted
 //! {root}/{job}/savepoints/{name}/{operator}-{subtask}.state
 //! {root}/{job}/savepoints/{name}/_metadata
 //! ```
@@ -15,6 +17,13 @@ use crate::error::{CheckpointError, Result};
 
 /// File name of a manifest.
 pub const MANIFEST_NAME: &str = "_metadata";
+
+/// File name of a checkpoint's shared state object: every operator subtask's state
+/// above the inline threshold, each in its own envelope, one after another; the
+/// manifest (version 2) holds each one's offset, size and CRC. One PUT per checkpoint
+/// instead of one per subtask. Never an operator's file name, which always ends in
+/// `-{subtask}.state`.
+pub const SHARED_STATE_NAME: &str = "_shared.state";
 
 /// File name of the tombstone recovery writes before it aborts a checkpoint's
 /// transactions: a manifest that appears later (written by a fenced, paused incarnation)
@@ -56,6 +65,11 @@ pub enum CheckpointKey {
         operator: String,
         /// Subtask index.
         subtask: u32,
+    },
+    /// A checkpoint's shared state object ([`SHARED_STATE_NAME`]).
+    SharedState {
+        /// Checkpoint id.
+        checkpoint_id: u64,
     },
     /// A checkpoint's tombstone: recovery aborted its transactions.
     Aborted {
@@ -150,6 +164,11 @@ impl CheckpointPaths {
         Ok(self.checkpoint_dir(checkpoint_id).join(Self::state_file_name(operator, subtask)?))
     }
 
+    /// The shared state object of checkpoint `n` ([`SHARED_STATE_NAME`]).
+    pub fn shared_state(&self, checkpoint_id: u64) -> Path {
+        self.checkpoint_dir(checkpoint_id).join(SHARED_STATE_NAME)
+    }
+
     /// The prefix of all savepoints.
     pub fn savepoints(&self) -> Path {
         self.job.clone().join("savepoints")
@@ -181,6 +200,9 @@ impl CheckpointPaths {
         }
         if file == ABORTED_NAME {
             return CheckpointKey::Aborted { checkpoint_id };
+        }
+        if file == SHARED_STATE_NAME {
+            return CheckpointKey::SharedState { checkpoint_id };
         }
         match file.strip_suffix(".state").and_then(|f| f.rsplit_once('-')) {
             Some((operator, subtask)) if !operator.is_empty() => match subtask.parse() {
@@ -218,6 +240,12 @@ mod tests {
         assert_eq!(p.parse(&sp), CheckpointKey::Savepoint { name: "before-upgrade".into() });
         assert_eq!(p.parse(&Path::from("root/x/job-1/chk-12/_metadata")), CheckpointKey::Unknown);
         assert_eq!(p.parse(&p.aborted_marker(12)), CheckpointKey::Aborted { checkpoint_id: 12 });
+        assert_eq!(p.parse(&p.shared_state(12)), CheckpointKey::SharedState { checkpoint_id: 12 });
+        // An operator may be called `_shared`: its files never take the shared object's name.
+        assert_eq!(
+            p.parse(&p.state_file(12, "_shared", 0).unwrap()),
+            CheckpointKey::State { checkpoint_id: 12, operator: "_shared".into(), subtask: 0 }
+        );
         assert_eq!(p.parse(&Path::from("root/x/other/chk-00000000000000000001/_metadata")), CheckpointKey::Unknown);
     }
 

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::manifest::Manifest;
-use crate::paths::CheckpointPaths;
+use crate::paths::{CheckpointPaths, SHARED_STATE_NAME};
 
 /// What a checkpoint's manifest looked like when observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +131,25 @@ pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, Stri
         };
     }
     for f in manifest.state_files.iter().filter(|f| f.inline.is_none()) {
+        if let Some(offset) = f.offset {
+            let end = offset.saturating_add(f.size);
+            match c.files.get(SHARED_STATE_NAME) {
+                None => {
+                    return CheckpointStatus::Corrupt {
+                        reason: format!("the shared state object {SHARED_STATE_NAME} is missing"),
+                    }
+                }
+                Some(&size) if size < end => {
+                    return CheckpointStatus::Corrupt {
+                        reason: format!(
+                            "the shared state object {SHARED_STATE_NAME} has {size} bytes; the state of {}-{} needs bytes {offset}..{end}",
+                            f.operator, f.subtask
+                        ),
+                    }
+                }
+                Some(_) => continue,
+            }
+        }
         let name = CheckpointPaths::state_file_name(&f.operator, f.subtask).unwrap_or_default();
         match c.files.get(&name) {
             None => return CheckpointStatus::Corrupt { reason: format!("state file {name} is missing") },
@@ -409,7 +428,7 @@ mod tests {
             checkpoint_id: id,
             created_at_ms: 0,
             state_files: vec![
-                StateFileRef { operator: "op".into(), subtask: 0, size: 10, crc32c: 0, inline: None },
+                StateFileRef { operator: "op".into(), subtask: 0, size: 10, crc32c: 0, inline: None, offset: None },
                 StateFileRef::inline("small", 0, b"inline state needs no file"),
             ],
             transactions: vec![],
@@ -485,6 +504,32 @@ mod tests {
         ];
         for (spec, retain, protected, expected) in rows {
             assert_eq!(plan(spec, retain, protected), expected, "{spec} retain {retain} protected {protected:?}");
+        }
+    }
+
+    #[test]
+    fn a_shared_state_object_must_hold_every_section_the_manifest_names() {
+        let mut m = manifest(1);
+        m.state_files[0].offset = Some(100); // bytes 100..110 of the shared object
+        let at = |files: &[(&str, u64)]| ObservedCheckpoint {
+            checkpoint_id: 1,
+            manifest: ManifestStatus::Valid(m.clone()),
+            files: files.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+        };
+        let none = BTreeMap::new();
+        assert_eq!(classify(&at(&[(SHARED_STATE_NAME, 110)]), &none), CheckpointStatus::Complete);
+        assert_eq!(classify(&at(&[(SHARED_STATE_NAME, 500)]), &none), CheckpointStatus::Complete);
+        let rows: [(&[(&str, u64)], &str); 3] = [
+            (&[(SHARED_STATE_NAME, 109)], "has 109 bytes; the state of op-0 needs bytes 100..110"),
+            (&[], "_shared.state is missing"),
+            // A file of its own does not stand in for the shared object's section.
+            (&[("op-0.state", 10)], "_shared.state is missing"),
+        ];
+        for (files, needle) in rows {
+            match classify(&at(files), &none) {
+                CheckpointStatus::Corrupt { reason } => assert!(reason.contains(needle), "{files:?}: {reason}"),
+                other => panic!("{files:?}: {other:?}"),
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use crate::envelope;
 use crate::error::{CheckpointError, Result};
 use crate::manifest::{Manifest, StateFileRef, STATE_MAGIC, STATE_VERSION};
-use crate::paths::{CheckpointKey, CheckpointPaths, MANIFEST_NAME};
+use crate::paths::{CheckpointKey, CheckpointPaths, MANIFEST_NAME, SHARED_STATE_NAME};
 use crate::protocol::{
     classify, resolve, CheckpointStatus, ManifestStatus, Observed, ObservedCheckpoint, RecoveryDecision, RecoveryPlan,
     RetentionPolicy,
@@ -80,10 +80,17 @@ pub struct CheckpointInfo {
 pub struct CheckpointStore {
     store: Arc<dyn ObjectStore>,
     paths: CheckpointPaths,
+    /// The largest shared state object a checkpoint writes.
+    shared_limit: usize,
 }
 
 /// State up to this size is inlined into the manifest by default (16 KiB).
 pub const DEFAULT_INLINE_THRESHOLD: usize = 16 * 1024;
+
+/// The largest shared state object a checkpoint writes (256 MiB): one PUT stays well
+/// within what every store accepts in one request. States past it get files of their
+/// own.
+pub const SHARED_STATE_LIMIT: usize = 256 * 1024 * 1024;
 
 /// Attempts for a store call that failed transiently. Every write here is idempotent.
 const ATTEMPTS: u32 = 3;
@@ -113,7 +120,15 @@ where
 impl CheckpointStore {
     /// A store for the job `paths` describes.
     pub fn new(store: Arc<dyn ObjectStore>, paths: CheckpointPaths) -> Self {
-        Self { store, paths }
+        Self { store, paths, shared_limit: SHARED_STATE_LIMIT }
+    }
+
+    /// Sets the largest shared state object a checkpoint writes (default
+    /// [`SHARED_STATE_LIMIT`]); a state that would take it past this gets a file of its
+    /// own. 0 writes every state above the inline threshold to a file of its own.
+    pub fn with_shared_state_limit(mut self, bytes: usize) -> Self {
+        self.shared_limit = bytes;
+        self
     }
 
     /// Opens `url` (see [`crate::open_url`]) for `job_id`.
@@ -147,7 +162,7 @@ impl CheckpointStore {
 
     /// The store of another job (instance) under the same root, for adoption.
     pub fn sibling(&self, job_id: &str) -> Result<Self> {
-        Ok(Self::new(self.store.clone(), self.paths.sibling(job_id)?))
+        Ok(Self { paths: self.paths.sibling(job_id)?, ..self.clone() })
     }
 
     /// The registry of the instances that share this store's root.
@@ -177,6 +192,7 @@ impl CheckpointStore {
             size: bytes.len() as u64,
             crc32c: crc32c::crc32c(&bytes),
             inline: None,
+            offset: None,
         };
         with_retry("put", &path, || self.store.put(&path, PutPayload::from_bytes(bytes.clone()))).await?;
         Ok(file)
@@ -194,8 +210,30 @@ impl CheckpointStore {
             }
             return Ok(inline.clone());
         }
-        let path = dir.clone().join(CheckpointPaths::state_file_name(&file.operator, file.subtask)?);
-        let bytes = self.get(&path).await?;
+        let (path, bytes) = match file.offset {
+            Some(offset) => {
+                let path = dir.clone().join(SHARED_STATE_NAME);
+                let end = offset.checked_add(file.size).ok_or_else(|| {
+                    CheckpointError::corrupt(
+                        dir.clone().join(MANIFEST_NAME),
+                        format!("state of {}-{} ends past 2^64 bytes", file.operator, file.subtask),
+                    )
+                })?;
+                let range = offset..end;
+                let bytes = with_retry("get", &path, || self.store.get_range(&path, range.clone())).await?;
+                (path, bytes)
+            }
+            None => {
+                let path = dir.clone().join(CheckpointPaths::state_file_name(&file.operator, file.subtask)?);
+                let bytes = self.get(&path).await?;
+                (path, bytes)
+            }
+        };
+        let path = match file.offset {
+            // Name the section, so an operator sees which state of the shared object fails.
+            Some(offset) => Path::from(format!("{path}@{offset}+{} ({}-{})", file.size, file.operator, file.subtask)),
+            None => path,
+        };
         if bytes.len() as u64 != file.size {
             return Err(CheckpointError::corrupt(
                 &path,
@@ -273,25 +311,62 @@ impl CheckpointStore {
     }
 
     /// The first half of [`commit_checkpoint`](Self::commit_checkpoint): inlines small
-    /// state and writes larger state files in parallel, returning the manifest entries.
+    /// state, and writes the rest as one shared object per checkpoint
+    /// ([`SHARED_STATE_NAME`]), each state in its own envelope at an offset the manifest
+    /// records. A state that would take the shared object past
+    /// its limit ([`with_shared_state_limit`](Self::with_shared_state_limit)) gets a file
+    /// of its own, written in parallel. Returns the
+    /// manifest entries, in the order of `states`.
     pub async fn stage_states(
         &self,
         checkpoint_id: u64,
         states: &[(String, u32, Bytes)],
         inline_threshold: usize,
     ) -> Result<Vec<StateFileRef>> {
-        futures::stream::iter(states)
-            .map(|(operator, subtask, payload)| async move {
-                if payload.len() <= inline_threshold {
-                    CheckpointPaths::state_file_name(operator, *subtask)?;
-                    Ok(StateFileRef::inline(operator, *subtask, payload))
-                } else {
-                    self.write_state(checkpoint_id, operator, *subtask, payload).await
-                }
+        let mut refs: Vec<Option<StateFileRef>> = Vec::with_capacity(states.len());
+        let mut shared: Vec<u8> = Vec::new();
+        let mut own = Vec::new();
+        for (i, (operator, subtask, payload)) in states.iter().enumerate() {
+            CheckpointPaths::state_file_name(operator, *subtask)?;
+            if payload.len() <= inline_threshold {
+                refs.push(Some(StateFileRef::inline(operator, *subtask, payload)));
+            } else if shared.len() + payload.len() + envelope::HEADER_LEN <= self.shared_limit {
+                let offset = shared.len();
+                envelope::encode_into(&mut shared, STATE_MAGIC, STATE_VERSION, payload);
+                let section = &shared[offset..];
+                refs.push(Some(StateFileRef {
+                    operator: operator.clone(),
+                    subtask: *subtask,
+                    size: section.len() as u64,
+                    crc32c: crc32c::crc32c(section),
+                    inline: None,
+                    offset: Some(offset as u64),
+                }));
+            } else {
+                refs.push(None);
+                own.push(i);
+            }
+        }
+        let put_shared = async {
+            if shared.is_empty() {
+                return Ok(());
+            }
+            let path = self.paths.shared_state(checkpoint_id);
+            let bytes = Bytes::from(shared);
+            with_retry("put", &path, || self.store.put(&path, PutPayload::from_bytes(bytes.clone()))).await.map(|_| ())
+        };
+        let put_own = futures::stream::iter(own)
+            .map(|i| async move {
+                let (operator, subtask, payload) = &states[i];
+                Ok::<_, CheckpointError>((i, self.write_state(checkpoint_id, operator, *subtask, payload).await?))
             })
-            .buffered(16)
-            .try_collect()
-            .await
+            .buffer_unordered(16)
+            .try_collect::<Vec<_>>();
+        let ((), written) = futures::try_join!(put_shared, put_own)?;
+        for (i, file) in written {
+            refs[i] = Some(file);
+        }
+        Ok(refs.into_iter().flatten().collect())
     }
 
     /// Publishes the manifest of a checkpoint: the commit decision. Written with
@@ -341,6 +416,10 @@ impl CheckpointStore {
                 CheckpointKey::State { checkpoint_id, operator, subtask } => {
                     let name = format!("{operator}-{subtask}.state");
                     by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id)).files.insert(name, meta.size);
+                }
+                CheckpointKey::SharedState { checkpoint_id } => {
+                    let files = &mut by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id)).files;
+                    files.insert(SHARED_STATE_NAME.to_string(), meta.size);
                 }
                 CheckpointKey::Aborted { checkpoint_id } => {
                     by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id));
@@ -483,8 +562,17 @@ impl CheckpointStore {
         let dir = self.paths.savepoint_dir(name)?;
         let manifest = self.read_manifest(checkpoint_id).await?;
         let from = self.paths.checkpoint_dir(checkpoint_id);
+        let mut files: Vec<String> = Vec::new();
         for f in manifest.state_files.iter().filter(|f| f.inline.is_none()) {
-            let file = CheckpointPaths::state_file_name(&f.operator, f.subtask)?;
+            let file = match f.offset {
+                Some(_) => SHARED_STATE_NAME.to_string(),
+                None => CheckpointPaths::state_file_name(&f.operator, f.subtask)?,
+            };
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+        for file in files {
             let (src, dst) = (from.clone().join(file.as_str()), dir.clone().join(file.as_str()));
             with_retry("copy", &src, || self.store.copy(&src, &dst)).await?;
         }
