@@ -185,6 +185,14 @@ async fn snapshots_restore_the_same_state(mut f: Fixture, max_segments: usize) {
         let value = vec![i as u8; 32 * 1024];
         f.broker.produce(vec![ProducerRecord::new(IN, 0, value)]).await.unwrap();
     }
+    // The snapshot is encoded and written in the background, then the segments it covers
+    // are deleted: wait (bounded) for both, rather than racing them under load.
+    for _ in 0..500 {
+        if list(&f.store, "snapshot").await.len() == 1 && list(&f.store, "wal").await.len() <= max_segments {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let snapshots = list(&f.store, "snapshot").await;
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
     let segments = list(&f.store, "wal").await;
