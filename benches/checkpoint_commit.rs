@@ -1,8 +1,9 @@
-//! Checkpoint commit latency (N state files written in parallel, then the manifest with
-//! `PutMode::Create`) divided by the latency of one raw PUT of the same manifest bytes,
-//! on the same store with the same durability. The two are measured interleaved in one
-//! run: local disk with fsync, and the S3 server when `SHAREFLOW_S3_ENDPOINT` is set
-//! (`eval "$(scripts/s3 env)"` after `scripts/s3 start`).
+//! Checkpoint commit latency (the checkpoint's shared state object, then the manifest
+//! with `PutMode::Create`) divided by the latency of one raw PUT of the same manifest
+//! bytes, on the same store with the same durability. The two are measured interleaved:
+//! local disk with fsync, and the S3 server when `SHAREFLOW_S3_ENDPOINT` is set
+//! (`eval "$(scripts/s3 env)"` after `scripts/s3 start`). Each configuration runs
+//! `RUNS` times; the summary gives the median and min-max of the runs' ratios.
 //!
 //! `cargo bench --bench checkpoint_commit`
 
@@ -19,20 +20,23 @@ use shareflow::checkpoint::{open_url, CheckpointPaths, CheckpointStore, DurableL
 mod results;
 
 const ROUNDS: usize = 200;
+const RUNS: usize = 5;
 const SUBTASKS: usize = 4;
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
+/// One run of one configuration; returns its (p50, p99) commit/raw ratios.
 async fn measure(
     results: &mut results::Results,
     name: &str,
     store: Arc<dyn ObjectStore>,
     root: &str,
     state_bytes: usize,
-) {
-    let job = format!("bench-{}-{state_bytes}", std::process::id());
+    run: usize,
+) -> (f64, f64) {
+    let job = format!("bench-{}-{state_bytes}-{run}", std::process::id());
     let checkpoints = CheckpointStore::new(store.clone(), CheckpointPaths::new(root, &job).unwrap());
     let state = bytes::Bytes::from(vec![7u8; state_bytes]);
     let (mut raw, mut commit) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
@@ -64,15 +68,39 @@ async fn measure(
         [0.5, 0.9, 0.99].iter().map(|&q| quantile(sorted, q).as_secs_f64() * 1e3).collect()
     };
     results.record(serde_json::json!({"kind": "latency", "store": name, "subtasks": SUBTASKS,
-        "state_bytes": state_bytes, "rounds": ROUNDS, "quantiles": [0.5, 0.9, 0.99],
+        "state_bytes": state_bytes, "rounds": ROUNDS, "run": run, "quantiles": [0.5, 0.9, 0.99],
         "raw_put_ms": ms(&raw), "commit_ms": ms(&commit)}));
-    let how = if state_bytes <= DEFAULT_INLINE_THRESHOLD { "inlined in the manifest" } else { "state files" };
+    let how =
+        if state_bytes <= DEFAULT_INLINE_THRESHOLD { "inlined in the manifest" } else { "one shared state object" };
+    let ratios = (c50.as_secs_f64() / r50.as_secs_f64(), c99.as_secs_f64() / r99.as_secs_f64());
     println!(
-        "{name}: {SUBTASKS} subtasks x {} KiB state ({how}), {ROUNDS} rounds interleaved\n  raw manifest PUT  p50 {r50:>10.2?}  p99 {r99:>10.2?}\n  checkpoint commit p50 {c50:>10.2?}  p99 {c99:>10.2?}\n  ratio             p50 {:.2}x (target <= 2.5x)  p99 {:.2}x (target <= 4x)",
+        "{name}: {SUBTASKS} subtasks x {} KiB state ({how}), {ROUNDS} rounds interleaved, run {}/{RUNS}\n  raw manifest PUT  p50 {r50:>10.2?}  p99 {r99:>10.2?}\n  checkpoint commit p50 {c50:>10.2?}  p99 {c99:>10.2?}\n  ratio             p50 {:.2}x (target <= 2.5x)  p99 {:.2}x (target <= 4x)",
         state_bytes / 1024,
-        c50.as_secs_f64() / r50.as_secs_f64(),
-        c99.as_secs_f64() / r99.as_secs_f64(),
+        run + 1,
+        ratios.0,
+        ratios.1,
     );
+    ratios
+}
+
+/// Runs every size `RUNS` times on one store and prints the median and min-max ratios.
+async fn measure_all(results: &mut results::Results, name: &str, store: Arc<dyn ObjectStore>) {
+    for size in [2 * 1024, 64 * 1024] {
+        let mut runs = Vec::new();
+        for run in 0..RUNS {
+            runs.push(measure(results, name, store.clone(), "bench", size, run).await);
+        }
+        let summary = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            format!("{:.2}x ({:.2}-{:.2})", v[v.len() / 2], v[0], v[v.len() - 1])
+        };
+        println!(
+            "SUMMARY {name}, {} KiB state: ratio p50 {}, p99 {} (median and min-max of {RUNS} runs)",
+            size / 1024,
+            summary(runs.iter().map(|r| r.0).collect()),
+            summary(runs.iter().map(|r| r.1).collect()),
+        );
+    }
 }
 
 fn main() {
@@ -82,15 +110,13 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut results = results::Results::create(
         "checkpoint_commit",
-        serde_json::json!({"rounds": ROUNDS, "subtasks": SUBTASKS, "s3": std::env::var("SHAREFLOW_S3_ENDPOINT").is_ok()}),
+        serde_json::json!({"rounds": ROUNDS, "runs": RUNS, "subtasks": SUBTASKS, "s3": std::env::var("SHAREFLOW_S3_ENDPOINT").is_ok()}),
     );
     let results = &mut results;
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let local: Arc<dyn ObjectStore> = Arc::new(DurableLocalStore::new(dir.path()).unwrap());
-        for size in [2 * 1024, 64 * 1024] {
-            measure(results, "file:// with fsync", local.clone(), "bench", size).await;
-        }
+        measure_all(results, "file:// with fsync", local).await;
         match std::env::var("SHAREFLOW_S3_ENDPOINT") {
             Ok(endpoint) => {
                 let get = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
@@ -104,9 +130,7 @@ fn main() {
                     &[("endpoint", &endpoint), ("access_key_id", &key), ("secret_access_key", &secret)],
                 )
                 .unwrap();
-                for size in [2 * 1024, 64 * 1024] {
-                    measure(results, "s3 (MinIO)", store.clone(), "bench", size).await;
-                }
+                measure_all(results, "s3 (MinIO)", store).await;
             }
             Err(_) => println!(
                 "s3: skipped, SHAREFLOW_S3_ENDPOINT is not set (run scripts/s3 start; eval \"$(scripts/s3 env)\")"

@@ -116,12 +116,20 @@ def eos_throughput(run: Run, out: Path) -> Path:
 def commit_latency(run: Run, out: Path) -> Path:
     """Checkpoint commit latency percentiles next to one raw PUT of the manifest."""
     groups = []
+    # A configuration measured in several runs is charted as the element-wise median of
+    # its runs' quantiles.
+    by_config: dict[tuple, list] = {}
     for row in run.of("latency"):
         store, state, quantiles, raw, commit = run.need(
             row, row["_line"], "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
         if not (len(quantiles) == len(raw) == len(commit)):
             raise ResultsError(f"{run.path}:{row['_line']}: quantiles, raw_put_ms and commit_ms differ in length")
-        groups.append((f"{store}\n{int(state) // 1024} KiB state x {row.get('subtasks', '?')}", quantiles, raw, commit))
+        by_config.setdefault((store, int(state), row.get("subtasks", "?"), tuple(quantiles)), []).append((raw, commit))
+    for (store, state, subtasks, quantiles), runs in by_config.items():
+        raw = [statistics.median(r[0][i] for r in runs) for i in range(len(quantiles))]
+        commit = [statistics.median(r[1][i] for r in runs) for i in range(len(quantiles))]
+        label = f"{store}\n{state // 1024} KiB state x {subtasks}" + (f", median of {len(runs)} runs" if len(runs) > 1 else "")
+        groups.append((label, list(quantiles), raw, commit))
     if not groups:
         raise ResultsError(f"{run.path}: no latency lines")
     fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 4.2), squeeze=False)
@@ -135,7 +143,7 @@ def commit_latency(run: Run, out: Path) -> Path:
         ax.set_ylabel("milliseconds")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Checkpoint commit latency (state files, then the manifest with PutMode::Create)", fontsize=10)
+    fig.suptitle("Checkpoint commit latency (shared state object, then the manifest with PutMode::Create)", fontsize=10)
     caption(fig, run, "cargo bench --bench checkpoint_commit")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return save(fig, out / "commit_latency.png")
