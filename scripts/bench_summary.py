@@ -55,6 +55,15 @@ def need(path: Path, row: dict, *keys: str) -> list:
     return [row[k] for k in keys]
 
 
+def value(path: Path, row: dict, compute):
+    """`compute()` over one row; a bad value (zero, null, a short list) names the line."""
+    try:
+        return compute()
+    except (ZeroDivisionError, IndexError, TypeError, ValueError, KeyError) as e:
+        raise SummaryError(f"{path}:{row['_line']}: a {row['kind']!r} line has a value that cannot be "
+                           f"summarised ({type(e).__name__}: {e}); run its bench again") from None
+
+
 def figure(name: str, command: str, unit: str, values: list[float], header: dict) -> dict:
     return {
         "figure": name,
@@ -78,13 +87,14 @@ def eos_cost(path: Path, header: dict, rows: list[dict]) -> list[dict]:
             need(path, r, "interval_ms", "exactly_once", "at_least_once")
             by_interval.setdefault(int(r["interval_ms"]), []).append(r)
     for interval, rs in sorted(by_interval.items()):
-        eos = [float(r["exactly_once"]) for r in rs]
-        alo = [float(r["at_least_once"]) for r in rs]
+        eos = [value(path, r, lambda r=r: float(r["exactly_once"])) for r in rs]
+        alo = [value(path, r, lambda r=r: float(r["at_least_once"])) for r in rs]
+        ratios = [value(path, r, lambda r=r: float(r["exactly_once"]) / float(r["at_least_once"])) for r in rs]
         out.append(figure(f"exactly-once / at-least-once throughput, {interval} ms checkpoints", cmd, "ratio",
-                          [e / a for e, a in zip(eos, alo)], header))
+                          ratios, header))
         out.append(figure(f"exactly-once throughput, {interval} ms checkpoints", cmd, "records/s", eos, header))
         out.append(figure(f"at-least-once throughput, {interval} ms checkpoints", cmd, "records/s", alo, header))
-    rec = [float(need(path, r, "seconds")[0]) * 1e3 for r in rows if r["kind"] == "recovery"]
+    rec = [value(path, r, lambda r=r: float(need(path, r, "seconds")[0]) * 1e3) for r in rows if r["kind"] == "recovery"]
     if rec:
         out.append(figure("restart to first output with 100,000 LOCKED records pending", cmd, "ms", rec, header))
     return out
@@ -99,8 +109,11 @@ def checkpoint_commit(path: Path, header: dict, rows: list[dict]) -> list[dict]:
             by_config.setdefault((store, int(state)), []).append(r)
     out = []
     for (store, state), rs in by_config.items():
-        for q, label in ((0, "p50"), (2, "p99")):
-            ratios = [r["commit_ms"][q] / r["raw_put_ms"][q] for r in rs]
+        for q, label in ((0.5, "p50"), (0.99, "p99")):
+            def ratio(r: dict, q: float = q) -> float:
+                i = r["quantiles"].index(q)
+                return float(r["commit_ms"][i]) / float(r["raw_put_ms"][i])
+            ratios = [value(path, r, lambda r=r: ratio(r)) for r in rs]
             out.append(figure(f"checkpoint commit / raw manifest PUT {label}, {state // 1024} KiB state x "
                               f"{rs[0].get('subtasks', '?')}, {store}", cmd, "ratio", ratios, header))
     return out
@@ -114,9 +127,10 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
         if r["kind"] == "summary":
             committed, secs, reopen = need(path, r, "committed", "secs", "reopen_s")
             out.append(figure("embedded broker soak: committed records/s over the run", cmd, "records/s",
-                              [committed / secs], header))
-            out.append(figure("embedded broker soak: reopening the directory at the end", cmd, "s", [reopen], header))
-    rss = [float(need(path, r, "rss_mib")[0]) for r in rows if r["kind"] == "sample"]
+                              [value(path, r, lambda: float(committed) / float(secs))], header))
+            out.append(figure("embedded broker soak: reopening the directory at the end", cmd, "s",
+                              [value(path, r, lambda: float(reopen))], header))
+    rss = [value(path, r, lambda r=r: float(need(path, r, "rss_mib")[0])) for r in rows if r["kind"] == "sample"]
     if rss:
         # Every 10 s sample of one run: the spread is over time, not over runs.
         out.append(figure("embedded broker soak: resident memory, 10 s samples", cmd, "MiB", rss, header))

@@ -20,9 +20,13 @@ async fn crash_at(point: &str, storage: shareflow::checkpoint::CheckpointStore) 
     let broker = broker_with_input(RECORDS, 3, &share_config()).await;
     let mut run = Run::new(broker.clone(), storage.clone());
     run.interval = std::time::Duration::from_millis(5);
-    // recovery.mid is reached only when a crash left decided work for recovery.
-    let crashes = if point == shareflow::runtime::failpoint::points::RECOVERY_MID {
-        vec![(shareflow::runtime::failpoint::points::COMMIT_BEFORE.to_string(), 0), (point.to_string(), 0)]
+    // The recovery points: in the recovery after a crash that left decided work.
+    use shareflow::runtime::failpoint::points::{AFTER_RECOVERY, COMMIT_BEFORE, RECOVERY_MID};
+    let crashes = if point == RECOVERY_MID {
+        vec![(COMMIT_BEFORE.to_string(), 0), (point.to_string(), 0)]
+    } else if point == AFTER_RECOVERY {
+        // The recovery after a crash that left decided work (the first start's passes).
+        vec![(COMMIT_BEFORE.to_string(), 0), (point.to_string(), 1)]
     } else {
         // Source and sink points are hit per batch: let a few pass first.
         let skip = if point.starts_with("source.") || point.starts_with("sink.") { 3 } else { 0 };

@@ -132,6 +132,14 @@ pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, Stri
     }
     for f in manifest.state_files.iter().filter(|f| f.inline.is_none()) {
         if let Some(offset) = f.offset {
+            if f.size < crate::envelope::HEADER_LEN as u64 {
+                return CheckpointStatus::Corrupt {
+                    reason: format!(
+                        "the state of {}-{} in {SHARED_STATE_NAME} has {} bytes, less than an envelope",
+                        f.operator, f.subtask, f.size
+                    ),
+                };
+            }
             let end = offset.saturating_add(f.size);
             match c.files.get(SHARED_STATE_NAME) {
                 None => {
@@ -510,17 +518,25 @@ mod tests {
     #[test]
     fn a_shared_state_object_must_hold_every_section_the_manifest_names() {
         let mut m = manifest(1);
-        m.state_files[0].offset = Some(100); // bytes 100..110 of the shared object
+        m.state_files[0].offset = Some(100);
+        m.state_files[0].size = 20; // bytes 100..120 of the shared object
         let at = |files: &[(&str, u64)]| ObservedCheckpoint {
             checkpoint_id: 1,
             manifest: ManifestStatus::Valid(m.clone()),
             files: files.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
         };
         let none = BTreeMap::new();
-        assert_eq!(classify(&at(&[(SHARED_STATE_NAME, 110)]), &none), CheckpointStatus::Complete);
+        assert_eq!(classify(&at(&[(SHARED_STATE_NAME, 120)]), &none), CheckpointStatus::Complete);
         assert_eq!(classify(&at(&[(SHARED_STATE_NAME, 500)]), &none), CheckpointStatus::Complete);
+        let mut empty = m.clone();
+        empty.state_files[0].size = 0;
+        let at_empty = ObservedCheckpoint { manifest: ManifestStatus::Valid(empty), ..at(&[(SHARED_STATE_NAME, 500)]) };
+        match classify(&at_empty, &none) {
+            CheckpointStatus::Corrupt { reason } => assert!(reason.contains("less than an envelope"), "{reason}"),
+            other => panic!("an empty section: {other:?}"),
+        }
         let rows: [(&[(&str, u64)], &str); 3] = [
-            (&[(SHARED_STATE_NAME, 109)], "has 109 bytes; the state of op-0 needs bytes 100..110"),
+            (&[(SHARED_STATE_NAME, 119)], "has 119 bytes; the state of op-0 needs bytes 100..120"),
             (&[], "_shared.state is missing"),
             // A file of its own does not stand in for the shared object's section.
             (&[("op-0.state", 10)], "_shared.state is missing"),

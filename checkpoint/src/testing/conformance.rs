@@ -54,19 +54,40 @@ pub async fn run_all(t: &Target) {
     inline_and_file_state_restore_together(t).await;
 }
 
-/// Small state rides in the manifest, large state in files; both restore and verify.
+/// Small state rides in the manifest, large state in the checkpoint's shared object
+/// (read back by ranged GETs); all of it restores and verifies. A flipped byte in one
+/// section of the shared object makes recovery fall back, naming the section.
 pub async fn inline_and_file_state_restore_together(t: &Target) {
     let store = t.job("inline");
     let small = Bytes::from(vec![1u8; 100]);
     let large = Bytes::from(vec![2u8; 40_000]);
-    let states = vec![("source".to_string(), 0, small.clone()), ("sink".to_string(), 0, large.clone())];
+    let larger = Bytes::from(vec![3u8; 50_000]);
+    let states = vec![
+        ("source".to_string(), 0, small.clone()),
+        ("sink".to_string(), 0, large.clone()),
+        ("sink".to_string(), 1, larger.clone()),
+    ];
     let manifest = store.commit_checkpoint(1, &states, vec![], 16 * 1024).await.expect("commit");
-    assert!(manifest.state_files[0].inline.is_some() && manifest.state_files[1].inline.is_none());
+    let f = &manifest.state_files;
+    assert!(f[0].inline.is_some() && f[1].inline.is_none() && f[2].inline.is_none());
+    assert_eq!((f[1].offset, f[2].offset), (Some(0), Some(f[1].size)), "two sections of one object");
     let listed = store.list_checkpoints().await.expect("list");
-    assert_eq!(listed[0].state_files, 1, "only the large state has a file");
+    assert_eq!(listed[0].state_files, 1, "one shared object holds both large states");
     let restored = store.recover(&RetentionPolicy::default()).await.expect("recover").restored.expect("restored");
     assert_eq!(restored.states[&("source".to_string(), 0)], small);
     assert_eq!(restored.states[&("sink".to_string(), 0)], large);
+    assert_eq!(restored.states[&("sink".to_string(), 1)], larger);
+    // Checkpoint 2, then a flipped byte in its second section.
+    let second = store.commit_checkpoint(2, &states, vec![], 16 * 1024).await.expect("commit");
+    let path = store.paths().shared_state(2);
+    let mut bytes = raw_get(t, &path).await.to_vec();
+    let at = second.state_files[2].offset.expect("shared") as usize + 100;
+    bytes[at] ^= 1;
+    overwrite(t, &path, bytes).await;
+    let recovery = store.recover(&RetentionPolicy::default()).await.expect("recover");
+    assert_eq!(recovery.plan.restored_id(), Some(1));
+    let reason = recovery.plan.skipped.iter().find(|(id, _)| *id == 2).map(|(_, why)| why.clone());
+    assert!(reason.as_deref().is_some_and(|r| r.contains("_shared.state@") && r.contains("(sink-1)")), "{reason:?}");
 }
 
 /// Writes a complete checkpoint with two state files.
