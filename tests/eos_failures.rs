@@ -305,3 +305,36 @@ async fn a_manifest_written_after_recovery_aborted_its_checkpoint_is_never_resto
     assert!(report.restored_from.is_none_or(|r| r < n), "restored {:?}, not the aborted {n}", report.restored_from);
     assert_exactly_once(&again.check().await, RECORDS, "late manifest");
 }
+
+/// A failed attempt's source leaves the group as it is dropped: the records it held
+/// ACQUIRED (polled, not yet bound to T(n)) go to the next attempt at once. The broker's
+/// clock never moves here, so no lock ever expires: without the release the restarted
+/// job would wait for those records forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_releases_what_its_source_held_without_waiting_for_locks() {
+    use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, ManualClock};
+    use shareflow::connector::share::ProducerRecord;
+    let share = share_config();
+    let broker = EmbeddedBroker::open(
+        BrokerOptions::in_memory().clock(ManualClock::new(1_000_000)).default_config(share.clone()),
+    )
+    .await
+    .unwrap();
+    broker.create_topic(INPUT, 1).await.unwrap();
+    broker.create_topic(OUTPUT, 1).await.unwrap();
+    broker.configure_group(GROUP, share).await.unwrap();
+    let records: Vec<ProducerRecord> = (0..500).map(|i| ProducerRecord::new(INPUT, 0, value_of(i))).collect();
+    broker.produce(records).await.unwrap();
+    let mut run = Run::new(broker.clone(), memory_storage("abandon"));
+    run.parallelism = 1;
+    run.restarts = 2;
+    run.max_poll_records = 100;
+    let crash = vec![(shareflow::connector::points::SOURCE_AFTER_POLL.to_string(), 1)];
+    let (result, fired) = tokio::time::timeout(Duration::from_secs(60), run.run(crash))
+        .await
+        .expect("the restarted job waited for records the failed attempt held");
+    result.unwrap();
+    assert_eq!(fired, vec![shareflow::connector::points::SOURCE_AFTER_POLL.to_string()]);
+    let report = run.check().await;
+    assert_exactly_once(&report, 500, "after a crash with records ACQUIRED");
+}

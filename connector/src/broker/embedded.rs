@@ -1059,6 +1059,27 @@ impl ShareConsumer for EmbeddedShareConsumer {
     }
 }
 
+impl EmbeddedShareConsumer {
+    /// Leaves the group in the background without flushing anything: what a consumer
+    /// whose owner died does. Every record it holds ACQUIRED is released at once (a
+    /// failed delivery, as when its lock expires) instead of after the lock duration.
+    /// LOCKED records stay with their transaction. Needs a tokio runtime; without one
+    /// (or once the broker is closed) the locks expire as they would anyway.
+    pub(crate) fn abandon(mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let (broker, group, member) = (self.broker.clone(), self.group.clone(), self.member);
+        handle.spawn(async move {
+            if let Err(e) = broker.execute(Command::Leave { group, member }).await {
+                tracing::debug!(error = %e, "an abandoned consumer could not leave; its locks expire instead");
+            }
+        });
+    }
+}
+
 /// The KIP-1289 coordinator for one `(group, prefix)` at one epoch, also the producer
 /// that binds output to its transactions.
 #[derive(Debug, Clone)]

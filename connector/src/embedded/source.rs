@@ -44,6 +44,17 @@ pub struct ShareGroupSource {
     task: String,
 }
 
+/// A source dropped without `close` belongs to an attempt that failed (its task was
+/// stopped where it was): its consumer leaves the group, so the records it held ACQUIRED
+/// are redelivered to the next attempt at once rather than after their lock expires.
+impl Drop for ShareGroupSource {
+    fn drop(&mut self) {
+        if let Some(consumer) = self.consumer.take() {
+            consumer.abandon();
+        }
+    }
+}
+
 impl ShareGroupSource {
     /// A factory for the job builder: subtasks consume as `settings` says, with the
     /// group's `share` config (its acknowledgement mode decides exactly-once or
