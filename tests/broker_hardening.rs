@@ -55,6 +55,42 @@ async fn a_second_read_write_open_is_refused_naming_the_directory_and_holder() {
     EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap()).await.unwrap();
 }
 
+/// A child process being spawned holds a copy of every descriptor until its `exec`,
+/// the directory lock's among them. A broker closed in that moment is not held by
+/// anyone here any more: reopening it waits for the copy to go instead of failing.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)]
+async fn reopening_waits_for_a_spawning_childs_copy_of_the_lock() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::on_local_dir(dir.path(), 1, config(Explicit)).await;
+    let (forked_tx, forked_rx) = std::sync::mpsc::channel();
+    let child = std::thread::spawn(move || {
+        let mut command = std::process::Command::new("true");
+        // SAFETY: the hook only sleeps (nanosleep is async-signal-safe); it keeps the
+        // forked child, with its copy of the lock, from reaching exec for 400 ms.
+        unsafe {
+            command.pre_exec(|| {
+                std::thread::sleep(std::time::Duration::from_millis(400));
+                Ok(())
+            });
+        }
+        forked_tx.send(()).unwrap();
+        command.status().unwrap()
+    });
+    forked_rx.recv().unwrap();
+    // Give the fork a moment to happen; the child then sleeps before its exec.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    f.broker.close();
+    let reopened = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap()).await;
+    assert!(reopened.is_ok(), "the child's copy went at its exec: {:?}", reopened.err());
+    assert!(child.join().unwrap().success());
+    // A live broker of this process is still refused at once.
+    let err = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap()).await.unwrap_err();
+    assert!(matches!(err, Error::DirectoryLocked { .. }), "{err}");
+}
+
 #[tokio::test]
 async fn a_read_only_open_changes_nothing_and_refuses_writes() {
     let dir = tempfile::tempdir().unwrap();

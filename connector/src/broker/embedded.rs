@@ -266,7 +266,21 @@ const RETENTION_EVERY_MS: u64 = 1_000;
 #[derive(Debug)]
 struct DirLock {
     _file: std::fs::File,
+    /// The canonical directory, as [`HELD_DIRS`] knows it.
+    dir: std::path::PathBuf,
 }
+
+/// The broker directories this process holds locked right now.
+///
+/// The OS lock belongs to the open file, and a child process being spawned holds a copy
+/// of every descriptor until its `exec` closes them. So right after a broker in this
+/// process closes, the OS can still say "locked by this pid" for a moment. This set
+/// tells that moment (nobody here holds the directory: wait for the copy to go) from a
+/// live broker of this process (refuse at once).
+static HELD_DIRS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// How long an open waits for a spawning child's copy of a closed lock to go.
+const INHERITED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl DirLock {
     /// Takes the lock, or says who holds it.
@@ -275,6 +289,7 @@ impl DirLock {
         let shown = dir.display().to_string();
         let io = |what: &str, e: std::io::Error| Error::storage(&shown, format!("{what}: {e}"), None);
         std::fs::create_dir_all(dir).map_err(|e| io("cannot create the broker directory", e))?;
+        let canonical = dir.canonicalize().map_err(|e| io("cannot resolve the broker directory", e))?;
         let path = dir.join("LOCK");
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -283,26 +298,49 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| io("cannot open the lock file", e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = match holder.trim() {
-                    "" => "another process".to_string(),
-                    h => h.to_string(),
-                };
-                return Err(Error::DirectoryLocked { dir: shown, holder });
+        let own = format!("pid {}", std::process::id());
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(2);
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = file.rewind().and_then(|_| file.read_to_string(&mut holder));
+                    let holder = match holder.trim() {
+                        "" => "another process".to_string(),
+                        h => h.to_string(),
+                    };
+                    let held_here = HELD_DIRS.lock().map(|held| held.contains(&canonical)).unwrap_or(true);
+                    if holder != own || held_here || started.elapsed() >= INHERITED_LOCK_WAIT {
+                        return Err(Error::DirectoryLocked { dir: shown, holder });
+                    }
+                    // Closed here, still held by a child that has not reached its exec.
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(100));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock the broker directory", e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock the broker directory", e)),
         }
         // Who holds it, for the message a second opener gets.
-        let written =
-            file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "pid {}", std::process::id()));
+        let written = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{own}"));
         if let Err(e) = written {
             tracing::warn!(path = %path.display(), error = %e, "cannot record the lock holder");
         }
-        Ok(Self { _file: file })
+        if let Ok(mut held) = HELD_DIRS.lock() {
+            held.push(canonical.clone());
+        }
+        Ok(Self { _file: file, dir: canonical })
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        if let Ok(mut held) = HELD_DIRS.lock() {
+            if let Some(i) = held.iter().position(|d| d == &self.dir) {
+                held.swap_remove(i);
+            }
+        }
     }
 }
 
@@ -349,10 +387,16 @@ impl EmbeddedBroker {
     /// A local directory is locked for the broker's life: a second read-write open,
     /// from this process or another, fails with [`Error::DirectoryLocked`]. Use
     /// [`open_read_only`](Self::open_read_only) to inspect a directory a live broker
-    /// holds.
+    /// holds. A lock this process just released but a child being spawned still holds a
+    /// copy of (until its `exec`) is waited for, up to 3 s.
     pub async fn open(options: BrokerOptions) -> Result<Self> {
         let dir_lock = match &options.local {
-            Some((dir, _)) => Some(DirLock::acquire(dir)?),
+            Some((dir, _)) => {
+                let dir = dir.clone();
+                // Blocking: it may wait out a spawning child's copy of the lock.
+                let acquired = tokio::task::spawn_blocking(move || DirLock::acquire(&dir)).await;
+                Some(acquired.map_err(|e| Error::Internal(format!("the directory lock task failed: {e}")))??)
+            }
             None => None,
         };
         let default_config = options.default_config.clone();
