@@ -1,21 +1,35 @@
-//! Throughput on a real Kafka 4.x broker, printed as figures:
+//! Throughput on a real Kafka 4.x broker, and where the pipeline's time goes.
 //!
+//! Each round measures, on the same broker and the same topics of 1 KiB records:
 //! 1. shareflow's share consumer (at-least-once, acknowledgements batched on the next
 //!    fetch) against Kafka's own `kafka-share-consumer-perf-test`
-//!    (`org.apache.kafka.tools.ShareConsumerPerformance`), same broker, same topic,
-//!    1 and 4 partitions, 1 KiB records;
-//! 2. the exactly-once pipeline against the at-least-once pipeline, 1 s checkpoints.
+//!    (`org.apache.kafka.tools.ShareConsumerPerformance`), 1 and 4 partitions;
+//! 2. the pipeline on 4 partitions, parallelism 2, 1 s checkpoints, as four variants
+//!    that add one stage at a time: share source -> discard (exactly-once: the
+//!    acknowledgements commit in a transaction per checkpoint), + SQL, + Kafka sink
+//!    (the full exactly-once pipeline), and the full pipeline at-least-once.
+//!
+//! Beside each rate it records the CPU seconds this process and the Kafka broker spent,
+//! per million records: on one machine the two share the cores, so a stage that makes
+//! the broker work (the Kafka sink writes every record again) shows up there.
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
-//! cargo run --release --example kafka_bench [-- RECORDS]
+//! cargo run --release --example kafka_bench [-- RECORDS [ROUNDS]]
 //! ```
+//!
+//! The figures go to `docs/results/kafka_bench.jsonl` (or `$SHAREFLOW_RESULTS_DIR`), for
+//! `scripts/bench-summary`; the medians over the rounds are printed at the end.
+
+#[path = "../benches/support/results.rs"]
+mod results;
 
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use shareflow::checkpoint::CheckpointStore;
 use shareflow::connector::kafka::{
@@ -24,19 +38,79 @@ use shareflow::connector::kafka::{
 };
 use shareflow::connector::share::{AcknowledgeType, ShareConsumer};
 use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
-use shareflow::runtime::{JobBuilder, JobConfig};
+use shareflow::runtime::{async_trait, Collector, JobBuilder, JobConfig, Operator};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 fn unique(base: &str) -> String {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    format!("{base}-{ms}")
+    let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{base}-{ns}")
 }
 
 async fn group(c: &KafkaCluster) -> Result<String, Error> {
     let g = unique("bench-group");
     c.set_group_configs(&g, &[("share.auto.offset.reset", "earliest")]).await?;
     Ok(g)
+}
+
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`; with
+/// `children`, those of its waited-for children instead.
+fn cpu_seconds(pid: &str, children: bool) -> Result<f64, Error> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces:
+    // index 0 is field 3 (state), so utime (14) is 11, stime 12, cutime 13, cstime 14.
+    let rest = stat.rsplit_once(')').ok_or_else(|| format!("{path}: no command name"))?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let (u, s) = if children { (13, 14) } else { (11, 12) };
+    let tick = |i: usize| -> Result<f64, Error> {
+        Ok(fields.get(i).ok_or_else(|| format!("{path}: short line"))?.parse::<f64>()?)
+    };
+    Ok((tick(u)? + tick(s)?) / clock_ticks())
+}
+
+/// Clock ticks per second of `/proc` times (`getconf CLK_TCK`; 100 on Linux).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The Kafka broker's pid, from the pid file `./scripts/kafka env` names.
+fn broker_pid() -> Result<String, Error> {
+    let file = std::env::var("SHAREFLOW_KAFKA_PIDFILE")
+        .map_err(|_| "set SHAREFLOW_KAFKA_PIDFILE: eval \"$(./scripts/kafka env)\"")?;
+    let pid = std::fs::read_to_string(&file).map_err(|e| format!("the broker's pid file {file}: {e}"))?;
+    Ok(pid.trim().to_string())
+}
+
+/// What one measured run cost: records per second, and CPU seconds per million records
+/// of this process (or of the Java tool), and of the broker.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    rate: f64,
+    client_cpu_per_m: f64,
+    broker_cpu_per_m: f64,
+}
+
+/// Runs `f` (which handles `records` records) and measures its cost.
+async fn measured<F: std::future::Future<Output = Result<f64, Error>>>(
+    broker: &str,
+    records: u64,
+    children: bool,
+    f: F,
+) -> Result<Cost, Error> {
+    let (client0, broker0) = (cpu_seconds("self", children)?, cpu_seconds(broker, false)?);
+    let rate = f.await?;
+    let (client1, broker1) = (cpu_seconds("self", children)?, cpu_seconds(broker, false)?);
+    let per_m = 1e6 / records as f64;
+    Ok(Cost { rate, client_cpu_per_m: (client1 - client0) * per_m, broker_cpu_per_m: (broker1 - broker0) * per_m })
 }
 
 /// Records per second of our consumer, from creating it to the last record accepted.
@@ -82,32 +156,78 @@ async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> R
     Ok(values.get(col).ok_or("short line")?.parse()?)
 }
 
-/// Records per second through share source -> SQL -> Kafka sink over `records` records
-/// of `value` in 4 partitions, parallelism 2, 1 s checkpoints: from the job's start to
-/// its end (produce excluded), as `shareflow demo --kafka` measures it.
-async fn pipeline(c: &KafkaCluster, records: u64, value: &Bytes, exactly_once: bool) -> Result<f64, Error> {
-    let name = unique(if exactly_once { "bench-eos" } else { "bench-alo" });
-    let (input, output) = (format!("{name}-input"), format!("{name}-output"));
-    c.ensure_topic(&input, 4, &[]).await?;
-    c.ensure_topic(&output, 4, &[]).await?;
-    c.produce(&input, (0..records).map(|_| (None, value.clone()))).await?;
+/// A sink that drops what it gets: the pipeline without the cost of writing output.
+struct Discard;
 
+#[async_trait]
+impl Operator for Discard {
+    async fn process_batch(
+        &mut self,
+        _batch: RecordBatch,
+        _input: usize,
+        _out: &mut Collector,
+    ) -> shareflow::runtime::Result<()> {
+        Ok(())
+    }
+}
+
+/// The pipeline variants, each one stage more than the one before.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Variant {
+    /// share source -> discard, exactly-once.
+    SourceOnly,
+    /// share source -> SQL -> discard, exactly-once.
+    WithSql,
+    /// share source -> SQL -> Kafka sink, exactly-once.
+    Full,
+    /// share source -> SQL -> Kafka sink, at-least-once.
+    FullAtLeastOnce,
+}
+
+impl Variant {
+    const ALL: [Variant; 4] = [Variant::SourceOnly, Variant::WithSql, Variant::Full, Variant::FullAtLeastOnce];
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::SourceOnly => "source -> discard (exactly-once)",
+            Variant::WithSql => "source -> SQL -> discard (exactly-once)",
+            Variant::Full => "source -> SQL -> Kafka sink (exactly-once)",
+            Variant::FullAtLeastOnce => "source -> SQL -> Kafka sink (at-least-once)",
+        }
+    }
+}
+
+/// Records per second through `variant` over `input` (4 partitions, already filled with
+/// `records` records), parallelism 2, 1 s checkpoints: from the job's start to its end,
+/// as `shareflow demo --kafka` measures it. Each run is a new share group.
+async fn pipeline(c: &KafkaCluster, input: &str, records: u64, variant: Variant) -> Result<f64, Error> {
+    let name = unique("bench-pipeline");
+    let output = format!("{name}-output");
+    let exactly_once = variant != Variant::FullAtLeastOnce;
     let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source = SourceSettings::new(&name, &[&input]);
+    let mut source = SourceSettings::new(&name, &[input]);
     source.stop_when_drained = true;
     source.max_poll_records = 2_000;
     let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        KafkaShareSource::factory(c.clone(), txns.clone(), source, metrics.clone()),
-    )
-    .parallelism(2)
-    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
-    .parallelism(2)
-    .sink("kafka-sink", KafkaSink::factory(txns.clone(), &output))
-    .parallelism(2);
+    let stream = job
+        .source(
+            "share-source",
+            record_schema(),
+            KafkaShareSource::factory(c.clone(), txns.clone(), source, metrics.clone()),
+        )
+        .parallelism(2);
+    let stream = match variant {
+        Variant::SourceOnly => stream,
+        _ => stream.sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input").parallelism(2),
+    };
+    match variant {
+        Variant::SourceOnly | Variant::WithSql => stream.sink("discard", |_| Discard).parallelism(2),
+        Variant::Full | Variant::FullAtLeastOnce => {
+            c.ensure_topic(&output, 4, &[]).await?;
+            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), &output)).parallelism(2)
+        }
+    };
     job.participant(txns);
     let storage = CheckpointStore::from_url(&format!("memory://{name}"), &[], &name)?;
     let mut config = JobConfig::new(storage, &name, "bench").checkpoint_interval(Duration::from_secs(1));
@@ -115,50 +235,134 @@ async fn pipeline(c: &KafkaCluster, records: u64, value: &Bytes, exactly_once: b
     let job = job.build(config)?;
     let started = Instant::now();
     job.run().await?;
-    let rate = metrics.records_emitted.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    // 2 x records of value per run: give the disk back.
-    c.delete_topics(&[&input, &output, &format!("{name}-bench-ledger"), &format!("{name}-intents")]).await?;
+    let emitted = metrics.records_emitted.load(Ordering::Relaxed);
+    if emitted < records {
+        return Err(format!("{}: {emitted} of {records} records emitted", variant.name()).into());
+    }
+    let rate = emitted as f64 / started.elapsed().as_secs_f64();
+    // Give the disk back; the ledger and intent topics are per group.
+    let ledger = format!("{name}-bench-ledger");
+    let intents = format!("{name}-intents");
+    let mut topics = vec![ledger.as_str(), intents.as_str()];
+    if matches!(variant, Variant::Full | Variant::FullAtLeastOnce) {
+        topics.push(&output);
+    }
+    c.delete_topics(&topics).await?;
     Ok(rate)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn spread(v: &[f64]) -> String {
+    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+    format!("{:.1} k ({:.1}-{:.1} k)", median(v.to_vec()) / 1e3, lo / 1e3, hi / 1e3)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let bootstrap = std::env::var("SHAREFLOW_KAFKA_BOOTSTRAP")
         .map_err(|_| "set SHAREFLOW_KAFKA_BOOTSTRAP: ./scripts/kafka start && eval \"$(./scripts/kafka env)\"")?;
-    let records: u64 = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200_000);
+    let mut args = std::env::args().skip(1);
+    let records: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200_000);
+    let rounds: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    if records == 0 || rounds == 0 {
+        return Err("RECORDS and ROUNDS must be at least 1".into());
+    }
+    let broker = broker_pid()?;
+    cpu_seconds(&broker, false).map_err(|e| format!("cannot read the broker's CPU time: {e}"))?;
     let c = KafkaCluster::connect(&bootstrap).await?;
     let value = Bytes::from(vec![b'x'; 1024]);
+    let mut out = results::Results::create("kafka_bench", serde_json::json!({ "records": records, "rounds": rounds }));
 
-    println!("== share consumer, {records} records of 1 KiB, at-least-once (accept every record)");
+    // One topic per partition count, filled once; every run reads it in a group of its own.
+    let mut topics = Vec::new();
     for partitions in [1, 4] {
         let topic = unique(&format!("bench-{partitions}p"));
         c.ensure_topic(&topic, partitions, &[]).await?;
         c.produce(&topic, (0..records).map(|_| (None, value.clone()))).await?;
-        let (mut best_ours, mut best_java) = (0f64, 0f64);
-        for _ in 0..2 {
-            best_java = best_java.max(java(&c, &bootstrap, &topic, records).await?);
-            best_ours = best_ours.max(ours(&c, &topic, records).await?);
+        topics.push((partitions, topic));
+    }
+    let input = topics[1].1.clone();
+    // A broker just started runs its code interpreted at first: one unrecorded read.
+    ours(&c, &input, records).await?;
+
+    let mut consumer: Vec<(i32, f64, f64)> = Vec::new();
+    let mut variants: Vec<(Variant, Cost)> = Vec::new();
+    for round in 0..rounds {
+        for (partitions, topic) in &topics {
+            let theirs = measured(&broker, records, true, java(&c, &bootstrap, topic, records)).await?;
+            let mine = measured(&broker, records, false, ours(&c, topic, records)).await?;
+            println!(
+                "round {round}: consumer, {partitions} partition(s): shareflow {:.0} rec/s, kafka-share-consumer-perf-test {:.0} rec/s",
+                mine.rate, theirs.rate
+            );
+            out.record(serde_json::json!({
+                "kind": "consumer", "round": round, "partitions": partitions,
+                "shareflow": mine.rate, "java": theirs.rate,
+                "shareflow_cpu_s_per_m": mine.client_cpu_per_m, "java_cpu_s_per_m": theirs.client_cpu_per_m,
+                "broker_cpu_s_per_m_shareflow": mine.broker_cpu_per_m, "broker_cpu_s_per_m_java": theirs.broker_cpu_per_m,
+            }));
+            consumer.push((*partitions, mine.rate, theirs.rate));
+            if *partitions == 4 {
+                out.record(serde_json::json!({
+                    "kind": "pipeline", "round": round, "variant": "raw consumer", "rate": mine.rate,
+                    "job_cpu_s_per_m": mine.client_cpu_per_m, "broker_cpu_s_per_m": mine.broker_cpu_per_m,
+                }));
+            }
         }
-        c.delete_topics(&[&topic]).await?;
+        for variant in Variant::ALL {
+            let cost = measured(&broker, records, false, pipeline(&c, &input, records, variant)).await?;
+            println!(
+                "round {round}: {}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
+                variant.name(),
+                cost.rate,
+                cost.client_cpu_per_m,
+                cost.broker_cpu_per_m
+            );
+            out.record(serde_json::json!({
+                "kind": "pipeline", "round": round, "variant": variant.name(), "rate": cost.rate,
+                "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
+            }));
+            variants.push((variant, cost));
+        }
+    }
+    let names: Vec<&str> = topics.iter().map(|(_, t)| t.as_str()).collect();
+    c.delete_topics(&names).await?;
+
+    println!("== medians (min-max) of {rounds} rounds, {records} records of 1 KiB");
+    for partitions in [1, 4] {
+        let of = |f: fn(&(i32, f64, f64)) -> f64| -> Vec<f64> {
+            consumer.iter().filter(|x| x.0 == partitions).map(f).collect()
+        };
+        let ratio: Vec<f64> = consumer.iter().filter(|x| x.0 == partitions).map(|x| x.1 / x.2).collect();
         println!(
-            "{partitions} partition(s): shareflow {best_ours:>9.0} rec/s ({:.1} MiB/s) | kafka-share-consumer-perf-test {best_java:>9.0} rec/s | ratio {:.2}x",
-            best_ours / 1024.0,
-            best_ours / best_java
+            "consumer, {partitions} partition(s): shareflow {} rec/s | kafka-share-consumer-perf-test {} rec/s | ratio {:.2}",
+            spread(&of(|x| x.1)),
+            spread(&of(|x| x.2)),
+            median(ratio)
         );
     }
-
-    println!("== pipeline share source -> SQL -> Kafka sink, 4 partitions, parallelism 2, 1 s checkpoints, {records} records of 1 KiB");
-    let (mut alo, mut eos) = (0f64, 0f64);
-    for _ in 0..2 {
-        for exactly_once in [false, true] {
-            let rate = pipeline(&c, records, &value, exactly_once).await?;
-            let best = if exactly_once { &mut eos } else { &mut alo };
-            *best = best.max(rate);
-        }
+    let raw: Vec<f64> = consumer.iter().filter(|x| x.0 == 4).map(|x| x.1).collect();
+    for variant in Variant::ALL {
+        let costs: Vec<Cost> = variants.iter().filter(|(v, _)| *v == variant).map(|(_, c)| *c).collect();
+        let rates: Vec<f64> = costs.iter().map(|c| c.rate).collect();
+        // Same round against same round: the machine's drift hits both.
+        let ratio: Vec<f64> = rates.iter().zip(&raw).map(|(p, r)| p / r).collect();
+        println!(
+            "{}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2}",
+            variant.name(),
+            spread(&rates),
+            median(ratio),
+            median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
+            median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
+        );
     }
-    println!(
-        "at-least-once {alo:>9.0} rec/s | exactly-once {eos:>9.0} rec/s | exactly-once / at-least-once {:.2}",
-        eos / alo
-    );
     Ok(())
 }

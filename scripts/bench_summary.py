@@ -111,7 +111,45 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
-SUMMARISERS = {"eos_cost": eos_cost, "checkpoint_commit": checkpoint_commit, "broker_soak": broker_soak}
+def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    args = header.get("args", {})
+    cmd = f"cargo run --release --example kafka_bench -- {args.get('records', '?')} {args.get('rounds', '?')}"
+    out = []
+    consumers: dict[int, list[dict]] = {}
+    pipelines: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        if r["kind"] == "consumer":
+            partitions, _, _ = need(path, r, "partitions", "shareflow", "java")
+            consumers.setdefault(int(partitions), []).append(r)
+        elif r["kind"] == "pipeline":
+            variant, rnd, _ = need(path, r, "variant", "round", "rate")
+            pipelines.setdefault(variant, {})[int(rnd)] = r
+    for partitions, rs in sorted(consumers.items()):
+        ratios = [value(path, r, lambda r=r: float(r["shareflow"]) / float(r["java"])) for r in rs]
+        out.append(figure(f"Kafka: our share consumer / kafka-share-consumer-perf-test, {partitions} partition(s)",
+                          cmd, "ratio", ratios, header))
+        out.append(figure(f"Kafka: our share consumer, {partitions} partition(s), 1 KiB records", cmd, "records/s",
+                          [value(path, r, lambda r=r: float(r["shareflow"])) for r in rs], header))
+    raw = pipelines.get("raw consumer", {})
+    for variant, by_round in pipelines.items():
+        rs = list(by_round.values())
+        for key, who in (("job_cpu_s_per_m", "job"), ("broker_cpu_s_per_m", "broker")):
+            cpu = [value(path, r, lambda r=r, key=key: float(need(path, r, key)[0])) for r in rs]
+            out.append(figure(f"Kafka {variant}: {who} CPU per million records", cmd, "s", cpu, header))
+        if variant == "raw consumer":
+            continue
+        out.append(figure(f"Kafka pipeline {variant}, 4 partitions, 1 s checkpoints", cmd, "records/s",
+                          [value(path, r, lambda r=r: float(r["rate"])) for r in rs], header))
+        same_round = [(r, raw[k]) for k, r in by_round.items() if k in raw]
+        if same_round:
+            out.append(figure(f"Kafka pipeline {variant} / raw share consumer (same round)", cmd, "ratio",
+                              [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
+                               for r, b in same_round], header))
+    return out
+
+
+SUMMARISERS = {"eos_cost": eos_cost, "checkpoint_commit": checkpoint_commit, "broker_soak": broker_soak,
+               "kafka_bench": kafka_bench}
 
 
 def summarise(results: Path) -> list[dict]:
@@ -121,7 +159,9 @@ def summarise(results: Path) -> list[dict]:
     for bench, fn in SUMMARISERS.items():
         path = results / f"{bench}.jsonl"
         if not path.exists():
-            raise ResultsError(f"{path}: missing; `cargo bench --bench {bench}` writes it")
+            writer = ("cargo run --release --example kafka_bench" if bench == "kafka_bench"
+                      else f"cargo bench --bench {bench}")
+            raise ResultsError(f"{path}: missing; `{writer}` writes it")
         run = load(path)
         header, rows = run.header, run.rows
         figures.extend(fn(path, header, rows))
