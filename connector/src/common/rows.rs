@@ -29,8 +29,10 @@ pub fn record_schema() -> SchemaRef {
 
 /// Builds a batch of the [`record_schema`] from records.
 pub fn records_to_batch(records: &[Record]) -> std::result::Result<RecordBatch, arrow::error::ArrowError> {
-    let mut keys = BinaryBuilder::new();
-    let mut values = BinaryBuilder::new();
+    // Sized up front: the values are copied once, never again by a growing buffer.
+    let bytes = |f: fn(&Record) -> Option<&Bytes>| records.iter().filter_map(f).map(Bytes::len).sum::<usize>();
+    let mut keys = BinaryBuilder::with_capacity(records.len(), bytes(|r| r.key.as_ref()));
+    let mut values = BinaryBuilder::with_capacity(records.len(), bytes(|r| r.value.as_ref()));
     for r in records {
         keys.append_option(r.key.as_deref());
         values.append_option(r.value.as_deref());
@@ -47,47 +49,66 @@ pub fn records_to_batch(records: &[Record]) -> std::result::Result<RecordBatch, 
     RecordBatch::try_new(record_schema(), columns)
 }
 
-/// Reads a column of a batch as bytes per row (Binary, LargeBinary, Utf8, LargeUtf8).
+/// An Arrow buffer as the owner of a [`Bytes`]: rows become slices of the batch's
+/// buffer instead of copies of it.
+struct ArrowBytes(arrow::buffer::Buffer);
+
+impl AsRef<[u8]> for ArrowBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+/// Each row of an offset-based bytes array as a slice of one shared [`Bytes`] over
+/// its values buffer: no copy per row.
+fn shared_rows<O: arrow::array::OffsetSizeTrait>(
+    col: &dyn Array,
+    values: &arrow::buffer::Buffer,
+    offsets: &[O],
+) -> Vec<Option<Bytes>> {
+    let shared = Bytes::from_owner(ArrowBytes(values.clone()));
+    (0..col.len())
+        .map(|i| (!col.is_null(i)).then(|| shared.slice(offsets[i].as_usize()..offsets[i + 1].as_usize())))
+        .collect()
+}
+
+/// Each row copied out of a view array (short values live inside the views).
+fn copied_rows<'a>(col: &dyn Array, value: impl Fn(usize) -> &'a [u8]) -> Vec<Option<Bytes>> {
+    (0..col.len()).map(|i| (!col.is_null(i)).then(|| Bytes::copy_from_slice(value(i)))).collect()
+}
+
+/// Reads a column of a batch as bytes per row (Binary, LargeBinary, Utf8, LargeUtf8
+/// without copying the values; the view types copy each value).
 fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Vec<Option<Bytes>>>> {
     let Ok(index) = batch.schema().index_of(name) else { return Ok(None) };
-    let col = batch.column(index);
-    let get = |i: usize| -> Option<Bytes> {
-        if col.is_null(i) {
-            return None;
-        }
-        if let Some(a) = col.as_any().downcast_ref::<BinaryArray>() {
-            return Some(Bytes::copy_from_slice(a.value(i)));
-        }
-        if let Some(a) = col.as_any().downcast_ref::<StringArray>() {
-            return Some(Bytes::copy_from_slice(a.value(i).as_bytes()));
-        }
-        if let Some(a) = col.as_any().downcast_ref::<LargeBinaryArray>() {
-            return Some(Bytes::copy_from_slice(a.value(i)));
-        }
-        if let Some(a) = col.as_any().downcast_ref::<LargeStringArray>() {
-            return Some(Bytes::copy_from_slice(a.value(i).as_bytes()));
-        }
-        if let Some(a) = col.as_any().downcast_ref::<StringViewArray>() {
-            return Some(Bytes::copy_from_slice(a.value(i).as_bytes()));
-        }
-        if let Some(a) = col.as_any().downcast_ref::<BinaryViewArray>() {
-            return Some(Bytes::copy_from_slice(a.value(i)));
-        }
-        None
-    };
-    match col.data_type() {
-        DataType::Binary
-        | DataType::Utf8
-        | DataType::LargeBinary
-        | DataType::LargeUtf8
-        | DataType::Utf8View
-        | DataType::BinaryView => Ok(Some((0..batch.num_rows()).map(get).collect())),
-        other => Err(RuntimeError::task_message(
-            task,
-            ErrorKind::Invalid,
-            format!("column {name} is {other}; the topic sink needs a string or binary column (cast it in SQL)"),
-        )),
+    let col = batch.column(index).as_ref();
+    let any = col.as_any();
+    if let Some(a) = any.downcast_ref::<BinaryArray>() {
+        return Ok(Some(shared_rows(col, a.values(), a.value_offsets())));
     }
+    if let Some(a) = any.downcast_ref::<StringArray>() {
+        return Ok(Some(shared_rows(col, a.values(), a.value_offsets())));
+    }
+    if let Some(a) = any.downcast_ref::<LargeBinaryArray>() {
+        return Ok(Some(shared_rows(col, a.values(), a.value_offsets())));
+    }
+    if let Some(a) = any.downcast_ref::<LargeStringArray>() {
+        return Ok(Some(shared_rows(col, a.values(), a.value_offsets())));
+    }
+    if let Some(a) = any.downcast_ref::<StringViewArray>() {
+        return Ok(Some(copied_rows(col, |i| a.value(i).as_bytes())));
+    }
+    if let Some(a) = any.downcast_ref::<BinaryViewArray>() {
+        return Ok(Some(copied_rows(col, |i| a.value(i))));
+    }
+    Err(RuntimeError::task_message(
+        task,
+        ErrorKind::Invalid,
+        format!(
+            "column {name} is {}; the topic sink needs a string or binary column (cast it in SQL)",
+            col.data_type()
+        ),
+    ))
 }
 
 /// Each row's `(key, value)`: the `value` column is required, `key` optional, both
@@ -111,6 +132,39 @@ mod tests {
 
     fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
         RecordBatch::try_from_iter(columns).expect("batch")
+    }
+
+    #[test]
+    fn every_bytes_type_reads_the_same_rows_and_offset_types_share_the_batch_buffer() {
+        use arrow::array::{LargeBinaryArray, LargeStringArray, StringViewArray};
+        let rows: Vec<Option<&str>> = vec![Some("alpha"), None, Some(""), Some("a value past twelve bytes")];
+        let expected: Vec<Option<Bytes>> =
+            rows.iter().map(|r| r.map(|v| Bytes::copy_from_slice(v.as_bytes()))).collect();
+        let bin: Vec<Option<&[u8]>> = rows.iter().map(|r| r.map(str::as_bytes)).collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(rows.clone())),
+            Arc::new(LargeStringArray::from(rows.clone())),
+            Arc::new(BinaryArray::from(bin.clone())),
+            Arc::new(LargeBinaryArray::from(bin.clone())),
+            Arc::new(StringViewArray::from(rows.clone())),
+            Arc::new(BinaryViewArray::from(bin.clone())),
+        ];
+        for col in columns {
+            let kind = col.data_type().clone();
+            let got = key_values(&batch(vec![("value", col.clone())]), "t", "kafka sink").expect("rows");
+            assert_eq!(got.into_iter().map(|(_, v)| v).collect::<Vec<_>>(), expected, "{kind}");
+            // A slice of the batch reads its own rows.
+            let sliced = batch(vec![("value", col.slice(1, 3))]);
+            let got = key_values(&sliced, "t", "kafka sink").expect("sliced rows");
+            assert_eq!(got.into_iter().map(|(_, v)| v).collect::<Vec<_>>(), expected[1..], "{kind} sliced");
+        }
+        // Offset-based arrays are not copied: the row points into the batch's buffer.
+        let col = StringArray::from(rows.clone());
+        let start = col.values().as_ptr() as usize;
+        let got =
+            key_values(&batch(vec![("value", Arc::new(col.clone()) as ArrayRef)]), "t", "kafka sink").expect("rows");
+        let first = got[0].1.as_ref().expect("a value");
+        assert_eq!(first.as_ptr() as usize, start, "the first row is the buffer's first bytes, not a copy");
     }
 
     #[test]
