@@ -11,7 +11,10 @@
 //!
 //! Beside each rate it records the CPU seconds this process and the Kafka broker spent,
 //! per million records: on one machine the two share the cores, so a stage that makes
-//! the broker work (the Kafka sink writes every record again) shows up there.
+//! the broker work (the Kafka sink writes every record again) shows up there. Topics are
+//! created and deleted outside the measured window, each run starts 2 s after the one
+//! before (the broker's delayed deletions are done), and each round starts at another
+//! variant.
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
@@ -199,14 +202,21 @@ impl Variant {
 
 /// Records per second through `variant` over `input` (4 partitions, already filled with
 /// `records` records), parallelism 2, 1 s checkpoints: from the job's start to its end,
-/// as `shareflow demo --kafka` measures it. Each run is a new share group.
-async fn pipeline(c: &KafkaCluster, input: &str, records: u64, variant: Variant) -> Result<f64, Error> {
-    let name = unique("bench-pipeline");
-    let output = format!("{name}-output");
+/// as `shareflow demo --kafka` measures it. Each run is a new share group, `name`; the
+/// Kafka sink variants write to `output`, which the caller creates and deletes outside
+/// the measurement.
+async fn pipeline(
+    c: &KafkaCluster,
+    input: &str,
+    name: &str,
+    output: &str,
+    records: u64,
+    variant: Variant,
+) -> Result<f64, Error> {
     let exactly_once = variant != Variant::FullAtLeastOnce;
     let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source = SourceSettings::new(&name, &[input]);
+    let mut source = SourceSettings::new(name, &[input]);
     source.stop_when_drained = true;
     source.max_poll_records = 2_000;
     let job = JobBuilder::new();
@@ -224,13 +234,12 @@ async fn pipeline(c: &KafkaCluster, input: &str, records: u64, variant: Variant)
     match variant {
         Variant::SourceOnly | Variant::WithSql => stream.sink("discard", |_| Discard).parallelism(2),
         Variant::Full | Variant::FullAtLeastOnce => {
-            c.ensure_topic(&output, 4, &[]).await?;
-            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), &output)).parallelism(2)
+            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), output)).parallelism(2)
         }
     };
     job.participant(txns);
-    let storage = CheckpointStore::from_url(&format!("memory://{name}"), &[], &name)?;
-    let mut config = JobConfig::new(storage, &name, "bench").checkpoint_interval(Duration::from_secs(1));
+    let storage = CheckpointStore::from_url(&format!("memory://{name}"), &[], name)?;
+    let mut config = JobConfig::new(storage, name, "bench").checkpoint_interval(Duration::from_secs(1));
     config.channel_capacity = 8;
     let job = job.build(config)?;
     let started = Instant::now();
@@ -239,16 +248,13 @@ async fn pipeline(c: &KafkaCluster, input: &str, records: u64, variant: Variant)
     if emitted < records {
         return Err(format!("{}: {emitted} of {records} records emitted", variant.name()).into());
     }
-    let rate = emitted as f64 / started.elapsed().as_secs_f64();
-    // Give the disk back; the ledger and intent topics are per group.
-    let ledger = format!("{name}-bench-ledger");
-    let intents = format!("{name}-intents");
-    let mut topics = vec![ledger.as_str(), intents.as_str()];
-    if matches!(variant, Variant::Full | Variant::FullAtLeastOnce) {
-        topics.push(&output);
-    }
-    c.delete_topics(&topics).await?;
-    Ok(rate)
+    Ok(emitted as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Before each measured run: the broker's delayed work of the run before (segment
+/// deletion, topic removal) is done, so that its CPU is not counted in this run.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -297,7 +303,9 @@ async fn main() -> Result<(), Error> {
     let mut variants: Vec<(Variant, Cost)> = Vec::new();
     for round in 0..rounds {
         for (partitions, topic) in &topics {
+            settle().await;
             let theirs = measured(&broker, records, true, java(&c, &bootstrap, topic, records)).await?;
+            settle().await;
             let mine = measured(&broker, records, false, ours(&c, topic, records)).await?;
             println!(
                 "round {round}: consumer, {partitions} partition(s): shareflow {:.0} rec/s, kafka-share-consumer-perf-test {:.0} rec/s",
@@ -317,8 +325,25 @@ async fn main() -> Result<(), Error> {
                 }));
             }
         }
-        for variant in Variant::ALL {
-            let cost = measured(&broker, records, false, pipeline(&c, &input, records, variant)).await?;
+        // Each round starts at another variant, so that none always follows the same one.
+        let mut order = Variant::ALL;
+        order.rotate_left(round as usize % Variant::ALL.len());
+        for variant in order {
+            let name = unique("bench-pipeline");
+            let output = format!("{name}-output");
+            let sinks = matches!(variant, Variant::Full | Variant::FullAtLeastOnce);
+            if sinks {
+                c.ensure_topic(&output, 4, &[]).await?;
+            }
+            settle().await;
+            let run = pipeline(&c, &input, &name, &output, records, variant);
+            let cost = measured(&broker, records, false, run).await?;
+            // Give the disk back; the ledger and intents topics are per group.
+            let mut done = vec![format!("{name}-bench-ledger"), format!("{name}-intents")];
+            if sinks {
+                done.push(output);
+            }
+            c.delete_topics(&done.iter().map(String::as_str).collect::<Vec<_>>()).await?;
             println!(
                 "round {round}: {}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
                 variant.name(),

@@ -65,28 +65,31 @@ async fn reopening_waits_for_a_spawning_childs_copy_of_the_lock() {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let f = Fixture::on_local_dir(dir.path(), 1, config(Explicit)).await;
-    let (forked_tx, forked_rx) = std::sync::mpsc::channel();
+    // The child tells us through a pipe that it has forked (and so holds its copy of
+    // the lock) before we close; then it sleeps before its exec.
+    let (mut forked_rx, forked_tx) = std::io::pipe().unwrap();
     let child = std::thread::spawn(move || {
         let mut command = std::process::Command::new("true");
-        // SAFETY: the hook only sleeps (nanosleep is async-signal-safe); it keeps the
-        // forked child, with its copy of the lock, from reaching exec for 400 ms.
+        // SAFETY: the hook only writes one byte to a pipe and sleeps (write and
+        // nanosleep are async-signal-safe, nothing allocates); it keeps the forked
+        // child, with its copy of the lock, from reaching exec for 400 ms.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
+                use std::io::Write;
+                (&forked_tx).write_all(b"f")?;
                 std::thread::sleep(std::time::Duration::from_millis(400));
                 Ok(())
             });
         }
-        forked_tx.send(()).unwrap();
         command.status().unwrap()
     });
-    forked_rx.recv().unwrap();
-    // Give the fork a moment to happen; the child then sleeps before its exec.
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut byte = [0u8; 1];
+    tokio::task::block_in_place(|| std::io::Read::read_exact(&mut forked_rx, &mut byte)).unwrap();
     f.broker.close();
     let reopened = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap()).await;
     assert!(reopened.is_ok(), "the child's copy went at its exec: {:?}", reopened.err());
     assert!(child.join().unwrap().success());
-    // A live broker of this process is still refused at once.
+    // A live broker of this process is still refused.
     let err = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap()).await.unwrap_err();
     assert!(matches!(err, Error::DirectoryLocked { .. }), "{err}");
 }

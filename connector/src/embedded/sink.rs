@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
+use bytes::Bytes;
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext, TransactionTemplate};
 
@@ -50,11 +51,13 @@ impl Operator for TopicSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
         let records: Vec<ProducerRecord> = key_values(&batch, &self.task, "topic sink")?
             .into_iter()
+            // The broker keeps what it is given for the topic's retention: each row gets
+            // bytes of its own, not a slice that would keep the whole batch's buffer.
             .map(|(key, value)| ProducerRecord {
                 topic: self.topic.clone(),
                 partition: None,
-                key,
-                value,
+                key: key.map(|k| Bytes::copy_from_slice(&k)),
+                value: value.map(|v| Bytes::copy_from_slice(&v)),
                 timestamp_ms: 0,
             })
             .collect();
