@@ -30,7 +30,7 @@ def eos_throughput(run: Run, out: Path) -> Path:
     """Throughput of the demo pipeline against the checkpoint interval, both modes."""
     by_interval: dict[int, dict[str, list[float]]] = {}
     for row in run.of("throughput"):
-        interval, eos, alo = run.need(row, row["_line"], "interval_ms", "exactly_once", "at_least_once")
+        interval, eos, alo = run.need(row, "interval_ms", "exactly_once", "at_least_once")
         point = by_interval.setdefault(int(interval), {"eos": [], "alo": []})
         point["eos"].append(float(eos))
         point["alo"].append(float(alo))
@@ -66,7 +66,7 @@ def commit_latency(run: Run, out: Path) -> Path:
     by_config: dict[tuple, list] = {}
     for row in run.of("latency"):
         store, state, quantiles, raw, commit = run.need(
-            row, row["_line"], "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
+            row, "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
         if not (len(quantiles) == len(raw) == len(commit)):
             raise ResultsError(f"{run.path}:{row['_line']}: quantiles, raw_put_ms and commit_ms differ in length")
         by_config.setdefault((store, int(state), row.get("subtasks", "?"), tuple(quantiles)), []).append((raw, commit))
@@ -101,7 +101,7 @@ def soak(run: Run, out: Path) -> Path:
         raise ResultsError(f"{run.path}: no sample lines")
     cols = {k: [] for k in ("secs", "records_per_second", "rss_mib", "snapshot_kib", "log_mib")}
     for row in samples:
-        for key, value in zip(cols, run.need(row, row["_line"], *cols)):
+        for key, value in zip(cols, run.need(row, *cols)):
             cols[key].append(float(value))
     minutes = [s / 60 for s in cols["secs"]]
     retention_min = float(run.header.get("args", {}).get("retention_s", 0)) / 60

@@ -34,12 +34,17 @@ class Run:
             return "unknown date"
         return datetime.fromtimestamp(started, tz=timezone.utc).strftime("%Y-%m-%d")
 
-    def need(self, row: dict, line: int, *keys: str) -> list:
-        missing = [k for k in keys if k not in row]
-        if missing:
-            raise ResultsError(f"{self.path}:{line}: a {row.get('kind')!r} line lacks {', '.join(missing)}; "
-                               f"run its bench again to rewrite the file")
-        return [row[k] for k in keys]
+    def need(self, row: dict, *keys: str) -> list:
+        return need(self.path, row, *keys)
+
+
+def need(path: Path, row: dict, *keys: str) -> list:
+    """The values of `keys` in one measurement line; a missing key names the line."""
+    missing = [k for k in keys if k not in row]
+    if missing:
+        raise ResultsError(f"{path}:{row['_line']}: a {row.get('kind')!r} line lacks {', '.join(missing)}; "
+                           f"run its bench again to rewrite the file")
+    return [row[k] for k in keys]
 
 
 def load(path: Path) -> Run:

@@ -221,18 +221,14 @@ impl CheckpointStore {
                 })?;
                 let range = offset..end;
                 let bytes = with_retry("get", &path, || self.store.get_range(&path, range.clone())).await?;
-                (path, bytes)
+                // Name the section, so an operator sees which state of the shared object fails.
+                (Path::from(format!("{path}@{offset}+{} ({}-{})", file.size, file.operator, file.subtask)), bytes)
             }
             None => {
                 let path = dir.clone().join(CheckpointPaths::state_file_name(&file.operator, file.subtask)?);
                 let bytes = self.get(&path).await?;
                 (path, bytes)
             }
-        };
-        let path = match file.offset {
-            // Name the section, so an operator sees which state of the shared object fails.
-            Some(offset) => Path::from(format!("{path}@{offset}+{} ({}-{})", file.size, file.operator, file.subtask)),
-            None => path,
         };
         if bytes.len() as u64 != file.size {
             return Err(CheckpointError::corrupt(
