@@ -18,7 +18,7 @@
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
-//! cargo run --release --example kafka_bench [-- RECORDS [ROUNDS]]
+//! cargo run --release --features kafka --example kafka_bench [-- RECORDS [ROUNDS]]
 //! ```
 //!
 //! The figures go to `docs/results/kafka_bench.jsonl` (or `$SHAREFLOW_RESULTS_DIR`), for

@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
-//! cargo run --release --example kafka_ledger_recovery [-- CHECKPOINTS...]
+//! cargo run --release --features kafka --example kafka_ledger_recovery [-- CHECKPOINTS...]
 //! ```
 
 use std::time::{Duration, Instant};

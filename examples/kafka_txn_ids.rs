@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
-//! cargo run --release --example kafka_txn_ids [-- CHECKPOINTS]
+//! cargo run --release --features kafka --example kafka_txn_ids [-- CHECKPOINTS]
 //! ```
 
 use std::process::Command;

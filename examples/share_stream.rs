@@ -2,7 +2,7 @@
 //! [`ShareStream`] of Arrow batches, your own state file, and a crash half-way.
 //!
 //! `cargo run --example share_stream` (embedded broker in a temporary directory), or
-//! `cargo run --example share_stream -- --kafka 127.0.0.1:19092` (real Kafka 4.x).
+//! `cargo run --features kafka --example share_stream -- --kafka 127.0.0.1:19092` (real Kafka 4.x).
 //!
 //! The loop counts words, sends one output record per input record into the open
 //! transaction, and every 4 batches takes a checkpoint: it persists the handle with

@@ -106,7 +106,7 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
 
 def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     args = header.get("args", {})
-    cmd = f"cargo run --release --example kafka_bench -- {args.get('records', '?')} {args.get('rounds', '?')}"
+    cmd = f"cargo run --release --features kafka --example kafka_bench -- {args.get('records', '?')} {args.get('rounds', '?')}"
     out = []
     consumers: dict[int, list[dict]] = {}
     pipelines: dict[str, dict[int, dict]] = {}
@@ -152,7 +152,7 @@ def summarise(results: Path) -> list[dict]:
     for bench, fn in SUMMARISERS.items():
         path = results / f"{bench}.jsonl"
         if not path.exists():
-            writer = ("cargo run --release --example kafka_bench" if bench == "kafka_bench"
+            writer = ("cargo run --release --features kafka --example kafka_bench" if bench == "kafka_bench"
                       else f"cargo bench --bench {bench}")
             raise ResultsError(f"{path}: missing; `{writer}` writes it")
         run = load(path)

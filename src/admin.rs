@@ -60,7 +60,7 @@ impl TxnSource {
             #[cfg(feature = "kafka")]
             (None, Some(k)) => Ok(TxnSource::Kafka(k)),
             #[cfg(not(feature = "kafka"))]
-            (None, Some(_)) => Err("this shareflow was built without the kafka feature".into()),
+            (None, Some(_)) => Err(crate::WITHOUT_KAFKA.into()),
             (d, None) => Ok(TxnSource::Dir(d.unwrap_or_else(|| "target/shareflow-demo/broker".into()))),
         }
     }
@@ -106,7 +106,7 @@ impl TxnList {
                 TxnSource::Kafka(k)
             }
             #[cfg(not(feature = "kafka"))]
-            (None, Some(_)) => return Err("this shareflow was built without the kafka feature".into()),
+            (None, Some(_)) => return Err(crate::WITHOUT_KAFKA.into()),
             (d, None) => TxnSource::Dir(d.unwrap_or_else(|| "target/shareflow-demo/broker".into())),
         };
         Ok(Self { source, group, prefix, checkpoints, json })

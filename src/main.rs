@@ -24,6 +24,10 @@ mod progress;
 
 use demo::DemoOptions;
 
+/// What a command that needs Kafka says in a build without the `kafka` feature.
+pub(crate) const WITHOUT_KAFKA: &str = "this shareflow was built without the kafka feature (it is off by default); \
+     build it with `cargo build --release --features kafka` (or `cargo run --release --features kafka -- ...`)";
+
 const USAGE: &str = "usage: shareflow <command> [options]
 
 options of every command:
@@ -60,7 +64,8 @@ commands:
     --json               print the summary as one JSON object on the last line
     --metrics-addr HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics while it
                          runs (port 0: any free one; the address is printed); one job only
-  demo --kafka HOST:PORT   run the same job against a real Kafka 4.x broker
+  demo --kafka HOST:PORT   run the same job against a real Kafka 4.x broker (this and `run`
+                         need a build with --features kafka)
     --name NAME          group, topics NAME-input/NAME-output and job id (default: fresh)
     --records N          records to produce first; 0 resumes without producing (default 100000)
     --value-bytes B      bytes per record value (default 100)
@@ -664,9 +669,7 @@ fn main() -> ExitCode {
     let _ = if json_logs { logs.json().try_init() } else { logs.try_init() };
     match command.as_str() {
         #[cfg(not(feature = "kafka"))]
-        "demo" if args.0.iter().any(|a| a == "--kafka") => {
-            fail("this shareflow was built without the kafka feature; rebuild with default features".to_string())
-        }
+        "demo" if args.0.iter().any(|a| a == "--kafka") => fail(WITHOUT_KAFKA.to_string()),
         #[cfg(feature = "kafka")]
         "demo" if args.0.iter().any(|a| a == "--kafka") && args.0.iter().any(|a| a == "--instances") => {
             let (options, json) = match kafka_instances_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
@@ -779,6 +782,8 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         },
+        #[cfg(not(feature = "kafka"))]
+        "run" => fail(WITHOUT_KAFKA.to_string()),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             ExitCode::SUCCESS
