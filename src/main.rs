@@ -25,6 +25,7 @@ mod progress;
 use demo::DemoOptions;
 
 /// What a command that needs Kafka says in a build without the `kafka` feature.
+#[cfg(not(feature = "kafka"))]
 pub(crate) const WITHOUT_KAFKA: &str = "this shareflow was built without the kafka feature (it is off by default); \
      build it with `cargo build --release --features kafka` (or `cargo run --release --features kafka -- ...`)";
 
@@ -40,7 +41,7 @@ line per second (SHAREFLOW_PROGRESS=plain forces lines)
 commands:
   demo         run the exactly-once demo job on the embedded broker
     --records N          records to produce (default 1000000)
-    --interval MS        checkpoint interval in ms (default 500)
+    --interval MS        checkpoint interval in ms (default 100)
     --crashes K          crashes to inject at random fault points (default 3, at most 8)
     --seed S             seed of the crash schedule (default 1)
     --crash-at POINT[:N] crash at the (N+1)-th hit of fault point POINT (N default 0); repeat

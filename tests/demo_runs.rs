@@ -212,6 +212,27 @@ fn crash_at_fires_the_named_crashes() {
     assert!((2..=3).contains(&number(&s, "attempts")), "two crashes, one or two restarts: {s}");
 }
 
+/// The summary says where crashes' time goes: a crash-free run emits each record once and
+/// waits for no restart; a crash after a sink write makes the sources emit what that
+/// epoch held again, and its one restart waits the demo's first restart delay (10 ms).
+#[test]
+fn the_summary_says_what_crashes_cost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = assert_exactly_once(&fresh(tmp.path(), 5_000, &[]), 5_000);
+    assert_eq!(number(&s, "attempts"), 1, "{s}");
+    assert_eq!(number(&s, "records_emitted"), 5_000, "{s}");
+    assert_eq!(number(&s, "records_emitted_again"), 0, "{s}");
+    assert_eq!(s["restart_delay_seconds"].as_f64(), Some(0.0), "{s}");
+    assert!(s["recovery_seconds"].as_f64().is_some_and(|r| r >= 0.0), "{s}");
+
+    let s = assert_exactly_once(&fresh(tmp.path(), 5_000, &["--crash-at", "sink.after_write:0"]), 5_000);
+    assert_eq!(number(&s, "attempts"), 2, "{s}");
+    let again = number(&s, "records_emitted_again");
+    assert!(again > 0, "the crashed epoch's records are emitted again: {s}");
+    assert_eq!(number(&s, "records_emitted"), 5_000 + again, "{s}");
+    assert_eq!(s["restart_delay_seconds"].as_f64(), Some(0.01), "{s}");
+}
+
 #[test]
 fn the_cli_resumes_and_refuses_what_a_resume_cannot_take() {
     let tmp = tempfile::tempdir().unwrap();

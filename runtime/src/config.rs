@@ -18,6 +18,43 @@ pub enum RestartStrategy {
         /// Wait before each restart.
         delay: Duration,
     },
+    /// Restart up to `attempts` times; the first restart waits `initial`, each next one
+    /// twice as long as the one before, never more than `max`. A one-off crash costs
+    /// little; a failure that repeats (a store or broker down) is retried ever more
+    /// slowly instead of in a tight loop.
+    ExponentialDelay {
+        /// Restarts allowed.
+        attempts: u32,
+        /// Wait before the first restart.
+        initial: Duration,
+        /// The longest wait.
+        max: Duration,
+    },
+}
+
+impl RestartStrategy {
+    /// Whether restart number `restart` (1 for the first) is allowed, and how long to
+    /// wait before it.
+    pub fn delay_before(&self, restart: u32) -> Option<Duration> {
+        match *self {
+            RestartStrategy::None => None,
+            RestartStrategy::FixedDelay { attempts, delay } => (restart <= attempts).then_some(delay),
+            RestartStrategy::ExponentialDelay { attempts, initial, max } => (restart <= attempts).then(|| {
+                let doublings = restart.saturating_sub(1).min(31);
+                initial.saturating_mul(1u32 << doublings).min(max)
+            }),
+        }
+    }
+
+    /// Restarts allowed in all.
+    pub fn attempts(&self) -> u32 {
+        match *self {
+            RestartStrategy::None => 0,
+            RestartStrategy::FixedDelay { attempts, .. } | RestartStrategy::ExponentialDelay { attempts, .. } => {
+                attempts
+            }
+        }
+    }
 }
 
 /// Checkpointing and execution settings of a job.
@@ -160,6 +197,15 @@ impl JobConfig {
         if self.default_parallelism == 0 {
             return bad("parallelism.default", "0".into(), "must be >= 1");
         }
+        if let RestartStrategy::ExponentialDelay { initial, max, .. } = self.restart {
+            if initial > max {
+                return bad(
+                    "restart.max",
+                    format!("{} ms", max.as_millis()),
+                    &format!("must be at least the initial delay ({} ms)", initial.as_millis()),
+                );
+            }
+        }
         shareflow_checkpoint::validate_group_id(&self.transaction_group)?;
         shareflow_checkpoint::validate_prefix(&self.transaction_prefix)?;
         if let Some(i) = &self.instance {
@@ -208,7 +254,48 @@ impl JobConfig {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    #[test]
+    fn restart_delays_per_strategy() {
+        let ms = Duration::from_millis;
+        let fixed = RestartStrategy::FixedDelay { attempts: 2, delay: ms(50) };
+        let exp = RestartStrategy::ExponentialDelay { attempts: 5, initial: ms(10), max: ms(60) };
+        let huge = RestartStrategy::ExponentialDelay { attempts: u32::MAX, initial: ms(1), max: ms(1_000) };
+        for (strategy, restart, delay) in [
+            (RestartStrategy::None, 1, None),
+            (fixed, 1, Some(ms(50))),
+            (fixed, 2, Some(ms(50))),
+            (fixed, 3, None),
+            (exp, 1, Some(ms(10))),
+            (exp, 2, Some(ms(20))),
+            (exp, 3, Some(ms(40))),
+            // Capped at max.
+            (exp, 4, Some(ms(60))),
+            (exp, 5, Some(ms(60))),
+            (exp, 6, None),
+            // No overflow however many restarts.
+            (huge, 40, Some(ms(1_000))),
+            (huge, u32::MAX, Some(ms(1_000))),
+        ] {
+            assert_eq!(strategy.delay_before(restart), delay, "{strategy:?}, restart {restart}");
+        }
+        assert_eq!((RestartStrategy::None.attempts(), fixed.attempts(), exp.attempts()), (0, 2, 5));
+    }
+
+    #[test]
+    fn an_exponential_delay_whose_initial_exceeds_its_max_is_refused() {
+        let store = shareflow_checkpoint::CheckpointStore::from_url("memory://", &[], "job").unwrap();
+        let config = JobConfig::new(store, "g", "p").restart(RestartStrategy::ExponentialDelay {
+            attempts: 3,
+            initial: Duration::from_secs(2),
+            max: Duration::from_secs(1),
+        });
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("restart.max") && err.contains("1000 ms") && err.contains("2000 ms"), "{err}");
+    }
 
     #[test]
     fn an_instance_beats_once_per_checkpoint_or_four_times_per_adoption_timeout_whichever_is_more_often() {

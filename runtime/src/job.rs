@@ -176,18 +176,15 @@ impl Job {
                     return Err(e);
                 }
                 Err(e) => {
-                    let (allowed, delay) = match self.config.restart {
-                        RestartStrategy::None => (0, std::time::Duration::ZERO),
-                        RestartStrategy::FixedDelay { attempts, delay } => (attempts, delay),
-                    };
-                    if attempts > allowed {
+                    let allowed = self.config.restart.attempts();
+                    let Some(delay) = self.config.restart.delay_before(attempts) else {
                         tracing::error!(error = %e, attempts, "job failed; no restarts left");
                         return Err(if allowed == 0 {
                             e
                         } else {
                             RuntimeError::RestartsExhausted { attempts, last: Box::new(e) }
                         });
-                    }
+                    };
                     tracing::warn!(error = %e, attempt = attempts, ?delay, "job failed; restarting from the latest complete checkpoint");
                     self.metrics.restarted();
                     tokio::time::sleep(delay).await;
