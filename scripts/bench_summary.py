@@ -83,6 +83,14 @@ def checkpoint_commit(path: Path, header: dict, rows: list[dict]) -> list[dict]:
             ratios = [value(path, r, lambda r=r: ratio(r)) for r in rs]
             out.append(figure(f"checkpoint commit / raw manifest PUT {label}, {state // 1024} KiB state x "
                               f"{rs[0].get('subtasks', '?')}, {store}", cmd, "ratio", ratios, header))
+            floor = [r for r in rs if r.get("state_and_manifest_puts_ms")]
+            if floor:
+                def to_floor(r: dict, q: float = q) -> float:
+                    i = r["quantiles"].index(q)
+                    return float(r["commit_ms"][i]) / float(r["state_and_manifest_puts_ms"][i])
+                out.append(figure(f"checkpoint commit / (raw state object PUT + raw manifest PUT) {label}, "
+                                  f"{state // 1024} KiB state x {rs[0].get('subtasks', '?')}, {store}", cmd, "ratio",
+                                  [value(path, r, lambda r=r: to_floor(r)) for r in floor], header))
     return out
 
 
@@ -141,8 +149,35 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
-SUMMARISERS = {"eos_cost": eos_cost, "checkpoint_commit": checkpoint_commit, "broker_soak": broker_soak,
-               "kafka_bench": kafka_bench}
+def demo_crashes(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    interval = header.get("args", {}).get("interval_ms")
+    cmd = "cargo bench --bench demo_crashes" + (f" -- {interval}" if interval else "")
+    what = f"demo, 1,000,000 records, checkpoints every {interval or 100} ms{'' if interval else ' (its default)'}"
+    by_round: dict[int, dict[int, dict]] = {}
+    for r in rows:
+        if r["kind"] == "demo":
+            rnd, seed, _, _ = need(path, r, "round", "seed", "records_per_second", "records_emitted_again")
+            by_round.setdefault(int(rnd), {})[int(seed)] = r
+    rate = lambda r: float(r["records_per_second"])  # noqa: E731
+    free = [value(path, rs[0], lambda rs=rs: rate(rs[0])) for rs in by_round.values() if 0 in rs]
+    out = [figure(f"{what}, crash-free", cmd, "records/s", free, header)] if free else []
+    for seed in sorted({s for rs in by_round.values() for s in rs if s != 0}):
+        # A crashed run against the crash-free run of its own round.
+        pairs = [(rs[0], rs[seed]) for rs in by_round.values() if 0 in rs and seed in rs]
+        if not pairs:
+            continue
+        out.append(figure(f"{what}, 3 crashes (seed {seed}) / crash-free of the same round", cmd, "ratio",
+                          [value(path, c, lambda f=f, c=c: rate(c) / rate(f)) for f, c in pairs], header))
+        out.append(figure(f"{what}, 3 crashes (seed {seed})", cmd, "records/s",
+                          [value(path, c, lambda c=c: rate(c)) for _, c in pairs], header))
+        out.append(figure(f"{what}, 3 crashes (seed {seed}): records its sources emitted again", cmd, "records",
+                          [value(path, c, lambda c=c: float(c["records_emitted_again"])) for _, c in pairs],
+                          header))
+    return out
+
+
+SUMMARISERS = {"eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
+               "broker_soak": broker_soak, "kafka_bench": kafka_bench}
 
 
 def summarise(results: Path) -> list[dict]:

@@ -7,7 +7,7 @@ use shareflow_checkpoint::protocol::RetentionPolicy;
 use tokio::sync::mpsc;
 
 use crate::channel::{Collector, OutEdge, Tagged};
-use crate::config::{JobConfig, RestartStrategy};
+use crate::config::JobConfig;
 use crate::coordinator::Coordinator;
 use crate::error::{ErrorKind, Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
