@@ -397,13 +397,15 @@ pub(crate) struct CrashCost {
 }
 
 impl CrashCost {
-    /// What `job` spent, its sources having emitted `records_emitted`.
+    /// What `job` spent, its sources having emitted `records_emitted`; the delays are
+    /// those of the job's own restart strategy.
     fn of(job: &shareflow_runtime::Job, records_emitted: u64) -> Self {
         let m = job.metrics();
+        let strategy = &job.config().restart;
         Self {
             records_emitted,
-            restart_delay_seconds: (1..=m.restarts as u32)
-                .filter_map(|r| restart_strategy(u32::MAX).delay_before(r))
+            restart_delay_seconds: (1..=u32::try_from(m.restarts).unwrap_or(u32::MAX))
+                .filter_map(|r| strategy.delay_before(r))
                 .fold(0.0, |sum, d| sum + d.as_secs_f64()),
             recovery_seconds: m.checkpoints.recovery.sum_ms / 1e3,
         }
@@ -445,6 +447,13 @@ pub(crate) struct InstanceSummary {
 }
 
 impl DemoSummary {
+    /// Records the sources emitted beyond the input, the work crashes made them redo;
+    /// `None` for a run that did not see the whole input from its start (a resumed or a
+    /// stopped one), where the difference would mean nothing.
+    pub(crate) fn records_emitted_again(&self) -> Option<u64> {
+        (!self.resumed && !self.stopped).then(|| self.crash_cost.records_emitted.saturating_sub(self.records_produced))
+    }
+
     /// One JSON object.
     pub(crate) fn to_json(&self) -> String {
         serde_json::json!({
@@ -463,10 +472,11 @@ impl DemoSummary {
             "transactions_recovered": self.transactions_recovered,
             "attempts": self.attempts,
             "records_emitted": self.crash_cost.records_emitted,
-            // What the sources emitted beyond the input: the work crashes made them redo.
-            "records_emitted_again": self.crash_cost.records_emitted.saturating_sub(self.records_produced),
-            "restart_delay_seconds": (self.crash_cost.restart_delay_seconds * 1000.0).round() / 1000.0,
-            "recovery_seconds": (self.crash_cost.recovery_seconds * 1000.0).round() / 1000.0,
+            // What the sources emitted beyond the input: the work crashes made them redo;
+            // null where this run did not see the whole input (resumed, or stopped).
+            "records_emitted_again": self.records_emitted_again(),
+            "restart_delay_seconds": (self.crash_cost.restart_delay_seconds * 1e6).round() / 1e6,
+            "recovery_seconds": (self.crash_cost.recovery_seconds * 1e6).round() / 1e6,
             "resumed": self.resumed,
             "stopped": self.stopped,
             "left_for_resume": self.left_for_resume,
@@ -492,7 +502,7 @@ impl DemoSummary {
         format!(
             "records: produced {}, committed output {}, duplicated {}, lost {}, archived {}\n\
              crashes: {} of {} scheduled, at {:?}; job attempts {}{}\n\
-             time to crashes: restart delays {:.3} s, recovery {:.3} s, records emitted again {}\n\
+             cost of crashes: restart delays {:.3} s, recovery {:.3} s, records emitted again {}\n\
              checkpoints: completed {}, aborted {}\n\
              transactions: committed {}, aborted {}, recovered {}\n\
              throughput: {:.0} records/s over {:.2} s\n\
@@ -513,7 +523,7 @@ impl DemoSummary {
             },
             self.crash_cost.restart_delay_seconds,
             self.crash_cost.recovery_seconds,
-            self.crash_cost.records_emitted.saturating_sub(self.records_produced),
+            self.records_emitted_again().map_or_else(|| "n/a (not a whole run)".to_string(), |n| n.to_string()),
             self.checkpoints_completed,
             self.checkpoints_aborted,
             self.transactions_committed,

@@ -116,7 +116,8 @@ commands:
                acknowledgements staged and records produced, and with --checkpoints the
                checkpoint whose manifest decides each (read-only, safe next to a live job)
     --dir PATH           an embedded broker's directory (default ./target/shareflow-demo/broker)
-    --kafka HOST:PORT    a Kafka broker instead (ids G-P-gN-sK: the slot pool, decision 0008)
+    --kafka HOST:PORT    a Kafka broker instead (ids G-P-gN-sK: the slot pool, decision 0008;
+                         every --kafka needs a build with --features kafka)
     --group G, --prefix P  only the transactions of share group G (and its instance P)
     --checkpoints URL    the checkpoint root of the group's instances (embedded broker)
     --json               one JSON array

@@ -229,8 +229,9 @@ fn the_summary_says_what_crashes_cost() {
     assert_eq!(number(&s, "attempts"), 2, "{s}");
     let again = number(&s, "records_emitted_again");
     assert!(again > 0, "the crashed epoch's records are emitted again: {s}");
-    assert_eq!(number(&s, "records_emitted"), 5_000 + again, "{s}");
+    assert!(again <= 5_000, "one crash redoes one epoch at most, not more than the input: {s}");
     assert_eq!(s["restart_delay_seconds"].as_f64(), Some(0.01), "{s}");
+    assert!(s["recovery_seconds"].as_f64().is_some_and(|r| r > 0.0), "the restart recovered: {s}");
 }
 
 #[test]
@@ -252,6 +253,8 @@ fn the_cli_resumes_and_refuses_what_a_resume_cannot_take() {
     let stdout = &run.stdout;
     assert!(stdout.contains("\"resumed\":true") && stdout.contains("\"records_produced\":200"), "{stdout}");
     assert!(stdout.contains("\"violations\":0"), "{stdout}");
+    // The resumed run saw only what the first left, so what it re-emitted is not told.
+    assert!(stdout.contains("\"records_emitted_again\":null"), "{stdout}");
 }
 
 /// A fresh demo never clears a broker directory that a live broker holds: it would

@@ -6,8 +6,10 @@ use shareflow_checkpoint::{CheckpointStore, DEFAULT_INLINE_THRESHOLD};
 
 use crate::error::{Result, RuntimeError};
 
-/// How to restart a failed job.
+/// How to restart a failed job. More strategies may come, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RestartStrategy {
     /// Fail on the first error.
     None,
@@ -198,6 +200,15 @@ impl JobConfig {
             return bad("parallelism.default", "0".into(), "must be >= 1");
         }
         if let RestartStrategy::ExponentialDelay { initial, max, .. } = self.restart {
+            if initial.is_zero() {
+                // Zero doubled is zero: every restart would follow at once, the tight
+                // loop this strategy is there to prevent.
+                return bad(
+                    "restart.initial",
+                    "0 ms".into(),
+                    "must be above zero; for restarts without a wait use a fixed delay of 0",
+                );
+            }
             if initial > max {
                 return bad(
                     "restart.max",
@@ -295,6 +306,18 @@ mod tests {
         });
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("restart.max") && err.contains("1000 ms") && err.contains("2000 ms"), "{err}");
+    }
+
+    #[test]
+    fn an_exponential_delay_starting_at_zero_is_refused() {
+        let store = shareflow_checkpoint::CheckpointStore::from_url("memory://", &[], "job").unwrap();
+        let config = JobConfig::new(store, "g", "p").restart(RestartStrategy::ExponentialDelay {
+            attempts: 3,
+            initial: Duration::ZERO,
+            max: Duration::from_secs(1),
+        });
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("restart.initial") && err.contains("fixed delay"), "{err}");
     }
 
     #[test]

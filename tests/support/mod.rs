@@ -13,6 +13,7 @@ use shareflow::connector::share::*;
 
 pub mod conformance;
 pub mod demo;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod s3;
 
