@@ -5,9 +5,11 @@
 //!   `shareflow demo` binary built with this bench's profile, read from its `--json`
 //!   summary), run alternately, 5 rounds, at checkpoint intervals 100 ms, 1 s and 10 s;
 //! - recovery time: from restart to the first new output, with 100,000 LOCKED records of
-//!   a crashed instance pending.
+//!   a crashed instance pending; split into the job's recovery (its own metric) and what
+//!   follows it, with the broker's abort of those locks timed alone beside it.
 //!
-//! `cargo bench --bench eos_cost`
+//! `cargo bench --bench eos_cost` (`-- recovery`: the recovery rounds only, written to
+//! `eos_cost_recovery.jsonl`)
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -20,6 +22,8 @@ mod results;
 
 /// Runs of each measurement; figures are medians with min and max.
 const ROUNDS: usize = 5;
+/// Recovery rounds are cheap (about a second each) and jitter more: more of them.
+const RECOVERY_ROUNDS: usize = 11;
 
 /// (median, min, max) of `values`.
 fn spread(values: &mut [f64]) -> (f64, f64, f64) {
@@ -49,30 +53,133 @@ async fn throughput(mode: AcknowledgementMode, interval: Duration, records: u64)
     summary["records_per_second"].as_f64().unwrap()
 }
 
-async fn recovery_time() -> Duration {
-    use std::sync::Arc;
+/// Where recovery to first output goes, one run.
+struct RecoveryRun {
+    /// Restart to the first new output record.
+    first_output: Duration,
+    /// Restart to the sources' first emitted batch (polled and staged in T(n)).
+    first_emit: Duration,
+    /// Of that, the job's recovery (restore, decide the pending transactions), from its
+    /// own metric.
+    recovery: Duration,
+}
 
-    use shareflow::checkpoint::CheckpointStore;
+/// A source or sink that marks when it first emitted a batch (a source) or first wrote
+/// one (a sink), and otherwise is `inner`.
+struct Marked<T> {
+    inner: T,
+    first: std::sync::Arc<std::sync::OnceLock<Instant>>,
+}
+
+/// `factory`'s subtasks, marked into `first`.
+fn marked<T, F>(
+    factory: F,
+    first: std::sync::Arc<std::sync::OnceLock<Instant>>,
+) -> impl Fn(&shareflow::runtime::SubtaskContext) -> Marked<T> + Send + Sync
+where
+    F: Fn(&shareflow::runtime::SubtaskContext) -> T + Send + Sync,
+{
+    move |ctx| Marked { inner: factory(ctx), first: first.clone() }
+}
+
+#[shareflow::runtime::async_trait]
+impl<S: shareflow::runtime::Source> shareflow::runtime::Source for Marked<S> {
+    async fn open(
+        &mut self,
+        ctx: &shareflow::runtime::SubtaskContext,
+        restored: shareflow::runtime::StateItems,
+    ) -> shareflow::runtime::Result<()> {
+        self.inner.open(ctx, restored).await
+    }
+
+    async fn poll_next(&mut self, epoch: u64) -> shareflow::runtime::Result<shareflow::runtime::SourceEvent> {
+        let event = self.inner.poll_next(epoch).await?;
+        if matches!(event, shareflow::runtime::SourceEvent::Batch(_)) {
+            let _ = self.first.set(Instant::now());
+        }
+        Ok(event)
+    }
+
+    async fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+    ) -> shareflow::runtime::Result<shareflow::runtime::StateItems> {
+        self.inner.snapshot_state(checkpoint_id).await
+    }
+
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+        self.inner.notify_checkpoint_complete(checkpoint_id).await
+    }
+
+    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+        self.inner.notify_checkpoint_aborted(checkpoint_id).await
+    }
+
+    async fn close(&mut self) -> shareflow::runtime::Result<()> {
+        self.inner.close().await
+    }
+}
+
+#[shareflow::runtime::async_trait]
+impl<O: shareflow::runtime::Operator> shareflow::runtime::Operator for Marked<O> {
+    async fn open(
+        &mut self,
+        ctx: &shareflow::runtime::SubtaskContext,
+        restored: shareflow::runtime::StateItems,
+    ) -> shareflow::runtime::Result<()> {
+        self.inner.open(ctx, restored).await
+    }
+
+    async fn process_batch(
+        &mut self,
+        batch: arrow::record_batch::RecordBatch,
+        input: usize,
+        out: &mut shareflow::runtime::Collector,
+    ) -> shareflow::runtime::Result<()> {
+        self.inner.process_batch(batch, input, out).await?;
+        let _ = self.first.set(Instant::now());
+        Ok(())
+    }
+
+    async fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        out: &mut shareflow::runtime::Collector,
+    ) -> shareflow::runtime::Result<shareflow::runtime::StateItems> {
+        self.inner.snapshot_state(checkpoint_id, out).await
+    }
+
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+        self.inner.notify_checkpoint_complete(checkpoint_id).await
+    }
+
+    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+        self.inner.notify_checkpoint_aborted(checkpoint_id).await
+    }
+
+    async fn close(&mut self, out: &mut shareflow::runtime::Collector) -> shareflow::runtime::Result<()> {
+        self.inner.close(out).await
+    }
+}
+
+/// 100,000 records LOCKED by a crashed instance's ONGOING transaction `g-job-1`, on a
+/// fresh broker in `dir`; returns the broker and the share config.
+async fn crashed_instance(
+    dir: &std::path::Path,
+) -> (shareflow::connector::broker::EmbeddedBroker, shareflow::connector::share::ShareConfig) {
     use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-    use shareflow::connector::embedded::BrokerTransactions;
-    use shareflow::connector::embedded::ShareGroupSource;
-    use shareflow::connector::embedded::TopicSink;
     use shareflow::connector::share::*;
-    use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
-    use shareflow::runtime::{JobBuilder, JobConfig};
 
-    let dir = tempfile::tempdir().unwrap();
     let config = ShareConfig::builder()
         .acknowledgement_mode(AcknowledgementMode::Transactional)
         .partition_max_record_locks(1_000_000)
         .transaction_timeout(Duration::from_secs(600))
         .build()
         .unwrap();
-    let broker = EmbeddedBroker::open(
-        BrokerOptions::local_dir(dir.path().join("broker")).unwrap().default_config(config.clone()),
-    )
-    .await
-    .unwrap();
+    let broker =
+        EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker")).unwrap().default_config(config.clone()))
+            .await
+            .unwrap();
     broker.create_topic("in", 2).await.unwrap();
     broker.create_topic("out", 2).await.unwrap();
     for chunk in 0..20 {
@@ -84,67 +191,86 @@ async fn recovery_time() -> Duration {
             .collect();
         broker.produce(records).await.unwrap();
     }
-    // A crashed instance: 100,000 records LOCKED in its ONGOING transaction.
-    {
-        let coordinator = broker.transaction_coordinator("g", "job").await.unwrap();
-        let txn = coordinator
-            .begin_transaction(&TransactionId::new("g", "job", 1).unwrap(), Duration::from_secs(600))
+    let coordinator = broker.transaction_coordinator("g", "job").await.unwrap();
+    let txn = coordinator
+        .begin_transaction(&TransactionId::new("g", "job", 1).unwrap(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let mut consumer = broker.consumer("g", config.clone()).await.unwrap();
+    consumer.subscribe(&["in"]).await.unwrap();
+    let mut locked = 0;
+    while locked < 100_000 {
+        let records = consumer.poll(5_000.min(100_000 - locked), Duration::ZERO).await.unwrap();
+        locked += records.len();
+        consumer
+            .acknowledge_batches_transactional(
+                &ShareAcknowledgements::from_records(&records, AcknowledgeType::Accept).unwrap(),
+                &txn,
+            )
             .await
             .unwrap();
-        let mut consumer = broker.consumer("g", config.clone()).await.unwrap();
-        consumer.subscribe(&["in"]).await.unwrap();
-        let mut locked = 0;
-        while locked < 100_000 {
-            let records = consumer.poll(5_000.min(100_000 - locked), Duration::ZERO).await.unwrap();
-            locked += records.len();
-            consumer
-                .acknowledge_batches_transactional(
-                    &ShareAcknowledgements::from_records(&records, AcknowledgeType::Accept).unwrap(),
-                    &txn,
-                )
-                .await
-                .unwrap();
-        }
-        assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 100_000);
-        // The crash: the consumer vanishes without closing.
-        std::mem::forget(consumer);
     }
+    assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 100_000);
+    // The crash: the consumer vanishes without closing.
+    std::mem::forget(consumer);
+    (broker, config)
+}
+
+/// The broker's part alone: aborting the crashed instance's transaction, which releases
+/// its 100,000 locks and journals the abort (fsync).
+async fn abort_time() -> Duration {
+    use shareflow::connector::share::*;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, _) = crashed_instance(dir.path()).await;
+    let coordinator = broker.transaction_coordinator("g", "job").await.unwrap();
+    let started = Instant::now();
+    coordinator.abort_transaction(&TransactionId::new("g", "job", 1).unwrap()).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 0, "the abort released every lock");
+    took
+}
+
+async fn recovery_time() -> RecoveryRun {
+    use std::sync::{Arc, OnceLock};
+
+    use shareflow::checkpoint::CheckpointStore;
+    use shareflow::connector::embedded::BrokerTransactions;
+    use shareflow::connector::embedded::ShareGroupSource;
+    use shareflow::connector::embedded::TopicSink;
+    use shareflow::connector::share::*;
+    use shareflow::connector::{record_schema, SourceSettings};
+    use shareflow::runtime::{JobBuilder, JobConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, config) = crashed_instance(dir.path()).await;
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    // When the first batch left a source, and the first output was written: marked by
+    // the subtasks themselves, so no watcher competes with the job for the two cores.
+    let (first_batch, first_write) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
     let mut source = SourceSettings::new("g", &["in"]);
     source.stop_when_drained = true;
     let job = JobBuilder::new();
     job.source(
         "share-source",
         record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            config,
-            Arc::new(SourceMetrics::default()),
+        marked(
+            ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, config, Default::default()),
+            first_batch.clone(),
         ),
     )
     .parallelism(2)
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), "out"))
+    .sink("topic-sink", marked(TopicSink::factory(broker.clone(), Some(txns.clone()), "out"), first_write.clone()))
     .parallelism(2)
     .participant(txns);
     let storage =
         CheckpointStore::from_url(&format!("file://{}", dir.path().join("chk").display()), &[], "rec").unwrap();
     let job = job.build(JobConfig::new(storage, "g", "job").checkpoint_interval(Duration::from_millis(500))).unwrap();
     let started = Instant::now();
-    let watch = async {
-        loop {
-            let mut written = 0;
-            for p in 0..2 {
-                written += broker.end_offset(&TopicPartition::new("out", p)).await.unwrap();
-            }
-            if written > 0 {
-                break started.elapsed();
-            }
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
-    };
-    let (result, first_output) = tokio::join!(job.run(), watch);
+    let metrics = job.metrics_handle();
+    let result = job.run().await;
+    let at = |first: &Arc<OnceLock<Instant>>| first.get().expect("the job wrote output").duration_since(started);
+    let (first_emit, first_output) = (at(&first_batch), at(&first_write));
     result.unwrap();
     let mut committed = 0;
     for p in 0..2 {
@@ -152,7 +278,9 @@ async fn recovery_time() -> Duration {
             broker.fetch_all(&TopicPartition::new("out", p), IsolationLevel::ReadCommitted).await.unwrap().len();
     }
     assert_eq!(committed, 200_000, "every record, the 100,000 recovered ones included, committed once");
-    first_output
+    let recovery = metrics.snapshot().checkpoints.recovery;
+    assert_eq!(recovery.count, 1, "one attempt, one recovery");
+    RecoveryRun { first_output, first_emit, recovery: Duration::from_secs_f64(recovery.sum_ms / 1e3) }
 }
 
 fn main() {
@@ -160,17 +288,23 @@ fn main() {
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let mut results = results::Results::create("eos_cost", serde_json::json!({"rounds": ROUNDS}));
+    // `-- recovery`: the recovery rounds only, into a file of their own (the full run's
+    // file, which the README's table reads, stays as it is).
+    let recovery_only = std::env::args().any(|a| a == "recovery");
+    let bench = if recovery_only { "eos_cost_recovery" } else { "eos_cost" };
+    let mut results =
+        results::Results::create(bench, serde_json::json!({"rounds": ROUNDS, "recovery_rounds": RECOVERY_ROUNDS}));
     rt.block_on(async {
         // Runs long against the interval where it matters: an at-least-once run finishes
         // only once a checkpoint accepted its last records, which a short run pays for
         // with up to one interval. At 10 s the 2,000,000-record runs stay under one
         // interval, so that pair shows the bound, not the modes.
-        for (interval, records) in [
+        let intervals = [
             (Duration::from_millis(100), 2_000_000),
             (Duration::from_secs(1), 10_000_000),
             (Duration::from_secs(10), 2_000_000),
-        ] {
+        ];
+        for (interval, records) in intervals.into_iter().filter(|_| !recovery_only) {
             let mut ratios = Vec::new();
             let (mut eos_rates, mut alo_rates) = (Vec::new(), Vec::new());
             for round in 0..ROUNDS {
@@ -194,16 +328,37 @@ fn main() {
                 r.0, r.1, r.2, e.0, e.1, e.2, a.0, a.1, a.2
             );
         }
-        let mut times = Vec::new();
-        for _ in 0..ROUNDS {
-            let time = recovery_time().await;
-            results.record(serde_json::json!({"kind": "recovery", "locked": 100_000, "seconds": time.as_secs_f64()}));
-            times.push(time);
+        // Recovery to first output, split: the job's recovery (restore, decide the
+        // crashed transaction: the broker's abort of its 100,000 locks is also timed
+        // alone, on a broker of its own); then to the sources' first batch (T(n) begun,
+        // tasks deployed, first poll, staged in T(n)); then to the first output record
+        // (channel hop, the sink's transactional produce).
+        let mut split: [Vec<f64>; 5] = Default::default();
+        for round in 0..RECOVERY_ROUNDS {
+            let run = recovery_time().await;
+            let abort = abort_time().await;
+            let to_emit = run.first_emit.saturating_sub(run.recovery);
+            let to_output = run.first_output.saturating_sub(run.first_emit);
+            println!(
+                "recovery round {round}: first output {:?}: recovery {:?}, then first batch {:?}, then first output {:?}; the abort alone {:?}",
+                run.first_output, run.recovery, to_emit, to_output, abort
+            );
+            results.record(serde_json::json!({"kind": "recovery", "locked": 100_000, "round": round,
+                "seconds": run.first_output.as_secs_f64(), "recovery_seconds": run.recovery.as_secs_f64(),
+                "to_first_batch_seconds": to_emit.as_secs_f64(), "to_first_output_seconds": to_output.as_secs_f64(),
+                "abort_seconds": abort.as_secs_f64()}));
+            for (v, d) in split.iter_mut().zip([run.first_output, run.recovery, to_emit, to_output, abort]) {
+                v.push(d.as_secs_f64() * 1e3);
+            }
         }
-        times.sort();
+        let [first, recovery, to_emit, to_output, abort] = split.map(|mut v| {
+            let (m, lo, hi) = spread(&mut v);
+            format!("{m:.2} ms ({lo:.2}-{hi:.2})")
+        });
         println!(
-            "recovery with 100,000 LOCKED records pending: restart to first new output {:?} (median of {ROUNDS}: {times:?})",
-            times[ROUNDS / 2]
+            "recovery with 100,000 LOCKED records pending, {RECOVERY_ROUNDS} rounds: restart to first new output {first}; \
+             the job's recovery {recovery}, then to the sources' first batch {to_emit}, then to the first output \
+             {to_output}; the broker's abort alone {abort}"
         );
     });
 }

@@ -64,6 +64,16 @@ def eos_cost(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     rec = [value(path, r, lambda r=r: float(need(path, r, "seconds")[0]) * 1e3) for r in rows if r["kind"] == "recovery"]
     if rec:
         out.append(figure("restart to first output with 100,000 LOCKED records pending", cmd, "ms", rec, header))
+    # The split, where the bench wrote it: the job's recovery, then to the sources' first
+    # batch, then to the first output record; and the broker's abort timed alone.
+    split = [r for r in rows if r["kind"] == "recovery" and "to_first_batch_seconds" in r]
+    for key, label in (("recovery_seconds", "of it, the job's recovery (restore, decide the pending transaction)"),
+                       ("to_first_batch_seconds", "of it, then to the sources' first batch (deploy, poll, stage)"),
+                       ("to_first_output_seconds", "of it, then to the first output record (channel, produce)"),
+                       ("abort_seconds", "the broker's abort of 100,000 locks, timed alone")):
+        if split:
+            ms = [value(path, r, lambda r=r, key=key: float(need(path, r, key)[0]) * 1e3) for r in split]
+            out.append(figure(label, cmd, "ms", ms, header))
     return out
 
 
@@ -176,7 +186,21 @@ def demo_crashes(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
-SUMMARISERS = {"eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
+def first_build(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    cmd = "scripts/first-build"
+    runs = [r for r in rows if r["kind"] == "first_run"]
+    if not runs:
+        return []
+    return [
+        figure("first `cargo run --release -- demo`, empty target dir, crates downloaded: until its first line",
+               cmd, "s", [value(path, r, lambda r=r: float(need(path, r, "seconds_to_first_line")[0])) for r in runs],
+               header),
+        figure("the release binary it builds", cmd, "MB",
+               [value(path, r, lambda r=r: float(need(path, r, "binary_bytes")[0]) / 1e6) for r in runs], header),
+    ]
+
+
+SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench}
 
 
@@ -187,8 +211,8 @@ def summarise(results: Path) -> list[dict]:
     for bench, fn in SUMMARISERS.items():
         path = results / f"{bench}.jsonl"
         if not path.exists():
-            writer = ("cargo run --release --features kafka --example kafka_bench" if bench == "kafka_bench"
-                      else f"cargo bench --bench {bench}")
+            writer = {"kafka_bench": "cargo run --release --features kafka --example kafka_bench",
+                      "first_build": "scripts/first-build"}.get(bench, f"cargo bench --bench {bench}")
             raise ResultsError(f"{path}: missing; `{writer}` writes it")
         run = load(path)
         header, rows = run.header, run.rows
@@ -201,7 +225,7 @@ def number(v: float, unit: str) -> str:
         return f"{v:.2f}"
     if unit == "records/s":
         return f"{v / 1e3:,.0f} k"
-    if unit in ("ms", "s"):
+    if unit in ("ms", "s", "MB"):
         return f"{v:.1f}"
     return f"{v:,.0f}"
 
