@@ -6,7 +6,7 @@
 //!   summary), run alternately, 5 rounds, at checkpoint intervals 100 ms, 1 s and 10 s;
 //! - recovery time: from restart to the first new output, with 100,000 LOCKED records of
 //!   a crashed instance pending; split into the job's recovery (its own metric) and what
-//!   follows it, with the broker's abort of those locks timed alone beside it.
+//!   follows it, with the broker's fencing abort of those locks timed alone beside it.
 //!
 //! `cargo bench --bench eos_cost` (`-- recovery`: the recovery rounds only, written to
 //! `eos_cost_recovery.jsonl`)
@@ -216,18 +216,17 @@ async fn crashed_instance(
     (broker, config)
 }
 
-/// The broker's part alone: aborting the crashed instance's transaction, which releases
-/// its 100,000 locks and journals the abort (fsync).
+/// The broker's part alone, as the restarted job's participant does it: a new
+/// coordinator for the prefix fences the crashed producer (InitProducer), which aborts its
+/// open transaction and so releases the 100,000 locks.
 async fn abort_time() -> Duration {
-    use shareflow::connector::share::*;
-
     let dir = tempfile::tempdir().unwrap();
     let (broker, _) = crashed_instance(dir.path()).await;
-    let coordinator = broker.transaction_coordinator("g", "job").await.unwrap();
+    assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 100_000, "the locks are held before the timer");
     let started = Instant::now();
-    coordinator.abort_transaction(&TransactionId::new("g", "job", 1).unwrap()).await.unwrap();
+    let _coordinator = broker.transaction_coordinator("g", "job").await.unwrap();
     let took = started.elapsed();
-    assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 0, "the abort released every lock");
+    assert_eq!(broker.backlog("g", "in").await.unwrap().locked, 0, "fencing aborted the crashed transaction");
     took
 }
 
@@ -266,12 +265,11 @@ async fn recovery_time() -> RecoveryRun {
     let storage =
         CheckpointStore::from_url(&format!("file://{}", dir.path().join("chk").display()), &[], "rec").unwrap();
     let job = job.build(JobConfig::new(storage, "g", "job").checkpoint_interval(Duration::from_millis(500))).unwrap();
-    let started = Instant::now();
     let metrics = job.metrics_handle();
-    let result = job.run().await;
+    let started = Instant::now();
+    job.run().await.unwrap();
     let at = |first: &Arc<OnceLock<Instant>>| first.get().expect("the job wrote output").duration_since(started);
     let (first_emit, first_output) = (at(&first_batch), at(&first_write));
-    result.unwrap();
     let mut committed = 0;
     for p in 0..2 {
         committed +=
@@ -329,8 +327,8 @@ fn main() {
             );
         }
         // Recovery to first output, split: the job's recovery (restore, decide the
-        // crashed transaction: the broker's abort of its 100,000 locks is also timed
-        // alone, on a broker of its own); then to the sources' first batch (T(n) begun,
+        // crashed transaction: the broker's fencing abort of its 100,000 locks is also
+        // timed alone, on a broker of its own); then to the sources' first batch (T(n) begun,
         // tasks deployed, first poll, staged in T(n)); then to the first output record
         // (channel hop, the sink's transactional produce).
         let mut split: [Vec<f64>; 5] = Default::default();
@@ -340,7 +338,7 @@ fn main() {
             let to_emit = run.first_emit.saturating_sub(run.recovery);
             let to_output = run.first_output.saturating_sub(run.first_emit);
             println!(
-                "recovery round {round}: first output {:?}: recovery {:?}, then first batch {:?}, then first output {:?}; the abort alone {:?}",
+                "recovery round {round}: first output {:?}: recovery {:?}, then first batch {:?}, then first output {:?}; the fencing abort alone {:?}",
                 run.first_output, run.recovery, to_emit, to_output, abort
             );
             results.record(serde_json::json!({"kind": "recovery", "locked": 100_000, "round": round,
@@ -358,7 +356,7 @@ fn main() {
         println!(
             "recovery with 100,000 LOCKED records pending, {RECOVERY_ROUNDS} rounds: restart to first new output {first}; \
              the job's recovery {recovery}, then to the sources' first batch {to_emit}, then to the first output \
-             {to_output}; the broker's abort alone {abort}"
+             {to_output}; the broker's fencing abort alone {abort}"
         );
     });
 }

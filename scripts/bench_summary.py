@@ -70,7 +70,8 @@ def eos_cost(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     for key, label in (("recovery_seconds", "of it, the job's recovery (restore, decide the pending transaction)"),
                        ("to_first_batch_seconds", "of it, then to the sources' first batch (deploy, poll, stage)"),
                        ("to_first_output_seconds", "of it, then to the first output record (channel, produce)"),
-                       ("abort_seconds", "the broker's abort of 100,000 locks, timed alone")):
+                       ("abort_seconds", "the broker's part alone: fencing the crashed producer aborts its "
+                                         "transaction, releasing 100,000 locks")):
         if split:
             ms = [value(path, r, lambda r=r, key=key: float(need(path, r, key)[0]) * 1e3) for r in split]
             out.append(figure(label, cmd, "ms", ms, header))
@@ -225,6 +226,8 @@ def number(v: float, unit: str) -> str:
         return f"{v:.2f}"
     if unit == "records/s":
         return f"{v / 1e3:,.0f} k"
+    if unit == "ms" and abs(v) < 1:
+        return f"{v:.2f}"
     if unit in ("ms", "s", "MB"):
         return f"{v:.1f}"
     return f"{v:,.0f}"

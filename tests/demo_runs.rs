@@ -230,6 +230,7 @@ fn the_summary_says_what_crashes_cost() {
     let again = number(&s, "records_emitted_again");
     assert!(again > 0, "the crashed epoch's records are emitted again: {s}");
     assert!(again <= 5_000, "one crash redoes one epoch at most, not more than the input: {s}");
+    assert_eq!(number(&s, "records_emitted"), 5_000 + again, "every record emitted at least once: {s}");
     assert_eq!(s["restart_delay_seconds"].as_f64(), Some(0.01), "{s}");
     assert!(s["recovery_seconds"].as_f64().is_some_and(|r| r > 0.0), "the restart recovered: {s}");
 }
@@ -347,6 +348,7 @@ fn sigterm_stops_the_demo_gracefully_and_resume_finishes_it() {
     assert_eq!(stopped.code, 0, "{stopped:?}");
     let s = stopped.json();
     assert_eq!(s["stopped"], true, "the signal arrived before the input was done: {s}");
+    assert!(s["records_emitted_again"].is_null(), "a run cut short does not say what it redid: {s}");
     assert_eq!((number(&s, "duplicates"), number(&s, "lost"), number(&s, "violations")), (0, 0, 0), "{s}");
     let (committed, left) = (number(&s, "records_committed"), number(&s, "left_for_resume"));
     assert!(left > 0, "the run was cut short: {s}");
