@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "support/demo.rs"]
+mod demo;
 #[path = "support/results.rs"]
 mod results;
 
@@ -19,26 +21,20 @@ const RECORDS: u64 = 1_000_000;
 const SEEDS: [u64; 4] = [0, 1, 2, 3];
 
 /// One demo run's `--json` summary.
-fn demo(seed: u64, interval: Option<&str>) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"));
-    cmd.arg("demo").arg("--dir").arg(dir.path()).args(["--records", &RECORDS.to_string(), "--json"]);
+fn demo_summary(seed: u64, interval: Option<&str>) -> serde_json::Value {
+    let (records, seed_arg) = (RECORDS.to_string(), seed.to_string());
+    let mut args = vec!["--records", &records];
     if let Some(ms) = interval {
-        cmd.args(["--interval", ms]);
+        args.extend(["--interval", ms]);
     }
     if seed == 0 {
-        cmd.args(["--crashes", "0"]);
+        args.extend(["--crashes", "0"]);
     } else {
-        cmd.args(["--crashes", "3", "--seed", &seed.to_string()]);
+        args.extend(["--crashes", "3", "--seed", &seed_arg]);
     }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value =
-        stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| {
-            panic!("no summary from shareflow demo: {stdout}{}", String::from_utf8_lossy(&out.stderr))
-        });
-    assert!(out.status.success() && summary["violations"] == 0, "seed {seed}: {summary}");
-    summary
+    let run = demo::run(&args);
+    assert!(run.success && run.summary["violations"] == 0, "seed {seed}: {}", run.summary);
+    run.summary
 }
 
 fn main() {
@@ -55,7 +51,7 @@ fn main() {
     for round in 0..ROUNDS {
         let mut free = 0.0;
         for (i, seed) in SEEDS.into_iter().enumerate() {
-            let s = demo(seed, interval);
+            let s = demo_summary(seed, interval);
             let rate = s["records_per_second"].as_f64().unwrap();
             if seed == 0 {
                 free = rate;

@@ -13,10 +13,17 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use arrow::record_batch::RecordBatch;
 use shareflow::connector::share::AcknowledgementMode;
+use shareflow::runtime::{
+    async_trait, Collector, Operator, Result as JobResult, Source, SourceEvent, StateItems, SubtaskContext,
+};
 
+#[path = "support/demo.rs"]
+mod demo;
 #[path = "support/results.rs"]
 mod results;
 
@@ -33,24 +40,19 @@ fn spread(values: &mut [f64]) -> (f64, f64, f64) {
 
 /// Records per second of one `shareflow demo` run without crashes.
 async fn throughput(mode: AcknowledgementMode, interval: Duration, records: u64) -> f64 {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"));
-    cmd.arg("demo").arg("--dir").arg(dir.path());
-    cmd.args(["--records", &records.to_string(), "--interval", &interval.as_millis().to_string()]);
-    cmd.args(["--crashes", "0", "--json"]);
+    let (records, interval) = (records.to_string(), interval.as_millis().to_string());
+    let mut args =
+        vec!["--records".to_string(), records, "--interval".into(), interval, "--crashes".into(), "0".into()];
     if mode == AcknowledgementMode::Explicit {
-        cmd.arg("--at-least-once");
+        args.push("--at-least-once".into());
     }
-    let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value =
-        stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| {
-            panic!("no summary from shareflow demo: {stdout}{}", String::from_utf8_lossy(&out.stderr))
-        });
+    let run = tokio::task::spawn_blocking(move || demo::run(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap();
     if mode == AcknowledgementMode::Transactional {
-        assert!(out.status.success() && summary["violations"] == 0, "{summary}");
+        assert!(run.success && run.summary["violations"] == 0, "{}", run.summary);
     }
-    summary["records_per_second"].as_f64().unwrap()
+    run.summary["records_per_second"].as_f64().unwrap()
 }
 
 /// Where recovery to first output goes, one run.
@@ -68,96 +70,73 @@ struct RecoveryRun {
 /// one (a sink), and otherwise is `inner`.
 struct Marked<T> {
     inner: T,
-    first: std::sync::Arc<std::sync::OnceLock<Instant>>,
+    first: Arc<OnceLock<Instant>>,
 }
 
 /// `factory`'s subtasks, marked into `first`.
-fn marked<T, F>(
-    factory: F,
-    first: std::sync::Arc<std::sync::OnceLock<Instant>>,
-) -> impl Fn(&shareflow::runtime::SubtaskContext) -> Marked<T> + Send + Sync
+fn marked<T, F>(factory: F, first: Arc<OnceLock<Instant>>) -> impl Fn(&SubtaskContext) -> Marked<T> + Send + Sync
 where
-    F: Fn(&shareflow::runtime::SubtaskContext) -> T + Send + Sync,
+    F: Fn(&SubtaskContext) -> T + Send + Sync,
 {
     move |ctx| Marked { inner: factory(ctx), first: first.clone() }
 }
 
-#[shareflow::runtime::async_trait]
-impl<S: shareflow::runtime::Source> shareflow::runtime::Source for Marked<S> {
-    async fn open(
-        &mut self,
-        ctx: &shareflow::runtime::SubtaskContext,
-        restored: shareflow::runtime::StateItems,
-    ) -> shareflow::runtime::Result<()> {
+#[async_trait]
+impl<S: Source> Source for Marked<S> {
+    async fn open(&mut self, ctx: &SubtaskContext, restored: StateItems) -> JobResult<()> {
         self.inner.open(ctx, restored).await
     }
 
-    async fn poll_next(&mut self, epoch: u64) -> shareflow::runtime::Result<shareflow::runtime::SourceEvent> {
+    async fn poll_next(&mut self, epoch: u64) -> JobResult<SourceEvent> {
         let event = self.inner.poll_next(epoch).await?;
-        if matches!(event, shareflow::runtime::SourceEvent::Batch(_)) {
+        if matches!(event, SourceEvent::Batch(_)) {
             let _ = self.first.set(Instant::now());
         }
         Ok(event)
     }
 
-    async fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-    ) -> shareflow::runtime::Result<shareflow::runtime::StateItems> {
+    async fn snapshot_state(&mut self, checkpoint_id: u64) -> JobResult<StateItems> {
         self.inner.snapshot_state(checkpoint_id).await
     }
 
-    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> JobResult<()> {
         self.inner.notify_checkpoint_complete(checkpoint_id).await
     }
 
-    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> JobResult<()> {
         self.inner.notify_checkpoint_aborted(checkpoint_id).await
     }
 
-    async fn close(&mut self) -> shareflow::runtime::Result<()> {
+    async fn close(&mut self) -> JobResult<()> {
         self.inner.close().await
     }
 }
 
-#[shareflow::runtime::async_trait]
-impl<O: shareflow::runtime::Operator> shareflow::runtime::Operator for Marked<O> {
-    async fn open(
-        &mut self,
-        ctx: &shareflow::runtime::SubtaskContext,
-        restored: shareflow::runtime::StateItems,
-    ) -> shareflow::runtime::Result<()> {
+#[async_trait]
+impl<O: Operator> Operator for Marked<O> {
+    async fn open(&mut self, ctx: &SubtaskContext, restored: StateItems) -> JobResult<()> {
         self.inner.open(ctx, restored).await
     }
 
-    async fn process_batch(
-        &mut self,
-        batch: arrow::record_batch::RecordBatch,
-        input: usize,
-        out: &mut shareflow::runtime::Collector,
-    ) -> shareflow::runtime::Result<()> {
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, out: &mut Collector) -> JobResult<()> {
         self.inner.process_batch(batch, input, out).await?;
         let _ = self.first.set(Instant::now());
         Ok(())
     }
 
-    async fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        out: &mut shareflow::runtime::Collector,
-    ) -> shareflow::runtime::Result<shareflow::runtime::StateItems> {
+    async fn snapshot_state(&mut self, checkpoint_id: u64, out: &mut Collector) -> JobResult<StateItems> {
         self.inner.snapshot_state(checkpoint_id, out).await
     }
 
-    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> JobResult<()> {
         self.inner.notify_checkpoint_complete(checkpoint_id).await
     }
 
-    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> shareflow::runtime::Result<()> {
+    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> JobResult<()> {
         self.inner.notify_checkpoint_aborted(checkpoint_id).await
     }
 
-    async fn close(&mut self, out: &mut shareflow::runtime::Collector) -> shareflow::runtime::Result<()> {
+    async fn close(&mut self, out: &mut Collector) -> JobResult<()> {
         self.inner.close(out).await
     }
 }
@@ -231,8 +210,6 @@ async fn abort_time() -> Duration {
 }
 
 async fn recovery_time() -> RecoveryRun {
-    use std::sync::{Arc, OnceLock};
-
     use shareflow::checkpoint::CheckpointStore;
     use shareflow::connector::embedded::BrokerTransactions;
     use shareflow::connector::embedded::ShareGroupSource;
@@ -265,7 +242,6 @@ async fn recovery_time() -> RecoveryRun {
     let storage =
         CheckpointStore::from_url(&format!("file://{}", dir.path().join("chk").display()), &[], "rec").unwrap();
     let job = job.build(JobConfig::new(storage, "g", "job").checkpoint_interval(Duration::from_millis(500))).unwrap();
-    let metrics = job.metrics_handle();
     let started = Instant::now();
     job.run().await.unwrap();
     let at = |first: &Arc<OnceLock<Instant>>| first.get().expect("the job wrote output").duration_since(started);
@@ -276,7 +252,7 @@ async fn recovery_time() -> RecoveryRun {
             broker.fetch_all(&TopicPartition::new("out", p), IsolationLevel::ReadCommitted).await.unwrap().len();
     }
     assert_eq!(committed, 200_000, "every record, the 100,000 recovered ones included, committed once");
-    let recovery = metrics.snapshot().checkpoints.recovery;
+    let recovery = job.metrics().checkpoints.recovery;
     assert_eq!(recovery.count, 1, "one attempt, one recovery");
     RecoveryRun { first_output, first_emit, recovery: Duration::from_secs_f64(recovery.sum_ms / 1e3) }
 }

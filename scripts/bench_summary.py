@@ -71,10 +71,9 @@ def eos_cost(path: Path, header: dict, rows: list[dict]) -> list[dict]:
                        ("to_first_batch_seconds", "of it, then to the sources' first batch (deploy, poll, stage)"),
                        ("to_first_output_seconds", "of it, then to the first output record (channel, produce)"),
                        ("abort_seconds", "the broker's part alone: fencing the crashed producer aborts its "
-                                         "transaction, releasing 100,000 locks")):
-        if split:
-            ms = [value(path, r, lambda r=r, key=key: float(need(path, r, key)[0]) * 1e3) for r in split]
-            out.append(figure(label, cmd, "ms", ms, header))
+                                         "transaction, releasing 100,000 locks")) if split else ():
+        ms = [value(path, r, lambda r=r, key=key: float(need(path, r, key)[0]) * 1e3) for r in split]
+        out.append(figure(label, cmd, "ms", ms, header))
     return out
 
 

@@ -397,16 +397,12 @@ pub(crate) struct CrashCost {
 }
 
 impl CrashCost {
-    /// What `job` spent, its sources having emitted `records_emitted`; the delays are
-    /// those of the job's own restart strategy.
-    fn of(job: &shareflow_runtime::Job, records_emitted: u64) -> Self {
+    /// What `job` spent, its sources having emitted what `sources` counted.
+    fn of(job: &shareflow_runtime::Job, sources: &SourceMetrics) -> Self {
         let m = job.metrics();
-        let strategy = &job.config().restart;
         Self {
-            records_emitted,
-            restart_delay_seconds: (1..=u32::try_from(m.restarts).unwrap_or(u32::MAX))
-                .filter_map(|r| strategy.delay_before(r))
-                .fold(0.0, |sum, d| sum + d.as_secs_f64()),
+            records_emitted: sources.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
+            restart_delay_seconds: m.restart_delay.as_secs_f64(),
             recovery_seconds: m.checkpoints.recovery.sum_ms / 1e3,
         }
     }
@@ -863,7 +859,7 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         transactions_aborted: broker_metrics.transaction_abort_total,
         transactions_recovered: report.metrics.checkpoints.transactions_recovered,
         attempts: report.attempts,
-        crash_cost: CrashCost::of(&job, metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed)),
+        crash_cost: CrashCost::of(&job, &metrics),
         resumed: options.resume,
         records_per_second: input.records as f64 / seconds,
         seconds,
@@ -1100,7 +1096,7 @@ async fn run_instances(
             stop.stop();
         });
         let report = report?;
-        late_cost = CrashCost::of(&job, metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed));
+        late_cost = CrashCost::of(&job, &metrics);
         summaries.push(InstanceSummary {
             prefix,
             role: "joins to adopt the last",
@@ -1118,9 +1114,7 @@ async fn run_instances(
     }
     let broker_metrics = broker.metrics().await?;
     let fired: Vec<String> = jobs.iter().flat_map(|(j, _)| j.failpoints().fired()).collect();
-    let crash_cost = jobs.iter().fold(late_cost, |sum, (j, m)| {
-        sum.add(CrashCost::of(j, m.records_emitted.load(std::sync::atomic::Ordering::Relaxed)))
-    });
+    let crash_cost = jobs.iter().fold(late_cost, |sum, (j, m)| sum.add(CrashCost::of(j, m)));
     let all = jobs.iter().map(|(j, _)| j.metrics().checkpoints);
     let (completed, aborted, recovered) =
         all.fold((0, 0, 0), |(c, a, r), m| (c + m.completed, a + m.aborted, r + m.transactions_recovered));

@@ -190,6 +190,10 @@ async fn a_crash_at_every_runtime_failpoint_recovers_exactly_once() {
         assert!(job.failpoints().fired().contains(&point.to_string()), "{point} fired");
         let expected_attempts = if in_recovery { 3 } else { 2 };
         assert_eq!(report.attempts, expected_attempts, "{point}");
+        // Each restart waited the strategy's 5 ms, and the metrics say so.
+        let restarts = u64::from(expected_attempts - 1);
+        assert_eq!(report.metrics.restarts, restarts, "{point}");
+        assert_eq!(report.metrics.restart_delay, Duration::from_millis(5 * restarts), "{point}");
         // Crash during checkpoint 2 (skip 1): before its manifest, 1 is restored; after
         // it, 2 is restored and its transaction is committed by recovery.
         let first_restore = if *point == points::AFTER_STATE_BEFORE_MANIFEST { 1 } else { 2 };

@@ -186,7 +186,7 @@ impl Job {
                         });
                     };
                     tracing::warn!(error = %e, attempt = attempts, ?delay, "job failed; restarting from the latest complete checkpoint");
-                    self.metrics.restarted();
+                    self.metrics.restarted(delay);
                     tokio::time::sleep(delay).await;
                 }
             }

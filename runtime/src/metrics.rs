@@ -149,6 +149,7 @@ struct Inner {
     operators: Mutex<BTreeMap<String, Arc<OperatorMetrics>>>,
     checkpoints: Mutex<CheckpointMetrics>,
     restarts: AtomicU64,
+    restart_delay_ns: AtomicU64,
 }
 
 /// Checkpoint counters and durations.
@@ -204,6 +205,8 @@ pub struct JobMetricsSnapshot {
     pub checkpoints: CheckpointMetrics,
     /// Restarts after failures.
     pub restarts: u64,
+    /// What the restart strategy waited before those restarts, in all.
+    pub restart_delay: Duration,
 }
 
 impl JobMetrics {
@@ -217,8 +220,11 @@ impl JobMetrics {
         f(&mut self.inner.checkpoints.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    pub(crate) fn restarted(&self) {
+    /// A restart, after waiting `delay`.
+    pub(crate) fn restarted(&self, delay: Duration) {
         self.inner.restarts.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.restart_delay_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// A copy of everything.
@@ -240,6 +246,7 @@ impl JobMetrics {
                 .collect(),
             checkpoints: self.inner.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             restarts: self.inner.restarts.load(Ordering::Relaxed),
+            restart_delay: Duration::from_nanos(self.inner.restart_delay_ns.load(Ordering::Relaxed)),
         }
     }
 }
@@ -335,6 +342,11 @@ impl JobMetricsSnapshot {
                 Counter(c.transactions_recovered),
             ),
             Metric::new("shareflow-restarts-total", "restarts after failures", Counter(self.restarts)),
+            Metric::new(
+                "shareflow-restart-delay-ms-total",
+                "ms the restart strategy waited before restarts",
+                Counter(u64::try_from(self.restart_delay.as_millis()).unwrap_or(u64::MAX)),
+            ),
             Metric::new("shareflow-recovery-time-ms", "recovery before an attempt, ms", hist(&c.recovery)),
             Metric::new(
                 "shareflow-instances-adopted-total",
