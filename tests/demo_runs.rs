@@ -224,6 +224,10 @@ fn the_summary_says_what_crashes_cost() {
     assert_eq!(number(&s, "records_emitted_again"), 0, "{s}");
     assert_eq!(s["restart_delay_seconds"].as_f64(), Some(0.0), "{s}");
     assert!(s["recovery_seconds"].as_f64().is_some_and(|r| r >= 0.0), "{s}");
+    // The sink took in the whole input before the job's last checkpoint ended it.
+    let (processed, seconds) = (s["processed_seconds"].as_f64(), s["seconds"].as_f64().unwrap());
+    assert!(processed.is_some_and(|p| p > 0.0 && p <= seconds), "{s}");
+    assert!(s["processed_per_second"].as_f64().is_some_and(|r| r >= s["records_per_second"].as_f64().unwrap()), "{s}");
 
     let s = assert_exactly_once(&fresh(tmp.path(), 5_000, &["--crash-at", "sink.after_write:0"]), 5_000);
     assert_eq!(number(&s, "attempts"), 2, "{s}");
@@ -233,6 +237,8 @@ fn the_summary_says_what_crashes_cost() {
     assert_eq!(number(&s, "records_emitted"), 5_000 + again, "every record emitted at least once: {s}");
     assert_eq!(s["restart_delay_seconds"].as_f64(), Some(0.01), "{s}");
     assert!(s["recovery_seconds"].as_f64().is_some_and(|r| r > 0.0), "the restart recovered: {s}");
+    // The sink's count includes what the crash made it take in twice: no full-speed figure.
+    assert!(s["processed_seconds"].is_null() && s["processed_per_second"].is_null(), "{s}");
 }
 
 #[test]
@@ -256,6 +262,7 @@ fn the_cli_resumes_and_refuses_what_a_resume_cannot_take() {
     assert!(stdout.contains("\"violations\":0"), "{stdout}");
     // The resumed run saw only what the first left, so what it re-emitted is not told.
     assert!(stdout.contains("\"records_emitted_again\":null"), "{stdout}");
+    assert!(stdout.contains("\"processed_seconds\":null"), "{stdout}");
 }
 
 /// A fresh demo never clears a broker directory that a live broker holds: it would
