@@ -26,7 +26,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use shareflow_runtime::{Job, Metric, MetricValue};
+use shareflow_runtime::{Histogram, Job, Metric, MetricValue};
 
 /// Something that has metrics: called at every scrape.
 pub type MetricSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<Metric>> + Send + Sync>;
@@ -216,6 +216,18 @@ impl Collector for Snapshot {
     }
 }
 
+/// Each bucket's own count with its upper bound in ms, the last one `+Inf`: the encoder
+/// sums them into the cumulative form Prometheus reads (so it must not be given that
+/// form, or every bucket counts the ones below it twice).
+fn bucket_counts(h: &Histogram) -> Vec<(f64, u64)> {
+    let last = h.buckets.len() - 1;
+    h.buckets
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (if i == last { f64::INFINITY } else { (1u64 << i) as f64 }, n))
+        .collect()
+}
+
 /// One value, written as its type.
 #[derive(Debug)]
 struct Value<'a>(&'a MetricValue);
@@ -230,7 +242,7 @@ impl EncodeMetric for Value<'_> {
             MetricValue::Histogram(h) => encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
                 h.sum_ms,
                 h.count,
-                &h.cumulative_buckets(),
+                &bucket_counts(h),
                 None,
             ),
         }
@@ -248,7 +260,6 @@ impl EncodeMetric for Value<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shareflow_runtime::Histogram;
 
     #[test]
     fn the_text_has_every_metric_typed_with_prometheus_names() {
@@ -273,6 +284,31 @@ mod tests {
         // One descriptor for both series.
         assert_eq!(text.matches("# TYPE shareflow_records_in counter").count(), 1, "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// Every bucket counts the samples at or below its bound, once; the last is `+Inf`
+    /// and holds them all.
+    #[test]
+    fn histogram_buckets_are_cumulative_once_and_end_at_inf() {
+        let mut h = Histogram::default();
+        for ms in [3, 3, 100] {
+            h.record(std::time::Duration::from_millis(ms));
+        }
+        let text =
+            encode(vec![Metric::new("commit-time-ms", "commit", MetricValue::Histogram(Box::new(h)))]).expect("encode");
+        let buckets: Vec<(String, u64)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("commit_time_ms_bucket{le=\""))
+            .map(|l| {
+                let (le, n) = l.split_once("\"} ").expect("a bucket line");
+                (le.to_string(), n.parse().expect("a count"))
+            })
+            .collect();
+        let count = |le: &str| buckets.iter().find(|(l, _)| l == le).map(|b| b.1);
+        assert_eq!((count("2.0"), count("4.0"), count("64.0"), count("128.0")), (Some(0), Some(2), Some(2), Some(3)));
+        assert_eq!(buckets.last(), Some(&("+Inf".to_string(), 3)), "{text}");
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{text}");
+        assert!(text.contains("commit_time_ms_count 3\n"), "{text}");
     }
 
     #[tokio::test]
