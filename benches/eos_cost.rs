@@ -66,10 +66,12 @@ async fn throughput(mode: AcknowledgementMode, interval: Duration, records: u64)
     if mode == AcknowledgementMode::Transactional {
         assert!(run.success && run.summary["violations"] == 0, "{}", run.summary);
     }
-    Rates {
-        to_end: run.summary["records_per_second"].as_f64().unwrap(),
-        processed: run.summary["processed_per_second"].as_f64().unwrap(),
-    }
+    let rate = |key: &str| {
+        run.summary[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("a crash-free run's summary has a number {key}: {}", run.summary))
+    };
+    Rates { to_end: rate("records_per_second"), processed: rate("processed_per_second") }
 }
 
 /// Where recovery to first output goes, one run.

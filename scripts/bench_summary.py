@@ -62,8 +62,9 @@ def eos_cost(path: Path, header: dict, rows: list[dict]) -> list[dict]:
         if full:
             eos_p = [value(path, r, lambda r=r: float(r["exactly_once_processed"])) for r in full]
             alo_p = [value(path, r, lambda r=r: float(need(path, r, "at_least_once_processed")[0])) for r in full]
+            ratios_p = [value(path, r, lambda e=e, a=a: e / a) for r, e, a in zip(full, eos_p, alo_p)]
             out.append(figure(f"exactly-once / at-least-once at full speed, {interval} ms checkpoints", cmd, "ratio",
-                              [e / a for e, a in zip(eos_p, alo_p)], header))
+                              ratios_p, header))
             out.append(figure(f"exactly-once at full speed, {interval} ms checkpoints", cmd, "records/s", eos_p,
                               header))
             out.append(figure(f"at-least-once at full speed, {interval} ms checkpoints", cmd, "records/s", alo_p,

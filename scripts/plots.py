@@ -27,24 +27,35 @@ def caption(fig, run: Run, command: str) -> None:
 
 
 def eos_throughput(run: Run, out: Path) -> Path:
-    """Throughput of the demo pipeline against the checkpoint interval, both modes."""
+    """Throughput of the demo pipeline against the checkpoint interval, both modes: at
+    full speed (until the sink had every record), where the results have it, and to the
+    end (until the last checkpoint committed)."""
     by_interval: dict[int, dict[str, list[float]]] = {}
     for row in run.of("throughput"):
         interval, eos, alo = run.need(row, "interval_ms", "exactly_once", "at_least_once")
-        point = by_interval.setdefault(int(interval), {"eos": [], "alo": []})
+        point = by_interval.setdefault(int(interval), {"eos": [], "alo": [], "eos_full": [], "alo_full": []})
         point["eos"].append(float(eos))
         point["alo"].append(float(alo))
+        if "exactly_once_processed" in row:
+            eos_full, alo_full = run.need(row, "exactly_once_processed", "at_least_once_processed")
+            point["eos_full"].append(float(eos_full))
+            point["alo_full"].append(float(alo_full))
     if not by_interval:
         raise ResultsError(f"{run.path}: no throughput lines")
     intervals = sorted(by_interval)
+    full = all(by_interval[i]["eos_full"] for i in intervals)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for key, label, colour in (("eos", "exactly-once (transactional ack)", "#1f77b4"),
                                ("alo", "at-least-once (explicit ack)", "#d62728")):
-        medians = [statistics.median(by_interval[i][key]) / 1e6 for i in intervals]
-        ax.plot(intervals, medians, marker="o", color=colour, label=f"{label}, median")
-        for i in intervals:
-            values = [v / 1e6 for v in by_interval[i][key]]
-            ax.scatter([i] * len(values), values, color=colour, alpha=0.35, s=14)
+        # Full speed solid with its runs as dots; the rate to the end dashed.
+        series = [(f"{key}_full", "at full speed", "-", True), (key, "to the end", "--", False)] if full else \
+            [(key, "to the end", "-", True)]
+        for k, how, style, dots in series:
+            medians = [statistics.median(by_interval[i][k]) / 1e6 for i in intervals]
+            ax.plot(intervals, medians, marker="o", linestyle=style, color=colour, label=f"{label}, {how}, median")
+            for i in intervals if dots else ():
+                values = [v / 1e6 for v in by_interval[i][k]]
+                ax.scatter([i] * len(values), values, color=colour, alpha=0.35, s=14)
     ax.set_xscale("log")
     ax.set_xticks(intervals, [f"{i / 1000:g} s" if i >= 1000 else f"{i} ms" for i in intervals])
     ax.set_xlabel("checkpoint interval")

@@ -373,12 +373,13 @@ pub(crate) struct DemoSummary {
     pub(crate) records_per_second: f64,
     /// Seconds the job ran.
     pub(crate) seconds: f64,
-    /// Seconds until the sink had taken in every input record: the job at full speed,
+    /// Seconds until the sink had received every input record: the job at full speed,
     /// without the tail a run spends on its last checkpoint. At-least-once sources
     /// finish only once a periodic checkpoint accepted their last records (up to one
     /// interval later), exactly-once ones as soon as everything is staged, so this is
     /// the figure that compares the two modes. `None` unless one attempt ran the whole
-    /// input (a crash, a resume or a stop makes the sink's count mean something else).
+    /// input and the sources emitted each record once (a crash, a redelivery, a resume
+    /// or a stop makes the sink's row count mean something else).
     pub(crate) processed_seconds: Option<f64>,
     /// Invariant violations found by the checker.
     pub(crate) violations: Vec<String>,
@@ -486,7 +487,11 @@ impl DemoSummary {
             "records_per_second": self.records_per_second.round(),
             "seconds": (self.seconds * 1000.0).round() / 1000.0,
             "processed_seconds": self.processed_seconds.map(|s| (s * 1000.0).round() / 1000.0),
-            "processed_per_second": self.processed_seconds.map(|s| (self.records_produced as f64 / s).round()),
+            // The input over that time (records_per_second * seconds is the input).
+            "processed_per_second": self
+                .processed_seconds
+                .filter(|s| *s > 0.0)
+                .map(|s| (self.records_per_second * self.seconds / s).round()),
             "violations": self.violations.len(),
             "adoptions": self.instances.iter().map(|i| i.adoptions).sum::<u64>(),
             "instances": self.instances.iter().map(|i| serde_json::json!({
@@ -616,10 +621,16 @@ pub(crate) async fn run_job(
 /// The demo pipeline's sink operator.
 const SINK: &str = "topic-sink";
 
-/// Seconds from now until `operator` has taken in `rows` rows, seen by a sample every
-/// 5 ms (a few hundred cheap reads a second, against a job of seconds).
-async fn seconds_until_rows(metrics: shareflow_runtime::JobMetrics, operator: &'static str, rows: u64) -> f64 {
-    let started = Instant::now();
+/// Seconds from `started` until `operator` has received `rows` rows (counted as each
+/// batch arrives, before the operator handles it), seen by a sample every 5 ms: a
+/// metrics snapshot (two short mutexes and a copy of the counters) a few hundred times
+/// a second, against a job of seconds.
+async fn seconds_until_rows(
+    metrics: shareflow_runtime::JobMetrics,
+    operator: &'static str,
+    rows: u64,
+    started: Instant,
+) -> f64 {
     loop {
         if metrics.snapshot().operators.get(operator).is_some_and(|m| m.rows_in >= rows) {
             return started.elapsed().as_secs_f64();
@@ -839,17 +850,23 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
             stop.stop();
         }
     });
-    let processed = tokio::spawn(seconds_until_rows(job.metrics_handle(), SINK, input.records));
+    // One clock for the sampler; run_job starts its own just after, so the sampled time
+    // can only be longer than the job's: it is capped at the run's below.
+    let processed = tokio::spawn(seconds_until_rows(job.metrics_handle(), SINK, input.records, Instant::now()));
     let outcome = run_job(&job, progress).await;
     on_signal.abort();
-    // Within one sample of the moment, or never (a stopped run, a failed one).
+    let run_seconds = outcome.as_ref().ok().map(|(_, seconds)| *seconds);
     let processed = if processed.is_finished() {
         processed.await.ok()
     } else {
         processed.abort();
-        None
+        // The job ended within one sample of the sink's last rows (or they never came:
+        // a stopped run): the whole run stands in, which can only understate the rate.
+        let all_in = job.metrics().operators.get(SINK).is_some_and(|m| m.rows_in >= input.records);
+        run_seconds.filter(|_| all_in)
     };
     let (report, seconds) = outcome?;
+    let processed = processed.map(|p| p.min(seconds));
     let stopped = stopped.load(std::sync::atomic::Ordering::SeqCst);
     let mut left = 0;
     // Independent check: the output topic read_committed, and every share-partition state.
@@ -876,6 +893,10 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
     }
     let broker_metrics = broker.metrics().await?;
     let fired = job.failpoints().fired();
+    let crash_cost = CrashCost::of(&job, &metrics);
+    // The sink's count is of rows, not records: it stands for the input only when each
+    // record went through once (no restart, no redelivery, the whole input in this run).
+    let once = report.attempts == 1 && !options.resume && !stopped && crash_cost.records_emitted == input.records;
     Ok(DemoSummary {
         records_produced: check.produced,
         records_committed: check.committed_output,
@@ -891,10 +912,10 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         transactions_aborted: broker_metrics.transaction_abort_total,
         transactions_recovered: report.metrics.checkpoints.transactions_recovered,
         attempts: report.attempts,
-        crash_cost: CrashCost::of(&job, &metrics),
+        crash_cost,
         resumed: options.resume,
         records_per_second: input.records as f64 / seconds,
-        processed_seconds: processed.filter(|_| report.attempts == 1 && !options.resume && !stopped),
+        processed_seconds: processed.filter(|_| once),
         seconds,
         violations: check.violations,
         instances: Vec::new(),

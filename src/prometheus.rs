@@ -26,7 +26,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use shareflow_runtime::{Histogram, Job, Metric, MetricValue};
+use shareflow_runtime::{Job, Metric, MetricValue};
 
 /// Something that has metrics: called at every scrape.
 pub type MetricSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<Metric>> + Send + Sync>;
@@ -216,18 +216,6 @@ impl Collector for Snapshot {
     }
 }
 
-/// Each bucket's own count with its upper bound in ms, the last one `+Inf`: the encoder
-/// sums them into the cumulative form Prometheus reads (so it must not be given that
-/// form, or every bucket counts the ones below it twice).
-fn bucket_counts(h: &Histogram) -> Vec<(f64, u64)> {
-    let last = h.buckets.len() - 1;
-    h.buckets
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| (if i == last { f64::INFINITY } else { (1u64 << i) as f64 }, n))
-        .collect()
-}
-
 /// One value, written as its type.
 #[derive(Debug)]
 struct Value<'a>(&'a MetricValue);
@@ -242,7 +230,9 @@ impl EncodeMetric for Value<'_> {
             MetricValue::Histogram(h) => encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
                 h.sum_ms,
                 h.count,
-                &bucket_counts(h),
+                // Each bucket alone: the encoder sums them into Prometheus's cumulative
+                // form itself (given cumulative counts, it would count them twice).
+                &h.bucket_counts(),
                 None,
             ),
         }
@@ -260,6 +250,7 @@ impl EncodeMetric for Value<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shareflow_runtime::Histogram;
 
     #[test]
     fn the_text_has_every_metric_typed_with_prometheus_names() {

@@ -241,6 +241,25 @@ fn the_summary_says_what_crashes_cost() {
     assert!(s["processed_seconds"].is_null() && s["processed_per_second"].is_null(), "{s}");
 }
 
+/// The full-speed time ends when the sink has every record, not when the run does. An
+/// at-least-once run ends only after a periodic checkpoint has accepted its last
+/// records, so with a 1.5 s interval it lasts at least 1.5 s; its sink had everything
+/// before that.
+#[test]
+fn the_full_speed_time_leaves_out_the_wait_for_a_periodic_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let args = ["demo", "--dir", dir, "--records", "2000", "--partitions", "3", "--interval", "1500"];
+    let run = shareflow(&[&args[..], &["--crashes", "0", "--at-least-once", "--json"]].concat(), RUN_TIMEOUT);
+    let s = assert_exactly_once(&run, 2_000);
+    let seconds = s["seconds"].as_f64().unwrap();
+    assert!(seconds >= 1.5, "the run waited for its first periodic checkpoint: {s}");
+    let processed = s["processed_seconds"].as_f64();
+    assert!(processed.is_some_and(|p| p > 0.0 && p < seconds), "the sink had every record first: {s}");
+    let (rate, to_end) = (s["processed_per_second"].as_f64().unwrap(), s["records_per_second"].as_f64().unwrap());
+    assert!(rate > to_end, "the input over the shorter time: {s}");
+}
+
 #[test]
 fn the_cli_resumes_and_refuses_what_a_resume_cannot_take() {
     let tmp = tempfile::tempdir().unwrap();
@@ -356,6 +375,7 @@ fn sigterm_stops_the_demo_gracefully_and_resume_finishes_it() {
     let s = stopped.json();
     assert_eq!(s["stopped"], true, "the signal arrived before the input was done: {s}");
     assert!(s["records_emitted_again"].is_null(), "a run cut short does not say what it redid: {s}");
+    assert!(s["processed_seconds"].is_null(), "a run cut short never had the whole input: {s}");
     assert_eq!((number(&s, "duplicates"), number(&s, "lost"), number(&s, "violations")), (0, 0, 0), "{s}");
     let (committed, left) = (number(&s, "records_committed"), number(&s, "left_for_resume"));
     assert!(left > 0, "the run was cut short: {s}");

@@ -27,7 +27,8 @@ impl Histogram {
         self.count += 1;
         self.sum_ms += ms;
         self.max_ms = self.max_ms.max(ms);
-        let i = (0..self.buckets.len()).find(|&i| ms < (1u64 << i) as f64).unwrap_or(self.buckets.len() - 1);
+        // Bucket i holds what is at most 2^i ms (Prometheus's `le`); the last, the rest.
+        let i = (0..self.buckets.len()).find(|&i| ms <= (1u64 << i) as f64).unwrap_or(self.buckets.len() - 1);
         self.buckets[i] += 1;
     }
 
@@ -53,18 +54,15 @@ impl Histogram {
         }
     }
 
-    /// `(upper bound in ms, samples at or below it)` for every bucket but the last, which
-    /// is `+Inf` and holds [`count`](Self::count): the cumulative form Prometheus reads.
-    pub fn cumulative_buckets(&self) -> Vec<(f64, u64)> {
-        let mut cumulative = 0;
+    /// `(upper bound in ms, samples in this bucket alone)` for every bucket, the last
+    /// one's bound `+Inf`. Not cumulative: an exporter that writes Prometheus's
+    /// cumulative `le` form sums them (prometheus-client's encoder does).
+    pub fn bucket_counts(&self) -> Vec<(f64, u64)> {
+        let last = self.buckets.len() - 1;
         self.buckets
             .iter()
-            .take(self.buckets.len() - 1)
             .enumerate()
-            .map(|(i, n)| {
-                cumulative += n;
-                ((1u64 << i) as f64, cumulative)
-            })
+            .map(|(i, &n)| (if i == last { f64::INFINITY } else { (1u64 << i) as f64 }, n))
             .collect()
     }
 }
@@ -369,13 +367,18 @@ mod tests {
             h.record(Duration::from_millis(ms));
         }
         assert_eq!(h.count, 4);
-        assert_eq!(h.quantile_ms(0.5), 4.0);
+        // The second of four samples is 2 ms, in the bucket `le 2`.
+        assert_eq!(h.quantile_ms(0.5), 2.0);
         assert_eq!(h.quantile_ms(1.0), 100.0);
         assert_eq!(h.mean_ms(), 26.5);
-        // Cumulative: 1 ms is not below 1, so it counts from the bucket `le 2` on.
-        let b = h.cumulative_buckets();
-        assert_eq!(b.len(), 23);
-        assert_eq!((b[0], b[1], b[2], b[6], b[7]), ((1.0, 0), (2.0, 1), (4.0, 3), (64.0, 3), (128.0, 4)));
+        // Each bucket alone, `le` inclusive: 1 ms in `le 1`, 2 in `le 2`, 3 in `le 4`.
+        let b = h.bucket_counts();
+        assert_eq!(b.len(), 24);
+        assert_eq!((b[0], b[1], b[2], b[3], b[7]), ((1.0, 1), (2.0, 1), (4.0, 1), (8.0, 0), (128.0, 1)));
+        assert_eq!(b[23], (f64::INFINITY, 0));
+        let mut huge = Histogram::default();
+        huge.record(Duration::from_secs(1 << 24));
+        assert_eq!(huge.bucket_counts()[23], (f64::INFINITY, 1), "past the last bound: +Inf");
     }
 
     #[test]
