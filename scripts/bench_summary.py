@@ -53,26 +53,22 @@ def eos_cost(path: Path, header: dict, rows: list[dict]) -> list[dict]:
         if r["kind"] == "throughput":
             need(path, r, "interval_ms", "exactly_once", "at_least_once")
             by_interval.setdefault(int(r["interval_ms"]), []).append(r)
+
+    def modes(rs: list[dict], eos_key: str, alo_key: str, how: str, interval: int) -> list[dict]:
+        """The ratio and both modes' rates, read from one pair of keys."""
+        eos = [value(path, r, lambda r=r: float(need(path, r, eos_key)[0])) for r in rs]
+        alo = [value(path, r, lambda r=r: float(need(path, r, alo_key)[0])) for r in rs]
+        ratios = [value(path, r, lambda e=e, a=a: e / a) for r, e, a in zip(rs, eos, alo)]
+        return [figure(f"exactly-once / at-least-once {how}, {interval} ms checkpoints", cmd, "ratio", ratios, header),
+                figure(f"exactly-once {how}, {interval} ms checkpoints", cmd, "records/s", eos, header),
+                figure(f"at-least-once {how}, {interval} ms checkpoints", cmd, "records/s", alo, header)]
+
     for interval, rs in sorted(by_interval.items()):
-        eos = [value(path, r, lambda r=r: float(r["exactly_once"])) for r in rs]
-        alo = [value(path, r, lambda r=r: float(r["at_least_once"])) for r in rs]
-        ratios = [value(path, r, lambda r=r: float(r["exactly_once"]) / float(r["at_least_once"])) for r in rs]
-        # At full speed: until the sink had taken in every record (runs that recorded it).
+        # At full speed: until the sink had every record (runs that recorded it).
         full = [r for r in rs if "exactly_once_processed" in r]
         if full:
-            eos_p = [value(path, r, lambda r=r: float(r["exactly_once_processed"])) for r in full]
-            alo_p = [value(path, r, lambda r=r: float(need(path, r, "at_least_once_processed")[0])) for r in full]
-            ratios_p = [value(path, r, lambda e=e, a=a: e / a) for r, e, a in zip(full, eos_p, alo_p)]
-            out.append(figure(f"exactly-once / at-least-once at full speed, {interval} ms checkpoints", cmd, "ratio",
-                              ratios_p, header))
-            out.append(figure(f"exactly-once at full speed, {interval} ms checkpoints", cmd, "records/s", eos_p,
-                              header))
-            out.append(figure(f"at-least-once at full speed, {interval} ms checkpoints", cmd, "records/s", alo_p,
-                              header))
-        out.append(figure(f"exactly-once / at-least-once throughput to the end, {interval} ms checkpoints", cmd,
-                          "ratio", ratios, header))
-        out.append(figure(f"exactly-once throughput to the end, {interval} ms checkpoints", cmd, "records/s", eos, header))
-        out.append(figure(f"at-least-once throughput to the end, {interval} ms checkpoints", cmd, "records/s", alo, header))
+            out += modes(full, "exactly_once_processed", "at_least_once_processed", "at full speed", interval)
+        out += modes(rs, "exactly_once", "at_least_once", "throughput to the end", interval)
     rec = [value(path, r, lambda r=r: float(need(path, r, "seconds")[0]) * 1e3) for r in rows if r["kind"] == "recovery"]
     if rec:
         out.append(figure("restart to first output with 100,000 LOCKED records pending", cmd, "ms", rec, header))

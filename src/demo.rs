@@ -621,24 +621,6 @@ pub(crate) async fn run_job(
 /// The demo pipeline's sink operator.
 const SINK: &str = "topic-sink";
 
-/// Seconds from `started` until `operator` has received `rows` rows (counted as each
-/// batch arrives, before the operator handles it), seen by a sample every 5 ms: a
-/// metrics snapshot (two short mutexes and a copy of the counters) a few hundred times
-/// a second, against a job of seconds.
-async fn seconds_until_rows(
-    metrics: shareflow_runtime::JobMetrics,
-    operator: &'static str,
-    rows: u64,
-    started: Instant,
-) -> f64 {
-    loop {
-        if metrics.snapshot().operators.get(operator).is_some_and(|m| m.rows_in >= rows) {
-            return started.elapsed().as_secs_f64();
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A small deterministic generator for the crash schedule.
 fn next(seed: &mut u64) -> u64 {
     *seed ^= *seed << 13;
@@ -850,23 +832,18 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
             stop.stop();
         }
     });
-    // One clock for the sampler; run_job starts its own just after, so the sampled time
-    // can only be longer than the job's: it is capped at the run's below.
-    let processed = tokio::spawn(seconds_until_rows(job.metrics_handle(), SINK, input.records, Instant::now()));
+    // run_job starts its own clock just after this one, so the time to the sink's last
+    // batch is capped at the run's below.
+    let started = Instant::now();
     let outcome = run_job(&job, progress).await;
     on_signal.abort();
-    let run_seconds = outcome.as_ref().ok().map(|(_, seconds)| *seconds);
-    let processed = if processed.is_finished() {
-        processed.await.ok()
-    } else {
-        processed.abort();
-        // The job ended within one sample of the sink's last rows (or they never came:
-        // a stopped run): the whole run stands in, which can only understate the rate.
-        let all_in = job.metrics().operators.get(SINK).is_some_and(|m| m.rows_in >= input.records);
-        run_seconds.filter(|_| all_in)
-    };
     let (report, seconds) = outcome?;
-    let processed = processed.map(|p| p.min(seconds));
+    // When the sink's last batch came in, if it took in the whole input.
+    let sink = job.metrics().operators.get(SINK).copied().unwrap_or_default();
+    let processed = (sink.rows_in >= input.records)
+        .then_some(sink.last_input)
+        .flatten()
+        .map(|last| last.saturating_duration_since(started).as_secs_f64().min(seconds));
     let stopped = stopped.load(std::sync::atomic::Ordering::SeqCst);
     let mut left = 0;
     // Independent check: the output topic read_committed, and every share-partition state.

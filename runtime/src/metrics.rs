@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// A latency histogram with power-of-two millisecond buckets.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -111,11 +111,22 @@ pub(crate) struct OperatorMetrics {
     rows_in: AtomicU64,
     rows_out: AtomicU64,
     backpressure_ns: AtomicU64,
+    /// When rows last came in, as nanoseconds after [`clock_base`] plus one; 0: never.
+    last_input_ns: AtomicU64,
+}
+
+/// The instant the metrics' timestamps count from (the first one taken in the process).
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
 }
 
 impl OperatorMetrics {
+    /// `n` rows came in (one batch): counted, and the time noted.
     pub(crate) fn add_rows_in(&self, n: u64) {
         self.rows_in.fetch_add(n, Ordering::Relaxed);
+        let ns = u64::try_from(clock_base().elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        self.last_input_ns.fetch_max(ns, Ordering::Relaxed);
     }
     pub(crate) fn add_rows_out(&self, n: u64) {
         self.rows_out.fetch_add(n, Ordering::Relaxed);
@@ -134,6 +145,8 @@ pub struct OperatorMetricsSnapshot {
     pub rows_out: u64,
     /// Time spent waiting for downstream channel space.
     pub backpressure: Duration,
+    /// When the last rows came in (for a source: were produced); `None` before any.
+    pub last_input: Option<Instant>,
 }
 
 /// Job-wide metrics, shared by the coordinator and every task. Cheap to clone.
@@ -238,6 +251,10 @@ impl JobMetrics {
                             rows_in: m.rows_in.load(Ordering::Relaxed),
                             rows_out: m.rows_out.load(Ordering::Relaxed),
                             backpressure: Duration::from_nanos(m.backpressure_ns.load(Ordering::Relaxed)),
+                            last_input: match m.last_input_ns.load(Ordering::Relaxed) {
+                                0 => None,
+                                ns => Some(clock_base() + Duration::from_nanos(ns - 1)),
+                            },
                         },
                     )
                 })
@@ -379,6 +396,24 @@ mod tests {
         let mut huge = Histogram::default();
         huge.record(Duration::from_secs(1 << 24));
         assert_eq!(huge.bucket_counts()[23], (f64::INFINITY, 1), "past the last bound: +Inf");
+    }
+
+    /// An operator's snapshot says when its last rows came in: not before they did, and
+    /// none for an operator that has had none.
+    #[test]
+    fn the_last_input_is_timed_when_rows_come_in() {
+        let m = JobMetrics::default();
+        m.operator("source").add_rows_out(7);
+        let before = Instant::now();
+        m.operator("sink").add_rows_in(5);
+        let first = m.snapshot().operators["sink"].last_input.expect("rows came in");
+        assert!(first >= before && first <= Instant::now(), "{first:?} after {before:?}");
+        std::thread::sleep(Duration::from_millis(2));
+        m.operator("sink").add_rows_in(1);
+        let sink = m.snapshot().operators["sink"];
+        assert!(sink.last_input.expect("rows came in") > first, "a later batch moves it on");
+        assert_eq!(sink.rows_in, 6);
+        assert_eq!(m.snapshot().operators["source"].last_input, None, "nothing came into the source");
     }
 
     #[test]
