@@ -1,8 +1,9 @@
-//! Checkpoint commit latency (the checkpoint's shared state object, then the manifest
-//! with `PutMode::Create`) divided by the latency of one raw PUT of the same manifest
-//! bytes, on the same store with the same durability; with state files, also against a
-//! raw PUT of the state object's bytes followed by the raw manifest PUT (the floor of
-//! a commit that writes the two in order). All are measured interleaved:
+//! Checkpoint commit latency (the state the manifest does not inline in the shared state
+//! object, then the manifest with `PutMode::Create`) divided by the latency of one raw PUT
+//! of the same manifest bytes, on the same store with the same durability; with a shared
+//! state object, also against a raw PUT of its bytes followed by the raw manifest PUT
+//! (the floor of a commit that writes the two in order). 64 KiB states run both ways:
+//! inlined by the default limit (one object), and with none inlined. All are measured interleaved:
 //! local disk with fsync, and the S3 server when `SHAREFLOW_S3_ENDPOINT` is set
 //! (`eval "$(scripts/s3 env)"` after `scripts/s3 start`). Each configuration runs
 //! `RUNS` times; the summary gives the median and min-max of the runs' ratios.
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use shareflow::checkpoint::{open_url, CheckpointPaths, CheckpointStore, DurableLocalStore, DEFAULT_INLINE_THRESHOLD};
+use shareflow::checkpoint::{open_url, CheckpointPaths, CheckpointStore, DurableLocalStore, DEFAULT_INLINE_LIMIT};
 
 #[path = "support/results.rs"]
 mod results;
@@ -36,27 +37,30 @@ async fn measure(
     store: Arc<dyn ObjectStore>,
     root: &str,
     state_bytes: usize,
+    inline_limit: usize,
     run: usize,
 ) -> (f64, f64) {
     let job = format!("bench-{}-{state_bytes}-{run}", std::process::id());
     let checkpoints = CheckpointStore::new(store.clone(), CheckpointPaths::new(root, &job).unwrap());
     let state = bytes::Bytes::from(vec![7u8; state_bytes]);
     let (mut raw, mut commit) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    let mut manifest_bytes = 0;
     // With state files: one raw PUT of the shared state object's bytes too, and that plus
     // the raw manifest PUT, the floor of a commit that writes the two one after the other.
     let mut two_puts = Vec::with_capacity(ROUNDS);
-    let inlined = state_bytes <= DEFAULT_INLINE_THRESHOLD;
+    let inlined = SUBTASKS * state_bytes <= inline_limit;
     for round in 0..ROUNDS as u64 + 5 {
         let id = round + 1;
-        // A checkpoint: state files (above the inline threshold) in parallel, then the
-        // manifest with PutMode::Create.
+        // A checkpoint: what does not fit the inline limit into the shared state object,
+        // then the manifest with PutMode::Create.
         let states: Vec<(String, u32, bytes::Bytes)> =
             (0..SUBTASKS).map(|i| ("op".to_string(), i as u32, state.clone())).collect();
         let started = Instant::now();
-        let manifest = checkpoints.commit_checkpoint(id, &states, vec![], DEFAULT_INLINE_THRESHOLD).await.unwrap();
+        let manifest = checkpoints.commit_checkpoint(id, &states, vec![], inline_limit).await.unwrap();
         let commit_time = started.elapsed();
         // One raw PUT of the same manifest bytes, to another key.
         let bytes = manifest.encode().unwrap();
+        manifest_bytes = bytes.len();
         let path = Path::from(format!("{root}/{job}/raw/{id:020}"));
         let started = Instant::now();
         store.put(&path, PutPayload::from(bytes)).await.unwrap();
@@ -87,11 +91,10 @@ async fn measure(
         [0.5, 0.9, 0.99].iter().map(|&q| quantile(sorted, q).as_secs_f64() * 1e3).collect()
     };
     results.record(serde_json::json!({"kind": "latency", "store": name, "subtasks": SUBTASKS,
-        "state_bytes": state_bytes, "rounds": ROUNDS, "run": run, "quantiles": [0.5, 0.9, 0.99],
+        "state_bytes": state_bytes, "inline_limit": inline_limit, "layout": layout(inlined),
+        "manifest_bytes": manifest_bytes, "rounds": ROUNDS, "run": run, "quantiles": [0.5, 0.9, 0.99],
         "raw_put_ms": ms(&raw), "commit_ms": ms(&commit),
         "state_and_manifest_puts_ms": if inlined { serde_json::Value::Null } else { ms(&two_puts).into() }}));
-    let how =
-        if state_bytes <= DEFAULT_INLINE_THRESHOLD { "inlined in the manifest" } else { "one shared state object" };
     let ratios = (c50.as_secs_f64() / r50.as_secs_f64(), c99.as_secs_f64() / r99.as_secs_f64());
     if !inlined {
         let (t50, t99) = (quantile(&two_puts, 0.5), quantile(&two_puts, 0.99));
@@ -102,8 +105,9 @@ async fn measure(
         );
     }
     println!(
-        "{name}: {SUBTASKS} subtasks x {} KiB state ({how}), {ROUNDS} rounds interleaved, run {}/{RUNS}\n  raw manifest PUT  p50 {r50:>10.2?}  p99 {r99:>10.2?}\n  checkpoint commit p50 {c50:>10.2?}  p99 {c99:>10.2?}\n  ratio             p50 {:.2}x (target <= 2.5x)  p99 {:.2}x (target <= 4x)",
+        "{name}: {SUBTASKS} subtasks x {} KiB state ({}, manifest {manifest_bytes} bytes), {ROUNDS} rounds interleaved, run {}/{RUNS}\n  raw manifest PUT  p50 {r50:>10.2?}  p99 {r99:>10.2?}\n  checkpoint commit p50 {c50:>10.2?}  p99 {c99:>10.2?}\n  ratio             p50 {:.2}x (target <= 2.5x)  p99 {:.2}x (target <= 4x)",
         state_bytes / 1024,
+        layout(inlined),
         run + 1,
         ratios.0,
         ratios.1,
@@ -111,20 +115,33 @@ async fn measure(
     ratios
 }
 
-/// Runs every size `RUNS` times on one store and prints the median and min-max ratios.
+/// How a configuration lays out a checkpoint.
+fn layout(inlined: bool) -> &'static str {
+    if inlined {
+        "inlined in the manifest"
+    } else {
+        "one shared state object"
+    }
+}
+
+/// Runs every configuration `RUNS` times on one store and prints the median and min-max
+/// ratios: small state and 64 KiB states with the default inline limit (the manifest
+/// carries them, one object), and 64 KiB states with none inlined (the shared state
+/// object, then the manifest).
 async fn measure_all(results: &mut results::Results, name: &str, store: Arc<dyn ObjectStore>) {
-    for size in [2 * 1024, 64 * 1024] {
+    for (size, limit) in [(2 * 1024, DEFAULT_INLINE_LIMIT), (64 * 1024, DEFAULT_INLINE_LIMIT), (64 * 1024, 0)] {
         let mut runs = Vec::new();
         for run in 0..RUNS {
-            runs.push(measure(results, name, store.clone(), "bench", size, run).await);
+            runs.push(measure(results, name, store.clone(), "bench", size, limit, run).await);
         }
         let summary = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
             format!("{:.2}x ({:.2}-{:.2})", v[v.len() / 2], v[0], v[v.len() - 1])
         };
         println!(
-            "SUMMARY {name}, {} KiB state: ratio p50 {}, p99 {} (median and min-max of {RUNS} runs)",
+            "SUMMARY {name}, {} KiB state, {}: ratio p50 {}, p99 {} (median and min-max of {RUNS} runs)",
             size / 1024,
+            layout(SUBTASKS * size <= limit),
             summary(runs.iter().map(|r| r.0).collect()),
             summary(runs.iter().map(|r| r.1).collect()),
         );

@@ -91,16 +91,25 @@ def checkpoint_commit(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     for r in rows:
         if r["kind"] == "latency":
             store, state, _, raw, commit = need(path, r, "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
-            by_config.setdefault((store, int(state)), []).append(r)
+            # Rows from before the inline limit have no layout: their state above 16 KiB
+            # went to the shared object.
+            layout = r.get("layout") or ("inlined in the manifest" if int(state) <= 16 * 1024
+                                         else "one shared state object")
+            by_config.setdefault((store, int(state), layout), []).append(r)
     out = []
-    for (store, state), rs in by_config.items():
+    for (store, state, layout), rs in by_config.items():
         for q, label in ((0.5, "p50"), (0.99, "p99")):
             def ratio(r: dict, q: float = q) -> float:
                 i = r["quantiles"].index(q)
                 return float(r["commit_ms"][i]) / float(r["raw_put_ms"][i])
             ratios = [value(path, r, lambda r=r: ratio(r)) for r in rs]
             out.append(figure(f"checkpoint commit / raw manifest PUT {label}, {state // 1024} KiB state x "
-                              f"{rs[0].get('subtasks', '?')}, {store}", cmd, "ratio", ratios, header))
+                              f"{rs[0].get('subtasks', '?')} ({layout}), {store}", cmd, "ratio", ratios, header))
+            # The absolute latency, so that the two layouts of one state size compare.
+            out.append(figure(f"checkpoint commit latency {label}, {state // 1024} KiB state x "
+                              f"{rs[0].get('subtasks', '?')} ({layout}), {store}", cmd, "ms",
+                              [value(path, r, lambda r=r: float(r["commit_ms"][r["quantiles"].index(q)])) for r in rs],
+                              header))
             floor = [r for r in rs if r.get("state_and_manifest_puts_ms")]
             if floor:
                 def to_floor(r: dict, q: float = q) -> float:

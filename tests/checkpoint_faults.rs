@@ -166,6 +166,32 @@ async fn states_above_the_inline_threshold_share_one_object_per_checkpoint() {
     assert_eq!(store.read_savepoint("keep").await.unwrap().states, restored.states);
 }
 
+/// A checkpoint whose states all together fit the inline limit is one object, the
+/// manifest, and restores byte for byte; a limit that fits only the smaller states
+/// inlines those and puts the rest in the shared object.
+#[tokio::test]
+async fn a_checkpoint_within_the_inline_limit_is_one_object() {
+    let (faulty, store) = faulty();
+    let total: usize = three_states(1).iter().map(|(_, _, p)| p.len()).sum();
+    let m = store.commit_checkpoint(1, &three_states(1), vec![], total).await.unwrap();
+    assert_eq!(keys_of(faulty.as_ref(), 1).await, vec!["_metadata".to_string()]);
+    assert!(m.state_files.iter().all(|f| f.inline.is_some() && f.offset.is_none()));
+    let m = store.commit_checkpoint(2, &three_states(2), vec![], total - 1).await.unwrap();
+    assert_eq!(keys_of(faulty.as_ref(), 2).await, vec!["_metadata".to_string(), "_shared.state".to_string()]);
+    let inlined: Vec<bool> = m.state_files.iter().map(|f| f.inline.is_some()).collect();
+    assert_eq!(inlined, vec![true, false, true], "the two smaller states inline, the largest shared");
+    let restored = store.recover(&RetentionPolicy::default()).await.unwrap().restored.unwrap();
+    assert_eq!(restored.manifest.checkpoint_id, 2);
+    for (operator, subtask, payload) in three_states(2) {
+        assert_eq!(restored.states[&(operator.clone(), subtask)], payload, "{operator}-{subtask}");
+    }
+    // The default limit takes four 64 KiB states, the shape of `checkpoint_commit`.
+    let four: Vec<(String, u32, bytes::Bytes)> =
+        (0..4).map(|i| ("op".to_string(), i, bytes::Bytes::from(vec![i as u8; 64 * 1024]))).collect();
+    store.commit_checkpoint(3, &four, vec![], shareflow::checkpoint::DEFAULT_INLINE_LIMIT).await.unwrap();
+    assert_eq!(keys_of(faulty.as_ref(), 3).await, vec!["_metadata".to_string()]);
+}
+
 /// A shared object's limit: what would take it past the limit gets a file of its own.
 #[tokio::test]
 async fn a_state_past_the_shared_limit_gets_a_file_of_its_own() {

@@ -66,7 +66,11 @@ async fn run_seed(seed: u64) -> Result<Outcome, String> {
     let mut run = Run::new(broker, storage_on(store.clone() as Arc<dyn ObjectStore>, "c"));
     run.parallelism = 1 + rng.below(2) as u32;
     run.interval = Duration::from_millis(2 + rng.below(20));
-    run.inline_threshold = if rng.below(2) == 0 { 0 } else { 16 * 1024 };
+    run.inline_limit = match rng.below(3) {
+        0 => 0,
+        1 => 16 * 1024,
+        _ => shareflow::checkpoint::DEFAULT_INLINE_LIMIT,
+    };
     run.restarts = 12;
     let mut crashes = Vec::new();
     let fault_points = demo::fault_points();

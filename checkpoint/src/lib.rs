@@ -5,8 +5,8 @@
 //!
 //! - [`envelope`]: the versioned, checksummed wrapper of every durable file.
 //! - [`CheckpointPaths`]: the one place that builds object keys:
-//!   `{root}/{job}/chk-{n:020}/_shared.state` (every state above the inline threshold,
-//!   one object per checkpoint) and `.../_metadata`.
+//!   `{root}/{job}/chk-{n:020}/_shared.state` (every state the manifest does not
+//!   inline, one object per checkpoint) and `.../_metadata`.
 //! - [`Manifest`]: a checkpoint's `_metadata`, written last with `PutMode::Create`. Its
 //!   existence is the commit decision for the transactions it lists.
 //! - [`protocol`]: pure recovery decisions. [`protocol::resolve`] picks the newest
@@ -59,8 +59,8 @@ pub use manifest::{Manifest, ParticipantState, StateFileRef, TransactionRecord};
 pub use paths::{CheckpointKey, CheckpointPaths, ABORTED_NAME, MANIFEST_NAME, SHARED_STATE_NAME};
 pub use protocol::{RecoveryDecision, RecoveryPlan, RetentionPolicy};
 pub use store::{
-    now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint, DEFAULT_INLINE_THRESHOLD,
-    SHARED_STATE_LIMIT,
+    inline_choice, now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint,
+    DEFAULT_INLINE_LIMIT, MAX_INLINE_LIMIT, SHARED_STATE_LIMIT,
 };
 pub use txn_id::{validate_group_id, validate_prefix, TransactionId};
 pub use url::{open_url, S3_OPTIONS};

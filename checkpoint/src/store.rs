@@ -84,8 +84,15 @@ pub struct CheckpointStore {
     shared_limit: usize,
 }
 
-/// State up to this size is inlined into the manifest by default (16 KiB).
-pub const DEFAULT_INLINE_THRESHOLD: usize = 16 * 1024;
+/// How much state a checkpoint inlines into its manifest by default (1 MiB, Flink's
+/// largest `state.storage.fs.memory-threshold`): a checkpoint whose state all together
+/// stays within it is one object, the manifest. States are inlined smallest first while
+/// the inlined total stays within the limit; the rest go to the shared state object.
+pub const DEFAULT_INLINE_LIMIT: usize = 1024 * 1024;
+
+/// The largest inline limit a job may set (64 MiB): recovery, adoption and the admin CLI
+/// read a manifest whole.
+pub const MAX_INLINE_LIMIT: usize = 64 * 1024 * 1024;
 
 /// The largest shared state object a checkpoint writes (256 MiB): one PUT stays well
 /// within what every store accepts in one request. States past it get files of their
@@ -113,6 +120,59 @@ where
                 tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
                 attempt += 1;
             }
+        }
+    }
+}
+
+/// Which states of a checkpoint go into its manifest: the smallest first, while the
+/// inlined total stays within `limit` bytes (ties keep their order). A checkpoint whose
+/// states all together fit is then one object. `sizes` are the states' payload sizes;
+/// the answer is in their order.
+pub fn inline_choice(sizes: impl IntoIterator<Item = usize>, limit: usize) -> Vec<bool> {
+    let sizes: Vec<usize> = sizes.into_iter().collect();
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&i| sizes[i]);
+    let mut inlined = vec![false; sizes.len()];
+    let mut total = 0usize;
+    for i in order {
+        match total.checked_add(sizes[i]) {
+            Some(t) if t <= limit => {
+                total = t;
+                inlined[i] = true;
+            }
+            _ => break,
+        }
+    }
+    inlined
+}
+
+#[cfg(test)]
+mod inline_tests {
+    use super::inline_choice;
+
+    /// Each row: state sizes, the limit, which states the manifest inlines.
+    #[test]
+    fn the_smallest_states_are_inlined_while_the_total_fits() {
+        let rows: &[(&[usize], usize, &[bool])] = &[
+            // Everything fits: the checkpoint is one object.
+            (&[65_536, 65_536, 65_536, 65_536], 1 << 20, &[true, true, true, true]),
+            // Exactly at the limit still fits.
+            (&[10, 20, 30], 60, &[true, true, true]),
+            (&[10, 20, 30], 59, &[true, true, false]),
+            // Smallest first, answered in the states' own order.
+            (&[30_000, 5, 20_000], 20_005, &[false, true, true]),
+            // Once one does not fit, larger ones do not either.
+            (&[5, 40, 40], 50, &[true, true, false]),
+            // Ties keep their order.
+            (&[7, 7, 7], 14, &[true, true, false]),
+            // A limit of 0 inlines only empty states.
+            (&[0, 1], 0, &[true, false]),
+            (&[], 100, &[]),
+            // Sizes near usize::MAX do not overflow.
+            (&[usize::MAX, 1], usize::MAX, &[false, true]),
+        ];
+        for (sizes, limit, want) in rows {
+            assert_eq!(&inline_choice(sizes.iter().copied(), *limit), want, "sizes {sizes:?}, limit {limit}");
         }
     }
 }
@@ -284,17 +344,18 @@ impl CheckpointStore {
         }
     }
 
-    /// Writes a whole checkpoint: state up to `inline_threshold` bytes goes into the
-    /// manifest, larger state into files written in parallel; then the manifest is
-    /// published. Returns the manifest.
+    /// Writes a whole checkpoint: up to `inline_limit` bytes of state, smallest states
+    /// first, go into the manifest, the rest into the shared state object (see
+    /// [`stage_states`](Self::stage_states)); then the manifest is published. Returns the
+    /// manifest.
     pub async fn commit_checkpoint(
         &self,
         checkpoint_id: u64,
         states: &[(String, u32, Bytes)],
         transactions: Vec<crate::manifest::TransactionRecord>,
-        inline_threshold: usize,
+        inline_limit: usize,
     ) -> Result<Manifest> {
-        let files = self.stage_states(checkpoint_id, states, inline_threshold).await?;
+        let files = self.stage_states(checkpoint_id, states, inline_limit).await?;
         let manifest = Manifest {
             job_id: self.paths.job_id().to_string(),
             checkpoint_id,
@@ -306,8 +367,9 @@ impl CheckpointStore {
         Ok(manifest)
     }
 
-    /// The first half of [`commit_checkpoint`](Self::commit_checkpoint): inlines small
-    /// state, and writes the rest as one shared object per checkpoint
+    /// The first half of [`commit_checkpoint`](Self::commit_checkpoint): inlines the
+    /// smallest states into the manifest while their total stays within `inline_limit`
+    /// bytes ([`inline_choice`]), and writes the rest as one shared object per checkpoint
     /// ([`SHARED_STATE_NAME`]), each state in its own envelope at an offset the manifest
     /// records. A state that would take the shared object past
     /// its limit ([`with_shared_state_limit`](Self::with_shared_state_limit)) gets a file
@@ -317,14 +379,15 @@ impl CheckpointStore {
         &self,
         checkpoint_id: u64,
         states: &[(String, u32, Bytes)],
-        inline_threshold: usize,
+        inline_limit: usize,
     ) -> Result<Vec<StateFileRef>> {
+        let inlined = inline_choice(states.iter().map(|(_, _, p)| p.len()), inline_limit);
         let mut refs: Vec<Option<StateFileRef>> = Vec::with_capacity(states.len());
         let mut shared: Vec<u8> = Vec::new();
         let mut own = Vec::new();
         for (i, (operator, subtask, payload)) in states.iter().enumerate() {
             CheckpointPaths::state_file_name(operator, *subtask)?;
-            if payload.len() <= inline_threshold {
+            if inlined[i] {
                 refs.push(Some(StateFileRef::inline(operator, *subtask, payload)));
             } else if shared.len() + payload.len() + envelope::HEADER_LEN <= self.shared_limit {
                 let offset = shared.len();

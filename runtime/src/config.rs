@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use shareflow_checkpoint::{CheckpointStore, DEFAULT_INLINE_THRESHOLD};
+use shareflow_checkpoint::{CheckpointStore, DEFAULT_INLINE_LIMIT, MAX_INLINE_LIMIT};
 
 use crate::error::{Result, RuntimeError};
 
@@ -76,8 +76,11 @@ pub struct JobConfig {
     pub storage: CheckpointStore,
     /// Complete checkpoints kept.
     pub retained_checkpoints: usize,
-    /// State per subtask up to this size is inlined into the manifest.
-    pub inline_state_threshold: usize,
+    /// Bytes of state a checkpoint inlines into its manifest, smallest states first
+    /// (default [`DEFAULT_INLINE_LIMIT`], 1 MiB; at most [`MAX_INLINE_LIMIT`]). A
+    /// checkpoint whose state fits is one object; 0 puts every state in the shared state
+    /// object.
+    pub inline_state_limit: usize,
     /// Restart strategy.
     pub restart: RestartStrategy,
     /// Transaction ids are `{group}-{prefix}-{checkpointId}`.
@@ -138,7 +141,7 @@ impl JobConfig {
             tolerable_checkpoint_failures: 0,
             storage,
             retained_checkpoints: 3,
-            inline_state_threshold: DEFAULT_INLINE_THRESHOLD,
+            inline_state_limit: DEFAULT_INLINE_LIMIT,
             restart: RestartStrategy::None,
             transaction_group: group.to_string(),
             transaction_prefix: prefix.to_string(),
@@ -198,6 +201,16 @@ impl JobConfig {
         }
         if self.default_parallelism == 0 {
             return bad("parallelism.default", "0".into(), "must be >= 1");
+        }
+        if self.inline_state_limit > MAX_INLINE_LIMIT {
+            return bad(
+                "checkpoint.inline.limit",
+                format!("{} bytes", self.inline_state_limit),
+                &format!(
+                    "must be at most {MAX_INLINE_LIMIT} bytes (64 MiB): recovery and the admin CLI read a manifest \
+                     whole; larger state belongs in the shared state object"
+                ),
+            );
         }
         if let RestartStrategy::ExponentialDelay { initial, max, .. } = self.restart {
             if initial.is_zero() {
@@ -318,6 +331,17 @@ mod tests {
         });
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("restart.initial") && err.contains("fixed delay"), "{err}");
+    }
+
+    #[test]
+    fn an_inline_limit_past_the_largest_manifest_is_refused() {
+        let store = shareflow_checkpoint::CheckpointStore::from_url("memory://", &[], "job").unwrap();
+        let mut config = JobConfig::new(store, "g", "p");
+        config.inline_state_limit = MAX_INLINE_LIMIT;
+        config.validate().unwrap();
+        config.inline_state_limit = MAX_INLINE_LIMIT + 1;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("checkpoint.inline.limit") && err.contains("64 MiB"), "{err}");
     }
 
     #[test]

@@ -253,7 +253,7 @@ impl Coordinator<'_> {
             states.push((self.node_names[node].clone(), subtask, Bytes::from(bytes)));
         }
         let storage = &self.config.storage;
-        let files = storage.stage_states(n, &states, self.config.inline_state_threshold).await?;
+        let files = storage.stage_states(n, &states, self.config.inline_state_limit).await?;
         let size: u64 = files.iter().map(|f| f.size).sum();
         self.failpoints.hit(points::AFTER_STATE_BEFORE_MANIFEST)?;
         let mut transactions = Vec::new();

@@ -96,7 +96,7 @@ pub struct Run {
     pub txn_timeout: Duration,
     pub decoder: Option<Decoder>,
     pub dead_letter: bool,
-    pub inline_threshold: usize,
+    pub inline_limit: usize,
     pub parallelism: u32,
     pub prefix: String,
     /// Records per second per source subtask; `None`: as fast as it goes.
@@ -115,7 +115,7 @@ impl Run {
             txn_timeout: Duration::from_secs(60),
             decoder: None,
             dead_letter: false,
-            inline_threshold: shareflow::checkpoint::DEFAULT_INLINE_THRESHOLD,
+            inline_limit: shareflow::checkpoint::DEFAULT_INLINE_LIMIT,
             parallelism: 2,
             prefix: "job".into(),
             max_rate: None,
@@ -141,7 +141,7 @@ impl Run {
             .checkpoint_timeout(self.txn_timeout / 4)
             .restart(RestartStrategy::FixedDelay { attempts: self.restarts, delay: Duration::from_millis(10) });
         config.tolerable_checkpoint_failures = 3;
-        config.inline_state_threshold = self.inline_threshold;
+        config.inline_state_limit = self.inline_limit;
         (job.build(config).unwrap(), txns, metrics)
     }
 
