@@ -40,7 +40,7 @@ async fn measure(
     inline_limit: usize,
     run: usize,
 ) -> (f64, f64) {
-    let job = format!("bench-{}-{state_bytes}-{run}", std::process::id());
+    let job = format!("bench-{}-{state_bytes}-{inline_limit}-{run}", std::process::id());
     let checkpoints = CheckpointStore::new(store.clone(), CheckpointPaths::new(root, &job).unwrap());
     let state = bytes::Bytes::from(vec![7u8; state_bytes]);
     let (mut raw, mut commit) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));

@@ -80,11 +80,14 @@ def commit_latency(run: Run, out: Path) -> Path:
             row, "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
         if not (len(quantiles) == len(raw) == len(commit)):
             raise ResultsError(f"{run.path}:{row['_line']}: quantiles, raw_put_ms and commit_ms differ in length")
-        by_config.setdefault((store, int(state), row.get("subtasks", "?"), tuple(quantiles)), []).append((raw, commit))
-    for (store, state, subtasks, quantiles), runs in by_config.items():
+        layout = row.get("layout", "")
+        by_config.setdefault((store, int(state), row.get("subtasks", "?"), layout, tuple(quantiles)), []).append(
+            (raw, commit))
+    for (store, state, subtasks, layout, quantiles), runs in by_config.items():
         raw = [statistics.median(r[0][i] for r in runs) for i in range(len(quantiles))]
         commit = [statistics.median(r[1][i] for r in runs) for i in range(len(quantiles))]
-        label = f"{store}\n{state // 1024} KiB state x {subtasks}" + (f", median of {len(runs)} runs" if len(runs) > 1 else "")
+        label = (f"{store}\n{state // 1024} KiB state x {subtasks}" + (f", {layout}" if layout else "")
+                 + (f"\nmedian of {len(runs)} runs" if len(runs) > 1 else ""))
         groups.append((label, list(quantiles), raw, commit))
     if not groups:
         raise ResultsError(f"{run.path}: no latency lines")
@@ -99,7 +102,8 @@ def commit_latency(run: Run, out: Path) -> Path:
         ax.set_ylabel("milliseconds")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Checkpoint commit latency (shared state object, then the manifest with PutMode::Create)", fontsize=10)
+    fig.suptitle("Checkpoint commit latency (state the manifest does not inline in the shared state object, "
+                 "then the manifest with PutMode::Create)", fontsize=10)
     caption(fig, run, "cargo bench --bench checkpoint_commit")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return save(fig, out / "commit_latency.png")
