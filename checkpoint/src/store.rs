@@ -146,37 +146,6 @@ pub fn inline_choice(sizes: impl IntoIterator<Item = usize>, limit: usize) -> Ve
     inlined
 }
 
-#[cfg(test)]
-mod inline_tests {
-    use super::inline_choice;
-
-    /// Each row: state sizes, the limit, which states the manifest inlines.
-    #[test]
-    fn the_smallest_states_are_inlined_while_the_total_fits() {
-        let rows: &[(&[usize], usize, &[bool])] = &[
-            // Everything fits: the checkpoint is one object.
-            (&[65_536, 65_536, 65_536, 65_536], 1 << 20, &[true, true, true, true]),
-            // Exactly at the limit still fits.
-            (&[10, 20, 30], 60, &[true, true, true]),
-            (&[10, 20, 30], 59, &[true, true, false]),
-            // Smallest first, answered in the states' own order.
-            (&[30_000, 5, 20_000], 20_005, &[false, true, true]),
-            // Once one does not fit, larger ones do not either.
-            (&[5, 40, 40], 50, &[true, true, false]),
-            // Ties keep their order.
-            (&[7, 7, 7], 14, &[true, true, false]),
-            // A limit of 0 inlines only empty states.
-            (&[0, 1], 0, &[true, false]),
-            (&[], 100, &[]),
-            // Sizes near usize::MAX do not overflow.
-            (&[usize::MAX, 1], usize::MAX, &[false, true]),
-        ];
-        for (sizes, limit, want) in rows {
-            assert_eq!(&inline_choice(sizes.iter().copied(), *limit), want, "sizes {sizes:?}, limit {limit}");
-        }
-    }
-}
-
 impl CheckpointStore {
     /// A store for the job `paths` describes.
     pub fn new(store: Arc<dyn ObjectStore>, paths: CheckpointPaths) -> Self {
@@ -666,4 +635,35 @@ impl CheckpointStore {
 /// Milliseconds since the Unix epoch, for manifests.
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod inline_tests {
+    use super::inline_choice;
+
+    /// Each row: state sizes, the limit, which states the manifest inlines.
+    #[test]
+    fn the_smallest_states_are_inlined_while_the_total_fits() {
+        let rows: &[(&[usize], usize, &[bool])] = &[
+            // Everything fits: the checkpoint is one object.
+            (&[65_536, 65_536, 65_536, 65_536], 1 << 20, &[true, true, true, true]),
+            // Exactly at the limit still fits.
+            (&[10, 20, 30], 60, &[true, true, true]),
+            (&[10, 20, 30], 59, &[true, true, false]),
+            // Smallest first, answered in the states' own order.
+            (&[30_000, 5, 20_000], 20_005, &[false, true, true]),
+            // Once one does not fit, larger ones do not either.
+            (&[5, 40, 40], 50, &[true, true, false]),
+            // Ties keep their order.
+            (&[7, 7, 7], 14, &[true, true, false]),
+            // A limit of 0 inlines only empty states.
+            (&[0, 1], 0, &[true, false]),
+            (&[], 100, &[]),
+            // Sizes near usize::MAX do not overflow.
+            (&[usize::MAX, 1], usize::MAX, &[false, true]),
+        ];
+        for (sizes, limit, want) in rows {
+            assert_eq!(&inline_choice(sizes.iter().copied(), *limit), want, "sizes {sizes:?}, limit {limit}");
+        }
+    }
 }
