@@ -30,7 +30,8 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
-/// One run of one configuration; returns its (p50, p99) commit/raw ratios.
+/// One run of one configuration; returns its (p50, p99) commit/raw ratios and its
+/// layout.
 async fn measure(
     results: &mut results::Results,
     name: &str,
@@ -39,7 +40,7 @@ async fn measure(
     state_bytes: usize,
     inline_limit: usize,
     run: usize,
-) -> (f64, f64) {
+) -> (f64, f64, &'static str) {
     let job = format!("bench-{}-{state_bytes}-{inline_limit}-{run}", std::process::id());
     let checkpoints = CheckpointStore::new(store.clone(), CheckpointPaths::new(root, &job).unwrap());
     let state = bytes::Bytes::from(vec![7u8; state_bytes]);
@@ -48,7 +49,8 @@ async fn measure(
     // With state files: one raw PUT of the shared state object's bytes too, and that plus
     // the raw manifest PUT, the floor of a commit that writes the two one after the other.
     let mut two_puts = Vec::with_capacity(ROUNDS);
-    let inlined = SUBTASKS * state_bytes <= inline_limit;
+    // Whether the manifest carried every state, as the store decided.
+    let mut inlined = false;
     for round in 0..ROUNDS as u64 + 5 {
         let id = round + 1;
         // A checkpoint: what does not fit the inline limit into the shared state object,
@@ -58,6 +60,7 @@ async fn measure(
         let started = Instant::now();
         let manifest = checkpoints.commit_checkpoint(id, &states, vec![], inline_limit).await.unwrap();
         let commit_time = started.elapsed();
+        inlined = manifest.state_files.iter().all(|f| f.inline.is_some());
         // One raw PUT of the same manifest bytes, to another key.
         let bytes = manifest.encode().unwrap();
         manifest_bytes = bytes.len();
@@ -112,7 +115,7 @@ async fn measure(
         ratios.0,
         ratios.1,
     );
-    ratios
+    (ratios.0, ratios.1, layout(inlined))
 }
 
 /// How a configuration lays out a checkpoint.
@@ -141,7 +144,7 @@ async fn measure_all(results: &mut results::Results, name: &str, store: Arc<dyn 
         println!(
             "SUMMARY {name}, {} KiB state, {}: ratio p50 {}, p99 {} (median and min-max of {RUNS} runs)",
             size / 1024,
-            layout(SUBTASKS * size <= limit),
+            runs[0].2,
             summary(runs.iter().map(|r| r.0).collect()),
             summary(runs.iter().map(|r| r.1).collect()),
         );

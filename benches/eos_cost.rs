@@ -4,7 +4,8 @@
 //!   acknowledgement, ACCEPT on checkpoint completion) of the demo pipeline (the
 //!   `shareflow demo` binary built with this bench's profile, read from its `--json`
 //!   summary), in pairs that take turns going first, 5 rounds after one warm-up pair
-//!   that is not recorded, at checkpoint intervals 100 ms, 1 s and 10 s;
+//!   that is not counted (its order alternates from interval to interval), at checkpoint
+//!   intervals 100 ms, 1 s and 10 s;
 //!   each at full speed (until the sink had taken in every record) and to the end (the
 //!   last checkpoint committed, which an at-least-once run reaches up to one interval
 //!   later: its sources finish only once a periodic checkpoint accepted their last
@@ -299,20 +300,30 @@ fn main() {
             (Duration::from_secs(1), 10_000_000),
             (Duration::from_secs(10), 2_000_000),
         ];
-        for (interval, records) in intervals.into_iter().filter(|_| !recovery_only) {
+        for (index, (interval, records)) in intervals.into_iter().filter(|_| !recovery_only).enumerate() {
             let (mut ratios, mut processed_ratios) = (Vec::new(), Vec::new());
             let (mut eos_rates, mut alo_rates) = (Vec::new(), Vec::new());
-            // A warm-up pair, not recorded: the first runs of a size on this disk were the
-            // slowest in every mode (fresh blocks for the broker's gigabytes, a cold page
-            // cache), which charged whichever mode ran first.
-            let warm = (
-                throughput(AcknowledgementMode::Transactional, interval, records).await,
-                throughput(AcknowledgementMode::Explicit, interval, records).await,
-            );
-            println!(
-                "interval {interval:?}, {records} records, warm-up (not recorded): exactly-once {:.0} processed, at-least-once {:.0}",
-                warm.0.processed, warm.1.processed
-            );
+            // A warm-up pair, not counted: the first 10 M-record runs of the first run of
+            // this bench were the slowest of their interval, and they were always
+            // exactly-once's. The warm-up's order alternates from interval to interval,
+            // and its rates are kept as rows of their own ("warmup").
+            let warm_eos_first = index % 2 == 0;
+            let mut warm = Vec::new();
+            for eos in [warm_eos_first, !warm_eos_first] {
+                let mode = if eos { AcknowledgementMode::Transactional } else { AcknowledgementMode::Explicit };
+                warm.push((eos, throughput(mode, interval, records).await));
+            }
+            for (i, (eos, rates)) in warm.iter().enumerate() {
+                let mode = if *eos { "exactly_once" } else { "at_least_once" };
+                println!(
+                    "interval {interval:?}, {records} records, warm-up run {} ({mode}, not counted): {:.0} processed",
+                    i + 1,
+                    rates.processed
+                );
+                results.record(serde_json::json!({"kind": "warmup", "interval_ms": interval.as_millis() as u64,
+                    "records": records, "mode": mode, "order": i + 1, "processed": rates.processed,
+                    "to_end": rates.to_end}));
+            }
             for round in 0..ROUNDS {
                 // The modes take turns going first, so neither always follows the other's
                 // run (and its deleted gigabytes).

@@ -610,18 +610,27 @@ async fn checkpoints(args: &mut Args) -> Result<(), Box<dyn std::error::Error + 
         println!("job {job} under {url} has no checkpoints yet");
         return Ok(());
     }
-    println!("{:>12} {:<40} {:>6} {:>12} transactions", "checkpoint", "status", "files", "state bytes");
+    println!(
+        "{:>12} {:<40} {:>6} {:>6} {:>6} {:>12} transactions",
+        "checkpoint", "status", "states", "inline", "files", "state bytes"
+    );
     for c in list {
-        let txns = c
-            .manifest
-            .map(|m| m.transactions.iter().map(|t| t.transaction_id.clone()).collect::<Vec<_>>().join(","))
-            .unwrap_or_default();
+        // What the manifest records (inline states included); without a valid manifest,
+        // only the objects found in storage.
+        let (states, inline, bytes, txns) = match &c.manifest {
+            Some(m) => (
+                m.state_files.len().to_string(),
+                m.state_files.iter().filter(|f| f.inline.is_some()).count().to_string(),
+                m.state_bytes(),
+                m.transactions.iter().map(|t| t.transaction_id.clone()).collect::<Vec<_>>().join(","),
+            ),
+            None => ("-".into(), "-".into(), c.state_bytes, String::new()),
+        };
         println!(
-            "{:>12} {:<40} {:>6} {:>12} {txns}",
+            "{:>12} {:<40} {states:>6} {inline:>6} {:>6} {bytes:>12} {txns}",
             c.checkpoint_id,
             format!("{:?}", c.status),
             c.state_files,
-            c.state_bytes
         );
     }
     Ok(())

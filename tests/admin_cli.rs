@@ -177,6 +177,38 @@ async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
 
 /// `checkpoints inspect` reads every state file back: a flipped byte fails its CRC and
 /// the command, naming the file.
+/// `shareflow checkpoints` counts a checkpoint's states and bytes from its manifest,
+/// inline ones included, beside the files it found in storage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_lists_inline_states_and_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = format!("file://{}", dir.path().display());
+    let store = CheckpointStore::from_url(&root, &[], "job").unwrap();
+    let states = vec![
+        ("counter".to_string(), 0, bytes::Bytes::from(vec![7u8; 1_000])),
+        ("counter".to_string(), 1, bytes::Bytes::from(vec![9u8; 3_000])),
+    ];
+    // Checkpoint 1 inlines both; checkpoint 2 puts both in its shared object.
+    let one = store.commit_checkpoint(1, &states, Vec::new(), 1 << 20).await.unwrap();
+    let two = store.commit_checkpoint(2, &states, Vec::new(), 0).await.unwrap();
+    assert_eq!(one.state_bytes(), 4_000);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"))
+        .args(["checkpoints", "--checkpoints", &root, "--job", "job"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let row = |id: &str| -> Vec<String> {
+        let line =
+            stdout.lines().find(|l| l.split_whitespace().next() == Some(id)).unwrap_or_else(|| panic!("{stdout}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    // checkpoint, status, states, inline, files, state bytes
+    assert_eq!(row("1")[1..6], ["Complete", "2", "2", "0", "4000"], "{stdout}");
+    assert_eq!(row("2")[1..6], ["Complete", "2", "0", "1", &two.state_bytes().to_string()], "{stdout}");
+    assert!(two.state_bytes() > 4_000, "shared sections carry their envelopes");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_inspect_finds_a_damaged_state_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -127,7 +127,7 @@ proptest! {
     }
 }
 
-/// Three states: two above the inline threshold, one below.
+/// Three states: under a 16 KiB inline limit, two go to the shared object and one inline.
 fn three_states(id: u64) -> Vec<(String, u32, bytes::Bytes)> {
     vec![
         ("agg".to_string(), 0, bytes::Bytes::from(vec![id as u8; 20_000])),
@@ -145,11 +145,10 @@ async fn keys_of(store: &dyn ObjectStore, checkpoint: u64) -> Vec<String> {
     keys
 }
 
-/// Every state above the inline threshold goes into one object per checkpoint, each
-/// in its own envelope at the offset its manifest entry names, and restores byte for
-/// byte.
+/// Every state past the inline limit goes into one object per checkpoint, each in its
+/// own envelope at the offset its manifest entry names, and restores byte for byte.
 #[tokio::test]
-async fn states_above_the_inline_threshold_share_one_object_per_checkpoint() {
+async fn states_past_the_inline_limit_share_one_object_per_checkpoint() {
     let (faulty, store) = faulty();
     let m = store.commit_checkpoint(1, &three_states(1), vec![], 16 * 1024).await.unwrap();
     assert_eq!(keys_of(faulty.as_ref(), 1).await, vec!["_metadata".to_string(), "_shared.state".to_string()]);
@@ -176,6 +175,11 @@ async fn a_checkpoint_within_the_inline_limit_is_one_object() {
     let m = store.commit_checkpoint(1, &three_states(1), vec![], total).await.unwrap();
     assert_eq!(keys_of(faulty.as_ref(), 1).await, vec!["_metadata".to_string()]);
     assert!(m.state_files.iter().all(|f| f.inline.is_some() && f.offset.is_none()));
+    let restored = store.recover(&RetentionPolicy::default()).await.unwrap().restored.unwrap();
+    assert_eq!(restored.manifest.checkpoint_id, 1);
+    for (operator, subtask, payload) in three_states(1) {
+        assert_eq!(restored.states[&(operator.clone(), subtask)], payload, "{operator}-{subtask}");
+    }
     let m = store.commit_checkpoint(2, &three_states(2), vec![], total - 1).await.unwrap();
     assert_eq!(keys_of(faulty.as_ref(), 2).await, vec!["_metadata".to_string(), "_shared.state".to_string()]);
     let inlined: Vec<bool> = m.state_files.iter().map(|f| f.inline.is_some()).collect();
@@ -190,6 +194,11 @@ async fn a_checkpoint_within_the_inline_limit_is_one_object() {
         (0..4).map(|i| ("op".to_string(), i, bytes::Bytes::from(vec![i as u8; 64 * 1024]))).collect();
     store.commit_checkpoint(3, &four, vec![], shareflow::checkpoint::DEFAULT_INLINE_LIMIT).await.unwrap();
     assert_eq!(keys_of(faulty.as_ref(), 3).await, vec!["_metadata".to_string()]);
+    let restored = store.recover(&RetentionPolicy::default()).await.unwrap().restored.unwrap();
+    assert_eq!(restored.manifest.checkpoint_id, 3);
+    for (operator, subtask, payload) in four {
+        assert_eq!(restored.states[&(operator.clone(), subtask)], payload, "{operator}-{subtask}");
+    }
 }
 
 /// A shared object's limit: what would take it past the limit gets a file of its own.

@@ -45,7 +45,7 @@ async fn put_errors_and_lost_put_responses_during_state_and_manifest_writes() {
         store.inject(rule);
         let broker = broker_with_input(RECORDS, 2, &share_config()).await;
         let mut run = Run::new(broker, storage_on(store.clone() as Arc<dyn ObjectStore>, "c"));
-        run.inline_limit = 0; // every subtask writes its state to the shared object
+        run.inline_limit = 0; // every non-empty state goes to the shared object
         let (result, _) = run.run(vec![]).await;
         result.unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(!store.injected().is_empty(), "{what}: the fault was injected");

@@ -43,12 +43,17 @@ pub struct StateFileRef {
 impl StateFileRef {
     /// A reference that carries `payload` inline.
     pub fn inline(operator: &str, subtask: u32, payload: &[u8]) -> Self {
+        Self::inline_bytes(operator, subtask, bytes::Bytes::copy_from_slice(payload))
+    }
+
+    /// [`inline`](Self::inline) without copying `payload`.
+    pub fn inline_bytes(operator: &str, subtask: u32, payload: bytes::Bytes) -> Self {
         Self {
             operator: operator.to_string(),
             subtask,
             size: payload.len() as u64,
-            crc32c: crc32c::crc32c(payload),
-            inline: Some(bytes::Bytes::copy_from_slice(payload)),
+            crc32c: crc32c::crc32c(&payload),
+            inline: Some(payload),
             offset: None,
         }
     }

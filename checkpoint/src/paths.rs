@@ -19,7 +19,7 @@ use crate::error::{CheckpointError, Result};
 pub const MANIFEST_NAME: &str = "_metadata";
 
 /// File name of a checkpoint's shared state object: every operator subtask's state
-/// above the inline threshold, each in its own envelope, one after another; the
+/// that the manifest does not inline, each in its own envelope, one after another; the
 /// manifest (version 2) holds each one's offset, size and CRC. One PUT per checkpoint
 /// instead of one per subtask. Never an operator's file name, which always ends in
 /// `-{subtask}.state`.

@@ -90,9 +90,11 @@ pub struct CheckpointStore {
 /// the inlined total stays within the limit; the rest go to the shared state object.
 pub const DEFAULT_INLINE_LIMIT: usize = 1024 * 1024;
 
-/// The largest inline limit a job may set (64 MiB): recovery, adoption and the admin CLI
-/// read a manifest whole.
-pub const MAX_INLINE_LIMIT: usize = 64 * 1024 * 1024;
+/// The largest inline limit a job may set (16 MiB). Recovery, adoption and the admin CLI
+/// read every manifest a job has in storage (the retained checkpoints, and any that
+/// failed verification, which are kept) and hold them together, so their memory is a
+/// few times this limit.
+pub const MAX_INLINE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// The largest shared state object a checkpoint writes (256 MiB): one PUT stays well
 /// within what every store accepts in one request. States past it get files of their
@@ -154,7 +156,7 @@ impl CheckpointStore {
 
     /// Sets the largest shared state object a checkpoint writes (default
     /// [`SHARED_STATE_LIMIT`]); a state that would take it past this gets a file of its
-    /// own. 0 writes every state above the inline threshold to a file of its own.
+    /// own. 0 writes every state the manifest does not inline to a file of its own.
     pub fn with_shared_state_limit(mut self, bytes: usize) -> Self {
         self.shared_limit = bytes;
         self
@@ -357,7 +359,7 @@ impl CheckpointStore {
         for (i, (operator, subtask, payload)) in states.iter().enumerate() {
             CheckpointPaths::state_file_name(operator, *subtask)?;
             if inlined[i] {
-                refs.push(Some(StateFileRef::inline(operator, *subtask, payload)));
+                refs.push(Some(StateFileRef::inline_bytes(operator, *subtask, payload.clone())));
             } else if shared.len() + payload.len() + envelope::HEADER_LEN <= self.shared_limit {
                 let offset = shared.len();
                 envelope::encode_into(&mut shared, STATE_MAGIC, STATE_VERSION, payload);

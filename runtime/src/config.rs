@@ -77,9 +77,10 @@ pub struct JobConfig {
     /// Complete checkpoints kept.
     pub retained_checkpoints: usize,
     /// Bytes of state a checkpoint inlines into its manifest, smallest states first
-    /// (default [`DEFAULT_INLINE_LIMIT`], 1 MiB; at most [`MAX_INLINE_LIMIT`]). A
-    /// checkpoint whose state fits is one object; 0 puts every state in the shared state
-    /// object.
+    /// (default [`DEFAULT_INLINE_LIMIT`], 1 MiB; at most [`MAX_INLINE_LIMIT`], 16 MiB). A
+    /// checkpoint whose state fits is one object; 0 inlines only empty states and puts
+    /// the rest in the shared state object (a state past its 256 MiB limit gets a file of
+    /// its own).
     pub inline_state_limit: usize,
     /// Restart strategy.
     pub restart: RestartStrategy,
@@ -207,8 +208,9 @@ impl JobConfig {
                 "checkpoint.inline.limit",
                 format!("{} bytes", self.inline_state_limit),
                 &format!(
-                    "must be at most {MAX_INLINE_LIMIT} bytes (64 MiB): recovery and the admin CLI read a manifest \
-                     whole; larger state belongs in the shared state object"
+                    "must be at most {MAX_INLINE_LIMIT} bytes (16 MiB): recovery, adoption and the admin CLI \
+                     hold every stored manifest in memory together; larger state belongs in the shared state \
+                     object"
                 ),
             );
         }
@@ -341,7 +343,7 @@ mod tests {
         config.validate().unwrap();
         config.inline_state_limit = MAX_INLINE_LIMIT + 1;
         let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("checkpoint.inline.limit") && err.contains("64 MiB"), "{err}");
+        assert!(err.contains("checkpoint.inline.limit") && err.contains("16 MiB"), "{err}");
     }
 
     #[test]

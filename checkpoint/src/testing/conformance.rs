@@ -67,6 +67,7 @@ pub async fn inline_and_file_state_restore_together(t: &Target) {
         ("sink".to_string(), 0, large.clone()),
         ("sink".to_string(), 1, larger.clone()),
     ];
+    // A 16 KiB inline limit takes the small state only.
     let manifest = store.commit_checkpoint(1, &states, vec![], 16 * 1024).await.expect("commit");
     let f = &manifest.state_files;
     assert!(f[0].inline.is_some() && f[1].inline.is_none() && f[2].inline.is_none());
