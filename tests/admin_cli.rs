@@ -175,19 +175,27 @@ async fn txn_list_shows_each_transaction_and_the_checkpoint_that_decides_it() {
     assert_eq!((code, again.trim()), (0, format!("nothing pending under {GROUP}-{PREFIX}").as_str()));
 }
 
-/// `checkpoints inspect` reads every state file back: a flipped byte fails its CRC and
-/// the command, naming the file.
+/// A job `job` checkpointing to `file://` under `dir`, and two subtasks' states of the
+/// given sizes.
+fn store_and_states(
+    dir: &std::path::Path,
+    sizes: [usize; 2],
+) -> (String, CheckpointStore, Vec<(String, u32, bytes::Bytes)>) {
+    let root = format!("file://{}", dir.display());
+    let store = CheckpointStore::from_url(&root, &[], "job").unwrap();
+    let states = vec![
+        ("counter".to_string(), 0, bytes::Bytes::from(vec![7u8; sizes[0]])),
+        ("counter".to_string(), 1, bytes::Bytes::from(vec![9u8; sizes[1]])),
+    ];
+    (root, store, states)
+}
+
 /// `shareflow checkpoints` counts a checkpoint's states and bytes from its manifest,
 /// inline ones included, beside the files it found in storage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_lists_inline_states_and_their_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let root = format!("file://{}", dir.path().display());
-    let store = CheckpointStore::from_url(&root, &[], "job").unwrap();
-    let states = vec![
-        ("counter".to_string(), 0, bytes::Bytes::from(vec![7u8; 1_000])),
-        ("counter".to_string(), 1, bytes::Bytes::from(vec![9u8; 3_000])),
-    ];
+    let (root, store, states) = store_and_states(dir.path(), [1_000, 3_000]);
     // Checkpoint 1 inlines both; checkpoint 2 puts both in its shared object.
     let one = store.commit_checkpoint(1, &states, Vec::new(), 1 << 20).await.unwrap();
     let two = store.commit_checkpoint(2, &states, Vec::new(), 0).await.unwrap();
@@ -209,15 +217,12 @@ async fn checkpoints_lists_inline_states_and_their_bytes() {
     assert!(two.state_bytes() > 4_000, "shared sections carry their envelopes");
 }
 
+/// `checkpoints inspect` reads every state file back: a flipped byte fails its CRC and
+/// the command, naming the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_inspect_finds_a_damaged_state_file() {
     let dir = tempfile::tempdir().unwrap();
-    let root = format!("file://{}", dir.path().display());
-    let store = CheckpointStore::from_url(&root, &[], "job").unwrap();
-    let states = vec![
-        ("counter".to_string(), 0, bytes::Bytes::from(vec![7u8; 1_000])),
-        ("counter".to_string(), 1, bytes::Bytes::from(vec![9u8; 1_000])),
-    ];
+    let (root, store, states) = store_and_states(dir.path(), [1_000, 1_000]);
     store.commit_checkpoint(1, &states, Vec::new(), 0).await.unwrap();
     let inspect = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"))
