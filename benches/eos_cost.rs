@@ -76,6 +76,19 @@ async fn throughput(mode: AcknowledgementMode, interval: Duration, records: u64)
     Rates { to_end: rate("records_per_second"), processed: rate("processed_per_second") }
 }
 
+/// One run in each mode, exactly-once first if `eos_first`; returns (exactly-once,
+/// at-least-once).
+async fn pair(eos_first: bool, interval: Duration, records: u64) -> (Rates, Rates) {
+    let (eos, alo) = (AcknowledgementMode::Transactional, AcknowledgementMode::Explicit);
+    if eos_first {
+        let eos = throughput(eos, interval, records).await;
+        (eos, throughput(alo, interval, records).await)
+    } else {
+        let alo = throughput(alo, interval, records).await;
+        (throughput(eos, interval, records).await, alo)
+    }
+}
+
 /// Where recovery to first output goes, one run.
 struct RecoveryRun {
     /// Restart to the first new output record.
@@ -308,11 +321,8 @@ fn main() {
             // exactly-once's. The warm-up's order alternates from interval to interval,
             // and its rates are kept as rows of their own ("warmup").
             let warm_eos_first = index % 2 == 0;
-            let mut warm = Vec::new();
-            for eos in [warm_eos_first, !warm_eos_first] {
-                let mode = if eos { AcknowledgementMode::Transactional } else { AcknowledgementMode::Explicit };
-                warm.push((eos, throughput(mode, interval, records).await));
-            }
+            let (eos, alo) = pair(warm_eos_first, interval, records).await;
+            let warm = if warm_eos_first { [(true, eos), (false, alo)] } else { [(false, alo), (true, eos)] };
             for (i, (eos, rates)) in warm.iter().enumerate() {
                 let mode = if *eos { "exactly_once" } else { "at_least_once" };
                 println!(
@@ -328,13 +338,7 @@ fn main() {
                 // The modes take turns going first, so neither always follows the other's
                 // run (and its deleted gigabytes).
                 let eos_first = round % 2 == 0;
-                let (eos, alo) = if eos_first {
-                    let eos = throughput(AcknowledgementMode::Transactional, interval, records).await;
-                    (eos, throughput(AcknowledgementMode::Explicit, interval, records).await)
-                } else {
-                    let alo = throughput(AcknowledgementMode::Explicit, interval, records).await;
-                    (throughput(AcknowledgementMode::Transactional, interval, records).await, alo)
-                };
+                let (eos, alo) = pair(eos_first, interval, records).await;
                 println!(
                     "interval {interval:?}, {records} records, round {round}: exactly-once {:.0} rec/s ({:.0} processed), at-least-once {:.0} rec/s ({:.0} processed), ratio {:.3} (processed {:.3})",
                     eos.to_end,

@@ -90,11 +90,8 @@ def checkpoint_commit(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     by_config: dict[tuple, list[dict]] = {}
     for r in rows:
         if r["kind"] == "latency":
-            store, state, _, raw, commit = need(path, r, "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
-            # Rows from before the inline limit have no layout: their state above 16 KiB
-            # went to the shared object.
-            layout = r.get("layout") or ("inlined in the manifest" if int(state) <= 16 * 1024
-                                         else "one shared state object")
+            store, state, _, raw, commit, layout = need(path, r, "store", "state_bytes", "quantiles", "raw_put_ms",
+                                                        "commit_ms", "layout")
             by_config.setdefault((store, int(state), layout), []).append(r)
     out = []
     for (store, state, layout), rs in by_config.items():

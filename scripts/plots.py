@@ -76,17 +76,16 @@ def commit_latency(run: Run, out: Path) -> Path:
     # its runs' quantiles.
     by_config: dict[tuple, list] = {}
     for row in run.of("latency"):
-        store, state, quantiles, raw, commit = run.need(
-            row, "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms")
+        store, state, quantiles, raw, commit, layout = run.need(
+            row, "store", "state_bytes", "quantiles", "raw_put_ms", "commit_ms", "layout")
         if not (len(quantiles) == len(raw) == len(commit)):
             raise ResultsError(f"{run.path}:{row['_line']}: quantiles, raw_put_ms and commit_ms differ in length")
-        layout = row.get("layout", "")
         by_config.setdefault((store, int(state), row.get("subtasks", "?"), layout, tuple(quantiles)), []).append(
             (raw, commit))
     for (store, state, subtasks, layout, quantiles), runs in by_config.items():
         raw = [statistics.median(r[0][i] for r in runs) for i in range(len(quantiles))]
         commit = [statistics.median(r[1][i] for r in runs) for i in range(len(quantiles))]
-        label = (f"{store}\n{state // 1024} KiB state x {subtasks}" + (f", {layout}" if layout else "")
+        label = (f"{store}\n{state // 1024} KiB state x {subtasks}, {layout}"
                  + (f"\nmedian of {len(runs)} runs" if len(runs) > 1 else ""))
         groups.append((label, list(quantiles), raw, commit))
     if not groups:

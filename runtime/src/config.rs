@@ -208,9 +208,10 @@ impl JobConfig {
                 "checkpoint.inline.limit",
                 format!("{} bytes", self.inline_state_limit),
                 &format!(
-                    "must be at most {MAX_INLINE_LIMIT} bytes (16 MiB): recovery, adoption and the admin CLI \
+                    "must be at most {MAX_INLINE_LIMIT} bytes ({} MiB): recovery, adoption and the admin CLI \
                      hold every stored manifest in memory together; larger state belongs in the shared state \
-                     object"
+                     object",
+                    MAX_INLINE_LIMIT >> 20
                 ),
             );
         }
