@@ -732,9 +732,16 @@ impl KafkaCluster {
         Ok(())
     }
 
-    /// An idempotent, non-transactional producer with these batching settings.
-    pub(crate) async fn idempotent_producer(&self, linger: Duration, batch_bytes: usize) -> Result<Producer> {
-        self.kafka
+    /// An idempotent, non-transactional producer with these batching settings, on the
+    /// job's shared connection or, with `own_connection`, on a connection of its own.
+    pub(crate) async fn idempotent_producer(
+        &self,
+        linger: Duration,
+        batch_bytes: usize,
+        own_connection: bool,
+    ) -> Result<Producer> {
+        let client = if own_connection { self.dedicated_client().await? } else { self.kafka.clone() };
+        client
             .producer()
             .idempotent(true)
             .linger(linger)
@@ -778,6 +785,7 @@ pub(crate) struct CachedProducer {
     slot: tokio::sync::Mutex<Option<Arc<Producer>>>,
     linger: Duration,
     batch_bytes: usize,
+    own_connection: bool,
 }
 
 impl std::fmt::Debug for CachedProducer {
@@ -785,6 +793,7 @@ impl std::fmt::Debug for CachedProducer {
         f.debug_struct("CachedProducer")
             .field("linger", &self.linger)
             .field("batch_bytes", &self.batch_bytes)
+            .field("own_connection", &self.own_connection)
             .finish_non_exhaustive()
     }
 }
@@ -792,7 +801,14 @@ impl std::fmt::Debug for CachedProducer {
 impl CachedProducer {
     /// A slot whose producer waits `linger` to fill batches of `batch_bytes`.
     pub(crate) fn new(linger: Duration, batch_bytes: usize) -> Self {
-        Self { slot: tokio::sync::Mutex::new(None), linger, batch_bytes }
+        Self { slot: tokio::sync::Mutex::new(None), linger, batch_bytes, own_connection: false }
+    }
+
+    /// The same, on a connection of its own: for small writes whose latency matters,
+    /// which on the shared connection would wait behind the bulk output's requests
+    /// (the broker answers one connection's requests in order).
+    pub(crate) fn own_connection(linger: Duration, batch_bytes: usize) -> Self {
+        Self { own_connection: true, ..Self::new(linger, batch_bytes) }
     }
 
     /// The producer, built on `cluster` by the first call.
@@ -801,7 +817,7 @@ impl CachedProducer {
         if let Some(p) = g.as_ref() {
             return Ok(p.clone());
         }
-        let p = Arc::new(cluster.idempotent_producer(self.linger, self.batch_bytes).await?);
+        let p = Arc::new(cluster.idempotent_producer(self.linger, self.batch_bytes, self.own_connection).await?);
         *g = Some(p.clone());
         Ok(p)
     }

@@ -29,7 +29,8 @@ pub(crate) struct LedgerLog {
     cluster: KafkaCluster,
     /// The longest a stable read waits for open transactions to leave the ledger.
     stable_wait: Duration,
-    /// Writes intents (and at-least-once commit entries), kept apart from bulk output.
+    /// Writes intents (and at-least-once commit entries), kept apart from bulk output:
+    /// its own producer on its own connection.
     intents: CachedProducer,
     /// Commit entries read, and their value bytes.
     read_entries: AtomicU64,
@@ -43,7 +44,7 @@ impl LedgerLog {
         Self {
             cluster,
             stable_wait: transaction_timeout.min(Duration::from_secs(60)),
-            intents: CachedProducer::new(Duration::ZERO, INTENT_BATCH_BYTES),
+            intents: CachedProducer::own_connection(Duration::ZERO, INTENT_BATCH_BYTES),
             read_entries: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
         }
