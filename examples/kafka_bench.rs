@@ -9,6 +9,10 @@
 //!    acknowledgements commit in a transaction per checkpoint), + SQL, + Kafka sink
 //!    (the full exactly-once pipeline), and the full pipeline at-least-once.
 //!
+//! After each pipeline run it prints where the time went: each operator's backpressure
+//! (a blocked operator has a slower one downstream), and how long the source's subtasks
+//! waited in the share consumer's poll and for their ledger intents.
+//!
 //! Beside each rate it records the CPU seconds this process and the Kafka broker spent,
 //! per million records: on one machine the two share the cores, so a stage that makes
 //! the broker work (the Kafka sink writes every record again) shows up there. Topics are
@@ -242,13 +246,31 @@ async fn pipeline(
     let mut config = JobConfig::new(storage, name, "bench").checkpoint_interval(Duration::from_secs(1));
     config.channel_capacity = 8;
     let job = job.build(config)?;
+    let live = job.metrics_handle();
     let started = Instant::now();
     job.run().await?;
+    let elapsed = started.elapsed();
     let emitted = metrics.records_emitted.load(Ordering::Relaxed);
     if emitted < records {
         return Err(format!("{}: {emitted} of {records} records emitted", variant.name()).into());
     }
-    Ok(emitted as f64 / started.elapsed().as_secs_f64())
+    // Where the pipeline waits: an operator blocked on a full channel has a slower one
+    // downstream of it. Summed over the operator's subtasks, as a share of the run.
+    let waits: Vec<String> = live
+        .snapshot()
+        .operators
+        .iter()
+        .map(|(op, m)| format!("{op} {:.0} %", 100.0 * m.backpressure.as_secs_f64() / elapsed.as_secs_f64()))
+        .collect();
+    let wait = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9 / elapsed.as_secs_f64();
+    println!(
+        "  {}: backpressure per operator (subtasks summed): {}; the source's subtasks waited in poll {:.0} %, for intents {:.0} % of the run",
+        variant.name(),
+        waits.join(", "),
+        100.0 * wait(&metrics.poll_wait_nanos),
+        100.0 * wait(&metrics.intent_wait_nanos),
+    );
+    Ok(emitted as f64 / elapsed.as_secs_f64())
 }
 
 /// Before each measured run: the broker's delayed work of the run before (segment

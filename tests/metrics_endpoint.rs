@@ -137,6 +137,8 @@ async fn a_kafka_instance_serves_metrics_that_move() {
     let moving = [
         "shareflow_checkpoints_completed_total",
         "shareflow_source_intents_written_total",
+        "shareflow_source_poll_wait_ms_total",
+        "shareflow_source_intent_wait_ms_total",
         "share_transaction_commit_time_ms_count",
     ];
     let (scrapes, _) = scrape_while(child, &addr, &moving).await;

@@ -136,6 +136,11 @@ pub struct SourceMetrics {
     pub records_released_late: AtomicU64,
     /// Ledger intent entries written (Kafka).
     pub intents_written: AtomicU64,
+    /// Nanoseconds the subtasks waited in the share consumer's poll (Kafka): with
+    /// `intent_wait_nanos`, where a source's time goes.
+    pub poll_wait_nanos: AtomicU64,
+    /// Nanoseconds the subtasks waited for ledger intents to be durable (Kafka).
+    pub intent_wait_nanos: AtomicU64,
 }
 
 impl SourceMetrics {
@@ -184,9 +189,24 @@ impl SourceMetrics {
                 &self.intents_written,
             ),
         ];
+        let ms = |c: &AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed) / 1_000_000;
+        let waits = [
+            (
+                "shareflow-source-poll-wait-ms-total",
+                "milliseconds the subtasks waited in the share consumer's poll (Kafka)",
+                ms(&self.poll_wait_nanos),
+            ),
+            (
+                "shareflow-source-intent-wait-ms-total",
+                "milliseconds the subtasks waited for ledger intents to be durable (Kafka)",
+                ms(&self.intent_wait_nanos),
+            ),
+        ];
         counters
             .into_iter()
-            .map(|(name, help, c)| Metric::new(name, help, Counter(c.load(std::sync::atomic::Ordering::Relaxed))))
+            .map(|(name, help, c)| (name, help, c.load(std::sync::atomic::Ordering::Relaxed)))
+            .chain(waits)
+            .map(|(name, help, v)| Metric::new(name, help, Counter(v)))
             .collect()
     }
 }
@@ -242,6 +262,23 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_waits_are_exported_in_whole_milliseconds() {
+        let m = SourceMetrics::default();
+        m.poll_wait_nanos.store(2_999_999, std::sync::atomic::Ordering::Relaxed);
+        m.intent_wait_nanos.store(7_000_000, std::sync::atomic::Ordering::Relaxed);
+        m.intents_written.store(3, std::sync::atomic::Ordering::Relaxed);
+        let value = |name: &str| {
+            let found: Vec<_> = m.metrics().into_iter().filter(|x| x.name == name).collect();
+            assert_eq!(found.len(), 1, "{name} exported once");
+            found[0].value.clone()
+        };
+        use shareflow_runtime::MetricValue::Counter;
+        assert_eq!(value("shareflow-source-poll-wait-ms-total"), Counter(2));
+        assert_eq!(value("shareflow-source-intent-wait-ms-total"), Counter(7));
+        assert_eq!(value("shareflow-source-intents-written-total"), Counter(3));
+    }
 
     #[test]
     fn both_backends_get_the_same_defaults() {

@@ -188,15 +188,19 @@ impl Source for KafkaShareSource {
             let n = self.replay.len().min(self.config.max_poll_records);
             let records: Vec<Record> = self.replay.drain(..n).collect();
             let ranges = to_ranges(records.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
+            let writing = tokio::time::Instant::now();
             self.txns.write_intent(epoch, self.subtask, ranges).await?;
+            add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
             self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
             self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
             return self.emit(records);
         }
         let (max, timeout) = (self.config.max_poll_records, self.config.poll_timeout);
         let task = self.task.clone();
+        let polled_at = tokio::time::Instant::now();
         let records = self.consumer()?.poll(max, timeout).await.map_err(|e| runtime_error(&task, e))?;
         let returned_at = tokio::time::Instant::now();
+        add_nanos(&self.metrics.poll_wait_nanos, returned_at - polled_at);
         // Every record of this poll was acquired after the buffer was last empty.
         let mut acquired_after = self.buffer_empty_at;
         if records.len() < max {
@@ -244,8 +248,12 @@ impl Source for KafkaShareSource {
         }
         let ranges = to_ranges(fresh.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
         let budget = lock / 2 - acquired_after.elapsed().min(lock / 2);
+        let writing = tokio::time::Instant::now();
         match tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges)).await {
-            Ok(r) => r?,
+            Ok(r) => {
+                r?;
+                add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
+            }
             Err(_) => {
                 tracing::error!(
                     task = %task,
@@ -290,4 +298,9 @@ impl Source for KafkaShareSource {
         }
         Ok(())
     }
+}
+
+/// Adds `d` to a nanosecond counter.
+fn add_nanos(counter: &std::sync::atomic::AtomicU64, d: Duration) {
+    counter.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
 }
