@@ -9,9 +9,10 @@
 //!    acknowledgements commit in a transaction per checkpoint), + SQL, + Kafka sink
 //!    (the full exactly-once pipeline), and the full pipeline at-least-once.
 //!
-//! After each pipeline run it prints where the time went: each operator's backpressure
-//! (a blocked operator has a slower one downstream), and how long the source's subtasks
-//! waited in the share consumer's poll and for their ledger intents.
+//! After each pipeline run it prints and records where the time went: each operator's
+//! backpressure (a blocked operator has a slower one downstream), and how long the
+//! source's subtasks waited in share consumer polls that returned records and for their
+//! ledger intents.
 //!
 //! Beside each rate it records the CPU seconds this process and the Kafka broker spent,
 //! per million records: on one machine the two share the cores, so a stage that makes
@@ -163,6 +164,9 @@ async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> R
     Ok(values.get(col).ok_or("short line")?.parse()?)
 }
 
+/// Subtasks of each pipeline operator.
+const PARALLELISM: u32 = 2;
+
 /// A sink that drops what it gets: the pipeline without the cost of writing output.
 struct Discard;
 
@@ -205,7 +209,7 @@ impl Variant {
 }
 
 /// Records per second through `variant` over `input` (4 partitions, already filled with
-/// `records` records), parallelism 2, 1 s checkpoints: from the job's start to its end,
+/// `records` records), [`PARALLELISM`] subtasks per operator, 1 s checkpoints: from the job's start to its end,
 /// as `shareflow demo --kafka` measures it. Each run is a new share group, `name`; the
 /// Kafka sink variants write to `output`, which the caller creates and deletes outside
 /// the measurement.
@@ -216,6 +220,7 @@ async fn pipeline(
     output: &str,
     records: u64,
     variant: Variant,
+    out: &mut Option<Split>,
 ) -> Result<f64, Error> {
     let exactly_once = variant != Variant::FullAtLeastOnce;
     let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
@@ -230,15 +235,17 @@ async fn pipeline(
             record_schema(),
             KafkaShareSource::factory(c.clone(), txns.clone(), source, metrics.clone()),
         )
-        .parallelism(2);
+        .parallelism(PARALLELISM);
     let stream = match variant {
         Variant::SourceOnly => stream,
-        _ => stream.sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input").parallelism(2),
+        _ => stream
+            .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
+            .parallelism(PARALLELISM),
     };
     match variant {
-        Variant::SourceOnly | Variant::WithSql => stream.sink("discard", |_| Discard).parallelism(2),
+        Variant::SourceOnly | Variant::WithSql => stream.sink("discard", |_| Discard).parallelism(PARALLELISM),
         Variant::Full | Variant::FullAtLeastOnce => {
-            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), output)).parallelism(2)
+            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), output)).parallelism(PARALLELISM)
         }
     };
     job.participant(txns);
@@ -262,15 +269,35 @@ async fn pipeline(
         .iter()
         .map(|(op, m)| format!("{op} {:.0} %", 100.0 * m.backpressure.as_secs_f64() / elapsed.as_secs_f64()))
         .collect();
-    let wait = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9 / elapsed.as_secs_f64();
+    let share = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9 / elapsed.as_secs_f64();
+    let blocked = live.snapshot().operators.values().map(|m| m.backpressure.as_secs_f64()).fold(0.0, f64::max)
+        / elapsed.as_secs_f64();
+    let split = Split {
+        poll_wait: share(&metrics.poll_wait_nanos),
+        intent_wait: share(&metrics.intent_wait_nanos),
+        most_blocked: blocked,
+    };
     println!(
-        "  {}: backpressure per operator (subtasks summed): {}; the source's subtasks waited in poll {:.0} %, for intents {:.0} % of the run",
+        "  {}: backpressure per operator (subtasks summed): {}; the source's {PARALLELISM} subtasks waited in polls \
+         that returned records {:.0} %, for intents {:.0} % of the run (summed, of {} %)",
         variant.name(),
         waits.join(", "),
-        100.0 * wait(&metrics.poll_wait_nanos),
-        100.0 * wait(&metrics.intent_wait_nanos),
+        100.0 * split.poll_wait,
+        100.0 * split.intent_wait,
+        100 * PARALLELISM,
     );
+    *out = Some(split);
     Ok(emitted as f64 / elapsed.as_secs_f64())
+}
+
+/// Where one pipeline run's time went, as shares of the run summed over subtasks (so up
+/// to [`PARALLELISM`]): the source's waits in polls that returned records and for its
+/// intents, and the most any one operator was blocked on a full channel downstream.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    poll_wait: f64,
+    intent_wait: f64,
+    most_blocked: f64,
 }
 
 /// Before each measured run: the broker's delayed work of the run before (segment
@@ -322,7 +349,7 @@ async fn main() -> Result<(), Error> {
     ours(&c, &input, records).await?;
 
     let mut consumer: Vec<(i32, f64, f64)> = Vec::new();
-    let mut variants: Vec<(Variant, Cost)> = Vec::new();
+    let mut variants: Vec<(Variant, Cost, Split)> = Vec::new();
     for round in 0..rounds {
         for (partitions, topic) in &topics {
             settle().await;
@@ -358,8 +385,10 @@ async fn main() -> Result<(), Error> {
                 c.ensure_topic(&output, 4, &[]).await?;
             }
             settle().await;
-            let run = pipeline(&c, &input, &name, &output, records, variant);
+            let mut split = None;
+            let run = pipeline(&c, &input, &name, &output, records, variant, &mut split);
             let cost = measured(&broker, records, false, run).await?;
+            let split = split.ok_or("the pipeline run reported no split")?;
             // Give the disk back; the ledger and intents topics are per group.
             let mut done = vec![format!("{name}-bench-ledger"), format!("{name}-intents")];
             if sinks {
@@ -376,8 +405,10 @@ async fn main() -> Result<(), Error> {
             out.record(serde_json::json!({
                 "kind": "pipeline", "round": round, "variant": variant.name(), "rate": cost.rate,
                 "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
+                "source_poll_wait_share": split.poll_wait, "source_intent_wait_share": split.intent_wait,
+                "most_blocked_operator_share": split.most_blocked,
             }));
-            variants.push((variant, cost));
+            variants.push((variant, cost, split));
         }
     }
     let names: Vec<&str> = topics.iter().map(|(_, t)| t.as_str()).collect();
@@ -398,17 +429,23 @@ async fn main() -> Result<(), Error> {
     }
     let raw: Vec<f64> = consumer.iter().filter(|x| x.0 == 4).map(|x| x.1).collect();
     for variant in Variant::ALL {
-        let costs: Vec<Cost> = variants.iter().filter(|(v, _)| *v == variant).map(|(_, c)| *c).collect();
+        let costs: Vec<Cost> = variants.iter().filter(|(v, ..)| *v == variant).map(|(_, c, _)| *c).collect();
+        let splits: Vec<Split> = variants.iter().filter(|(v, ..)| *v == variant).map(|(.., s)| *s).collect();
         let rates: Vec<f64> = costs.iter().map(|c| c.rate).collect();
         // Same round against same round: the machine's drift hits both.
         let ratio: Vec<f64> = rates.iter().zip(&raw).map(|(p, r)| p / r).collect();
+        let pct = |f: fn(&Split) -> f64| 100.0 * median(splits.iter().map(f).collect());
         println!(
-            "{}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2}",
+            "{}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2} | source waits: \
+             poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
             variant.name(),
             spread(&rates),
             median(ratio),
             median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
             median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
+            pct(|s| s.poll_wait),
+            pct(|s| s.intent_wait),
+            pct(|s| s.most_blocked),
         );
     }
     Ok(())

@@ -136,10 +136,12 @@ pub struct SourceMetrics {
     pub records_released_late: AtomicU64,
     /// Ledger intent entries written (Kafka).
     pub intents_written: AtomicU64,
-    /// Nanoseconds the subtasks waited in the share consumer's poll (Kafka): with
-    /// `intent_wait_nanos`, where a source's time goes.
+    /// Nanoseconds the subtasks waited in share consumer polls that returned records
+    /// (Kafka; an idle source's empty polls are left out): with `intent_wait_nanos`,
+    /// where a busy source's time goes.
     pub poll_wait_nanos: AtomicU64,
-    /// Nanoseconds the subtasks waited for ledger intents to be durable (Kafka).
+    /// Nanoseconds the subtasks waited for ledger intent writes, those that failed or
+    /// timed out included (Kafka).
     pub intent_wait_nanos: AtomicU64,
 }
 
@@ -193,12 +195,12 @@ impl SourceMetrics {
         let waits = [
             (
                 "shareflow-source-poll-wait-ms-total",
-                "milliseconds the subtasks waited in the share consumer's poll (Kafka)",
+                "milliseconds the subtasks waited in share consumer polls that returned records (Kafka)",
                 ms(&self.poll_wait_nanos),
             ),
             (
                 "shareflow-source-intent-wait-ms-total",
-                "milliseconds the subtasks waited for ledger intents to be durable (Kafka)",
+                "milliseconds the subtasks waited for ledger intent writes (Kafka)",
                 ms(&self.intent_wait_nanos),
             ),
         ];

@@ -82,11 +82,13 @@ impl KafkaCluster {
             .map_err(|e| kafka_error(format!("connect to {bootstrap}"), e))
     }
 
-    /// A client handle with connections of its own, for a reader that long-polls.
+    /// A client handle with connections of its own: for a reader that long-polls, or
+    /// for small writes whose latency matters.
     ///
     /// The broker reads one request per connection at a time, and a handle keeps one
-    /// data connection per broker: a fetch that waits for new records would hold every
-    /// produce of the job behind it on that socket.
+    /// data connection per broker: a fetch that waits for new records, or the bulk
+    /// output's large produce requests, would hold every other request of the job
+    /// behind them on that socket.
     pub(crate) async fn dedicated_client(&self) -> Result<Kafka> {
         Self::handle(&self.bootstrap).await
     }

@@ -29,8 +29,8 @@ pub(crate) struct LedgerLog {
     cluster: KafkaCluster,
     /// The longest a stable read waits for open transactions to leave the ledger.
     stable_wait: Duration,
-    /// Writes intents (and at-least-once commit entries), kept apart from bulk output:
-    /// its own producer on its own connection.
+    /// Writes intents, commit notes, summaries and at-least-once commit entries, kept
+    /// apart from bulk output: its own producer on its own connection.
     intents: CachedProducer,
     /// Commit entries read, and their value bytes.
     read_entries: AtomicU64,

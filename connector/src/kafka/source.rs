@@ -189,8 +189,9 @@ impl Source for KafkaShareSource {
             let records: Vec<Record> = self.replay.drain(..n).collect();
             let ranges = to_ranges(records.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
             let writing = tokio::time::Instant::now();
-            self.txns.write_intent(epoch, self.subtask, ranges).await?;
+            let written = self.txns.write_intent(epoch, self.subtask, ranges).await;
             add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
+            written?;
             self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
             self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
             return self.emit(records);
@@ -200,7 +201,10 @@ impl Source for KafkaShareSource {
         let polled_at = tokio::time::Instant::now();
         let records = self.consumer()?.poll(max, timeout).await.map_err(|e| runtime_error(&task, e))?;
         let returned_at = tokio::time::Instant::now();
-        add_nanos(&self.metrics.poll_wait_nanos, returned_at - polled_at);
+        // Waits for records only: an empty poll is an idle source, not a slow one.
+        if !records.is_empty() {
+            add_nanos(&self.metrics.poll_wait_nanos, returned_at - polled_at);
+        }
         // Every record of this poll was acquired after the buffer was last empty.
         let mut acquired_after = self.buffer_empty_at;
         if records.len() < max {
@@ -249,11 +253,12 @@ impl Source for KafkaShareSource {
         let ranges = to_ranges(fresh.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
         let budget = lock / 2 - acquired_after.elapsed().min(lock / 2);
         let writing = tokio::time::Instant::now();
-        match tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges)).await {
-            Ok(r) => {
-                r?;
-                add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
-            }
+        let written = tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges)).await;
+        // Counted whether it succeeded or not: a write that failed or ran out of time was
+        // waited for all the same, and the metrics outlive the restart that follows.
+        add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
+        match written {
+            Ok(r) => r?,
             Err(_) => {
                 tracing::error!(
                     task = %task,
