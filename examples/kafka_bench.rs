@@ -4,8 +4,8 @@
 //! 1. shareflow's share consumer (at-least-once, acknowledgements batched on the next
 //!    fetch) against Kafka's own `kafka-share-consumer-perf-test`
 //!    (`org.apache.kafka.tools.ShareConsumerPerformance`), 1 and 4 partitions;
-//! 2. the pipeline on 4 partitions, parallelism 2, 1 s checkpoints, as four variants
-//!    that add one stage at a time: share source -> discard (exactly-once: the
+//! 2. the pipeline on 4 partitions, parallelism 2 (or PARALLELISM), 1 s checkpoints, as
+//!    four variants that add one stage at a time: share source -> discard (exactly-once: the
 //!    acknowledgements commit in a transaction per checkpoint), + SQL, + Kafka sink
 //!    (the full exactly-once pipeline), and the full pipeline at-least-once.
 //!
@@ -24,7 +24,7 @@
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
-//! cargo run --release --features kafka --example kafka_bench [-- RECORDS [ROUNDS]]
+//! cargo run --release --features kafka --example kafka_bench [-- RECORDS [ROUNDS [PARALLELISM]]]
 //! ```
 //!
 //! The figures go to `docs/results/kafka_bench.jsonl` (or `$SHAREFLOW_RESULTS_DIR`), for
@@ -165,9 +165,6 @@ async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> R
     Ok(values.get(col).ok_or("short line")?.parse()?)
 }
 
-/// Subtasks of each pipeline operator.
-const PARALLELISM: u32 = 2;
-
 /// A sink that drops what it gets: the pipeline without the cost of writing output.
 struct Discard;
 
@@ -210,7 +207,7 @@ impl Variant {
 }
 
 /// Records per second through `variant` over `input` (4 partitions, already filled with
-/// `records` records), [`PARALLELISM`] subtasks per operator, 1 s checkpoints: from the job's start to its end,
+/// `records` records), `parallelism` subtasks per operator, 1 s checkpoints: from the job's start to its end,
 /// as `shareflow demo --kafka` measures it. Each run is a new share group, `name`; the
 /// Kafka sink variants write to `output`, which the caller creates and deletes outside
 /// the measurement.
@@ -221,6 +218,7 @@ async fn pipeline(
     output: &str,
     records: u64,
     variant: Variant,
+    parallelism: u32,
     out: &mut Option<Split>,
 ) -> Result<f64, Error> {
     let exactly_once = variant != Variant::FullAtLeastOnce;
@@ -236,17 +234,17 @@ async fn pipeline(
             record_schema(),
             KafkaShareSource::factory(c.clone(), txns.clone(), source, metrics.clone()),
         )
-        .parallelism(PARALLELISM);
+        .parallelism(parallelism);
     let stream = match variant {
         Variant::SourceOnly => stream,
         _ => stream
             .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
-            .parallelism(PARALLELISM),
+            .parallelism(parallelism),
     };
     match variant {
-        Variant::SourceOnly | Variant::WithSql => stream.sink("discard", |_| Discard).parallelism(PARALLELISM),
+        Variant::SourceOnly | Variant::WithSql => stream.sink("discard", |_| Discard).parallelism(parallelism),
         Variant::Full | Variant::FullAtLeastOnce => {
-            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), output)).parallelism(PARALLELISM)
+            stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), output)).parallelism(parallelism)
         }
     };
     job.participant(txns);
@@ -279,20 +277,20 @@ async fn pipeline(
         most_blocked: blocked,
     };
     println!(
-        "  {}: backpressure per operator (subtasks summed): {}; the source's {PARALLELISM} subtasks waited in polls \
+        "  {}: backpressure per operator (subtasks summed): {}; the source's {parallelism} subtasks waited in polls \
          that returned records {:.0} %, for intents {:.0} % of the run (summed, of {} %)",
         variant.name(),
         waits.join(", "),
         100.0 * split.poll_wait,
         100.0 * split.intent_wait,
-        100 * PARALLELISM,
+        100 * parallelism,
     );
     *out = Some(split);
     Ok(emitted as f64 / elapsed.as_secs_f64())
 }
 
 /// Where one pipeline run's time went, as shares of the run summed over subtasks (so up
-/// to [`PARALLELISM`]): the source's waits in polls that returned records and for its
+/// to the parallelism): the source's waits in polls that returned records and for its
 /// intents, and the most any one operator was blocked on a full channel downstream.
 #[derive(Debug, Clone, Copy)]
 struct Split {
@@ -328,14 +326,18 @@ async fn main() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
     let records: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200_000);
     let rounds: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
-    if records == 0 || rounds == 0 {
-        return Err("RECORDS and ROUNDS must be at least 1".into());
+    let parallelism: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(2);
+    if records == 0 || rounds == 0 || parallelism == 0 {
+        return Err("RECORDS, ROUNDS and PARALLELISM must be at least 1".into());
     }
     let broker = broker_pid()?;
     cpu_seconds(&broker, false).map_err(|e| format!("cannot read the broker's CPU time: {e}"))?;
     let c = KafkaCluster::connect(&bootstrap).await?;
     let value = Bytes::from(vec![b'x'; 1024]);
-    let mut out = results::Results::create("kafka_bench", serde_json::json!({ "records": records, "rounds": rounds }));
+    let mut out = results::Results::create(
+        "kafka_bench",
+        serde_json::json!({ "records": records, "rounds": rounds, "parallelism": parallelism }),
+    );
 
     // One topic per partition count, filled once; every run reads it in a group of its own.
     let mut topics = Vec::new();
@@ -354,7 +356,7 @@ async fn main() -> Result<(), Error> {
         let name = unique("bench-warmup");
         let output = format!("{name}-output");
         c.ensure_topic(&output, 4, &[]).await?;
-        pipeline(&c, &input, &name, &output, records, variant, &mut None).await?;
+        pipeline(&c, &input, &name, &output, records, variant, parallelism, &mut None).await?;
         c.delete_topics(&[&output, &format!("{name}-bench-ledger"), &format!("{name}-intents")]).await?;
     }
     println!("(warm-up done: one read and one run of each variant, not recorded)");
@@ -397,7 +399,7 @@ async fn main() -> Result<(), Error> {
             }
             settle().await;
             let mut split = None;
-            let run = pipeline(&c, &input, &name, &output, records, variant, &mut split);
+            let run = pipeline(&c, &input, &name, &output, records, variant, parallelism, &mut split);
             let cost = measured(&broker, records, false, run).await?;
             let split = split.ok_or("the pipeline run reported no split")?;
             // Give the disk back; the ledger and intents topics are per group.
