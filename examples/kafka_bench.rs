@@ -206,21 +206,26 @@ impl Variant {
     }
 }
 
+/// The topic the Kafka sink variants of the run named `name` write to.
+fn output_topic(name: &str) -> String {
+    format!("{name}-output")
+}
+
 /// Records per second through `variant` over `input` (4 partitions, already filled with
-/// `records` records), `parallelism` subtasks per operator, 1 s checkpoints: from the job's start to its end,
-/// as `shareflow demo --kafka` measures it. Each run is a new share group, `name`; the
-/// Kafka sink variants write to `output`, which the caller creates and deletes outside
-/// the measurement.
+/// `records` records), `parallelism` subtasks per operator, 1 s checkpoints: from the
+/// job's start to its end, as `shareflow demo --kafka` measures it. Each run is a new
+/// share group, `name`; the Kafka sink variants write to [`output_topic`], which the
+/// caller creates and deletes outside the measurement.
 async fn pipeline(
     c: &KafkaCluster,
     input: &str,
     name: &str,
-    output: &str,
     records: u64,
     variant: Variant,
     parallelism: u32,
     out: &mut Option<Split>,
 ) -> Result<f64, Error> {
+    let output = &output_topic(name);
     let exactly_once = variant != Variant::FullAtLeastOnce;
     let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
     let metrics = Arc::new(SourceMetrics::default());
@@ -354,9 +359,9 @@ async fn main() -> Result<(), Error> {
     ours(&c, &input, records).await?;
     for variant in Variant::ALL {
         let name = unique("bench-warmup");
-        let output = format!("{name}-output");
+        let output = output_topic(&name);
         c.ensure_topic(&output, 4, &[]).await?;
-        pipeline(&c, &input, &name, &output, records, variant, parallelism, &mut None).await?;
+        pipeline(&c, &input, &name, records, variant, parallelism, &mut None).await?;
         c.delete_topics(&[&output, &format!("{name}-bench-ledger"), &format!("{name}-intents")]).await?;
     }
     println!("(warm-up done: one read and one run of each variant, not recorded)");
@@ -392,14 +397,14 @@ async fn main() -> Result<(), Error> {
         order.rotate_left(round as usize % Variant::ALL.len());
         for variant in order {
             let name = unique("bench-pipeline");
-            let output = format!("{name}-output");
+            let output = output_topic(&name);
             let sinks = matches!(variant, Variant::Full | Variant::FullAtLeastOnce);
             if sinks {
                 c.ensure_topic(&output, 4, &[]).await?;
             }
             settle().await;
             let mut split = None;
-            let run = pipeline(&c, &input, &name, &output, records, variant, parallelism, &mut split);
+            let run = pipeline(&c, &input, &name, records, variant, parallelism, &mut split);
             let cost = measured(&broker, records, false, run).await?;
             let split = split.ok_or("the pipeline run reported no split")?;
             // Give the disk back; the ledger and intents topics are per group.
