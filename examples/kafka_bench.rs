@@ -196,6 +196,11 @@ enum Variant {
 impl Variant {
     const ALL: [Variant; 4] = [Variant::SourceOnly, Variant::WithSql, Variant::Full, Variant::FullAtLeastOnce];
 
+    /// True for the variants with the Kafka sink.
+    fn writes_output(self) -> bool {
+        matches!(self, Variant::Full | Variant::FullAtLeastOnce)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Variant::SourceOnly => "source -> discard (exactly-once)",
@@ -209,6 +214,26 @@ impl Variant {
 /// The topic the Kafka sink variants of the run named `name` write to.
 fn output_topic(name: &str) -> String {
     format!("{name}-output")
+}
+
+/// Before a run named `name`, outside its measurement: the output topic, if `variant`
+/// writes one.
+async fn prepare_run(c: &KafkaCluster, name: &str, variant: Variant) -> Result<(), Error> {
+    if variant.writes_output() {
+        c.ensure_topic(&output_topic(name), 4, &[]).await?;
+    }
+    Ok(())
+}
+
+/// After a run named `name`: gives the disk back, deleting the per-group ledger and
+/// intents topics it made and its output topic.
+async fn clean_run(c: &KafkaCluster, name: &str, variant: Variant) -> Result<(), Error> {
+    let mut done = vec![format!("{name}-bench-ledger"), format!("{name}-intents")];
+    if variant.writes_output() {
+        done.push(output_topic(name));
+    }
+    c.delete_topics(&done.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    Ok(())
 }
 
 /// Records per second through `variant` over `input` (4 partitions, already filled with
@@ -267,19 +292,15 @@ async fn pipeline(
     }
     // Where the pipeline waits: an operator blocked on a full channel has a slower one
     // downstream of it. Summed over the operator's subtasks, as a share of the run.
-    let waits: Vec<String> = live
-        .snapshot()
-        .operators
-        .iter()
-        .map(|(op, m)| format!("{op} {:.0} %", 100.0 * m.backpressure.as_secs_f64() / elapsed.as_secs_f64()))
-        .collect();
-    let share = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9 / elapsed.as_secs_f64();
-    let blocked = live.snapshot().operators.values().map(|m| m.backpressure.as_secs_f64()).fold(0.0, f64::max)
-        / elapsed.as_secs_f64();
+    let of_run = |d: Duration| d.as_secs_f64() / elapsed.as_secs_f64();
+    let blocked: Vec<(String, f64)> =
+        live.snapshot().operators.into_iter().map(|(op, m)| (op, of_run(m.backpressure))).collect();
+    let waits: Vec<String> = blocked.iter().map(|(op, b)| format!("{op} {:.0} %", 100.0 * b)).collect();
+    let nanos = |c: &std::sync::atomic::AtomicU64| Duration::from_nanos(c.load(Ordering::Relaxed));
     let split = Split {
-        poll_wait: share(&metrics.poll_wait_nanos),
-        intent_wait: share(&metrics.intent_wait_nanos),
-        most_blocked: blocked,
+        poll_wait: of_run(nanos(&metrics.poll_wait_nanos)),
+        intent_wait: of_run(nanos(&metrics.intent_wait_nanos)),
+        most_blocked: blocked.iter().map(|(_, b)| *b).fold(0.0, f64::max),
     };
     println!(
         "  {}: backpressure per operator (subtasks summed): {}; the source's {parallelism} subtasks waited in polls \
@@ -359,10 +380,9 @@ async fn main() -> Result<(), Error> {
     ours(&c, &input, records).await?;
     for variant in Variant::ALL {
         let name = unique("bench-warmup");
-        let output = output_topic(&name);
-        c.ensure_topic(&output, 4, &[]).await?;
+        prepare_run(&c, &name, variant).await?;
         pipeline(&c, &input, &name, records, variant, parallelism, &mut None).await?;
-        c.delete_topics(&[&output, &format!("{name}-bench-ledger"), &format!("{name}-intents")]).await?;
+        clean_run(&c, &name, variant).await?;
     }
     println!("(warm-up done: one read and one run of each variant, not recorded)");
 
@@ -397,22 +417,13 @@ async fn main() -> Result<(), Error> {
         order.rotate_left(round as usize % Variant::ALL.len());
         for variant in order {
             let name = unique("bench-pipeline");
-            let output = output_topic(&name);
-            let sinks = matches!(variant, Variant::Full | Variant::FullAtLeastOnce);
-            if sinks {
-                c.ensure_topic(&output, 4, &[]).await?;
-            }
+            prepare_run(&c, &name, variant).await?;
             settle().await;
             let mut split = None;
             let run = pipeline(&c, &input, &name, records, variant, parallelism, &mut split);
             let cost = measured(&broker, records, false, run).await?;
             let split = split.ok_or("the pipeline run reported no split")?;
-            // Give the disk back; the ledger and intents topics are per group.
-            let mut done = vec![format!("{name}-bench-ledger"), format!("{name}-intents")];
-            if sinks {
-                done.push(output);
-            }
-            c.delete_topics(&done.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+            clean_run(&c, &name, variant).await?;
             println!(
                 "round {round}: {}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
                 variant.name(),

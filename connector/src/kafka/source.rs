@@ -188,10 +188,7 @@ impl Source for KafkaShareSource {
             let n = self.replay.len().min(self.config.max_poll_records);
             let records: Vec<Record> = self.replay.drain(..n).collect();
             let ranges = to_ranges(records.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
-            let writing = tokio::time::Instant::now();
-            let written = self.txns.write_intent(epoch, self.subtask, ranges).await;
-            add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
-            written?;
+            timed(&self.metrics.intent_wait_nanos, self.txns.write_intent(epoch, self.subtask, ranges)).await?;
             self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
             self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
             return self.emit(records);
@@ -252,12 +249,8 @@ impl Source for KafkaShareSource {
         }
         let ranges = to_ranges(fresh.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
         let budget = lock / 2 - acquired_after.elapsed().min(lock / 2);
-        let writing = tokio::time::Instant::now();
-        let written = tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges)).await;
-        // Counted whether it succeeded or not: a write that failed or ran out of time was
-        // waited for all the same, and the metrics outlive the restart that follows.
-        add_nanos(&self.metrics.intent_wait_nanos, writing.elapsed());
-        match written {
+        let write = tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges));
+        match timed(&self.metrics.intent_wait_nanos, write).await {
             Ok(r) => r?,
             Err(_) => {
                 tracing::error!(
@@ -308,4 +301,14 @@ impl Source for KafkaShareSource {
 /// Adds `d` to a nanosecond counter.
 fn add_nanos(counter: &std::sync::atomic::AtomicU64, d: Duration) {
     counter.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// Runs `f` and adds how long it took to `counter`, whatever it returned: a write that
+/// failed or ran out of time was waited for all the same, and the metrics outlive the
+/// restart that follows.
+async fn timed<F: std::future::Future>(counter: &std::sync::atomic::AtomicU64, f: F) -> F::Output {
+    let started = tokio::time::Instant::now();
+    let out = f.await;
+    add_nanos(counter, started.elapsed());
+    out
 }
