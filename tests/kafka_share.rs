@@ -1,5 +1,5 @@
 //! The share consumer against a real Kafka 4.x broker: membership, splitting work,
-//! lock expiry, RELEASE, REJECT and RENEW.
+//! lock expiry, RELEASE, REJECT and RENEW; and the topic writer that loads their input.
 
 mod support;
 
@@ -208,4 +208,24 @@ async fn renewing_an_expired_lock_is_refused() {
     b.acknowledge(&again[0], AcknowledgeType::Accept).await.expect("accept");
     b.close().await.expect("close");
     let _ = a.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_writer_delivers_every_record_in_order_and_counts_them() {
+    let Some(c) = cluster().await else { return };
+    let topic = unique("writer-out");
+    c.ensure_topic(&topic, 1, &[]).await.expect("create topic");
+    let mut w = c.writer(&topic).await.expect("writer");
+    let value = |i: u32| bytes::Bytes::from(format!("v{i}"));
+    w.send((0..3).map(|i| (Some(bytes::Bytes::from(format!("k{i}"))), value(i)))).await.expect("send");
+    assert_eq!(w.flush().await.expect("flush"), 3, "flush counts what was acknowledged");
+    w.send((3..5).map(|i| (None, value(i)))).await.expect("send");
+    assert_eq!(w.close().await.expect("close"), 5, "close counts every record written");
+    let got = c.read_topic(&topic, false).await.expect("read");
+    let values: Vec<_> = got.iter().map(|(_, _, _, v)| v.clone().expect("a value")).collect();
+    assert_eq!(values, (0..5).map(value).collect::<Vec<_>>(), "one partition keeps send order");
+    let keys: Vec<_> = got.iter().map(|(_, _, k, _)| k.clone()).collect();
+    assert_eq!(keys[0].as_deref(), Some(&b"k0"[..]));
+    assert_eq!(keys[4], None, "a record sent without a key has none");
+    c.delete_topics(&[topic.as_str()]).await.expect("delete");
 }

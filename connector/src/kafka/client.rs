@@ -291,6 +291,15 @@ impl KafkaCluster {
     /// Produces `(key, value)` records to `topic` with an idempotent producer and waits
     /// until all are acknowledged. For loading input.
     pub async fn produce(&self, topic: &str, records: impl IntoIterator<Item = (Option<Bytes>, Bytes)>) -> Result<u64> {
+        let mut writer = self.writer(topic).await?;
+        writer.send(records).await?;
+        writer.close().await
+    }
+
+    /// A [`TopicWriter`] to `topic`: an idempotent producer of its own (1 MiB batches),
+    /// on the job's shared connection, outside any transaction. For loading input and
+    /// for tools; a job's output goes through [`KafkaSink`](super::KafkaSink).
+    pub async fn writer(&self, topic: &str) -> Result<TopicWriter> {
         let producer = self
             .kafka
             .producer()
@@ -299,20 +308,7 @@ impl KafkaCluster {
             .build()
             .await
             .map_err(|e| kafka_error("build producer", e))?;
-        let mut handles = Vec::new();
-        for (key, value) in records {
-            let mut r = krafka::Record::new(topic, value);
-            if let Some(k) = key {
-                r = r.key(k);
-            }
-            handles.push(producer.enqueue(r).await.map_err(|e| kafka_error(format!("produce to {topic}"), e))?);
-        }
-        let n = handles.len() as u64;
-        for h in handles {
-            let _ = h.await.map_err(|e| kafka_error(format!("produce to {topic}"), e))?;
-        }
-        producer.close().await.map_err(|e| kafka_error("close producer", e))?;
-        Ok(n)
+        Ok(TopicWriter { topic: topic.to_string(), producer, pending: Vec::new(), written: 0 })
     }
 
     /// Reads every committed record of `topic` (read_committed, from the beginning to the
@@ -754,10 +750,65 @@ impl KafkaCluster {
     }
 }
 
+/// Writes records to one topic at the pace of its producer: [`send`](Self::send) queues
+/// them and returns, [`close`](Self::close) waits until the broker acknowledged every one.
+/// At-least-once: a record whose delivery fails fails `close`, and nothing is retried
+/// past the producer's own retries.
+pub struct TopicWriter {
+    topic: String,
+    producer: Producer,
+    pending: Vec<DeliveryHandle>,
+    written: u64,
+}
+
+impl std::fmt::Debug for TopicWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicWriter")
+            .field("topic", &self.topic)
+            .field("pending", &self.pending.len())
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TopicWriter {
+    /// Queues `(key, value)` records. It waits only for the producer's buffer memory.
+    pub async fn send(&mut self, records: impl IntoIterator<Item = (Option<Bytes>, Bytes)>) -> Result<()> {
+        let records = records.into_iter().map(|(key, value)| {
+            let r = krafka::Record::new(self.topic.as_str(), value);
+            match key {
+                Some(k) => r.key(k),
+                None => r,
+            }
+        });
+        let handles = enqueue_all(records, "", |r| self.producer.enqueue(r)).await?;
+        self.pending.extend(handles);
+        Ok(())
+    }
+
+    /// Waits until every record queued so far is acknowledged, and returns how many
+    /// were.
+    pub async fn flush(&mut self) -> Result<u64> {
+        let pending = std::mem::take(&mut self.pending);
+        let n = pending.len() as u64;
+        await_all(pending, &format!("records to {}", self.topic)).await?;
+        self.written += n;
+        Ok(self.written)
+    }
+
+    /// [`flush`](Self::flush)es, closes the producer, and returns how many records
+    /// this writer wrote.
+    pub async fn close(mut self) -> Result<u64> {
+        let written = self.flush().await?;
+        self.producer.close().await.map_err(|e| kafka_error("close producer", e))?;
+        Ok(written)
+    }
+}
+
 /// Queues `records` with `enqueue`, one producer's `enqueue`; `context` ends the error
 /// message (" in T(n)").
 pub(crate) async fn enqueue_all<F, Fut>(
-    records: Vec<krafka::Record>,
+    records: impl IntoIterator<Item = krafka::Record>,
     context: &str,
     enqueue: F,
 ) -> Result<Vec<DeliveryHandle>>
@@ -765,7 +816,8 @@ where
     F: Fn(krafka::Record) -> Fut,
     Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
 {
-    let mut handles = Vec::with_capacity(records.len());
+    let records = records.into_iter();
+    let mut handles = Vec::with_capacity(records.size_hint().0);
     for r in records {
         let topic = r.topic.clone();
         handles.push(enqueue(r).await.map_err(|e| kafka_error(format!("write to {topic}{context}"), e))?);

@@ -36,7 +36,7 @@ mod source;
 mod transactions;
 
 pub use claims::Claimant;
-pub use client::{KafkaCluster, KafkaTransactionInfo, ShareGroupBacklog};
+pub use client::{KafkaCluster, KafkaTransactionInfo, ShareGroupBacklog, TopicWriter};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use group::GroupIntent;
 pub use ledger::LedgerRange;
