@@ -4,7 +4,12 @@
 //! 1. shareflow's share consumer (at-least-once, acknowledgements batched on the next
 //!    fetch) against Kafka's own `kafka-share-consumer-perf-test`
 //!    (`org.apache.kafka.tools.ShareConsumerPerformance`), 1 and 4 partitions;
-//! 2. the pipeline on 4 partitions, parallelism 2 (or PARALLELISM), 1 s checkpoints, as
+//! 2. PARALLELISM members of the same consumer on 4 partitions, each writing every record
+//!    it reads to another topic (no runtime, no ledger): the least work a pipeline that
+//!    writes its input back to this broker can do, and so its bound on this machine;
+//! 3. shareflow's `TopicWriter` against Kafka's own `kafka-producer-perf-test`, each
+//!    writing as many records to a topic of 4 partitions;
+//! 4. the pipeline on 4 partitions, parallelism 2 (or PARALLELISM), 1 s checkpoints, as
 //!    four variants that add one stage at a time: share source -> discard (exactly-once: the
 //!    acknowledgements commit in a transaction per checkpoint), + SQL, + Kafka sink
 //!    (the full exactly-once pipeline), and the full pipeline at-least-once.
@@ -34,7 +39,7 @@
 mod results;
 
 use std::process::Command;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -145,6 +150,57 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<f64, Error>
     Ok(rate)
 }
 
+/// Records per second of `members` of our consumer, each writing every record's value
+/// to `output` as it goes (a `TopicWriter` of its own on the same broker), from creating
+/// them to the last write acknowledged. No runtime, no ledger, acknowledgements before
+/// the writes are durable: the least work a pipeline with as many source subtasks that
+/// writes its input back to this broker can do, and so its bound on this machine.
+async fn ours_writing(c: &KafkaCluster, topic: &str, output: &str, records: u64, members: u32) -> Result<f64, Error> {
+    let g = group(c).await?;
+    let started = Instant::now();
+    let seen = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..members {
+        let (c, g, topic, output, seen) = (c.clone(), g.clone(), topic.to_string(), output.to_string(), seen.clone());
+        tasks.spawn(async move {
+            let mut m = KafkaShareConsumer::new(&c, KafkaShareConsumerConfig::new(&g)).await?;
+            let mut writer = c.writer(&output).await?;
+            m.subscribe(&[topic.as_str()]).await?;
+            let mut mine = 0u64;
+            while seen.load(Ordering::Relaxed) < records {
+                let batch = m.poll(500, Duration::from_millis(500)).await?;
+                let values: Vec<_> =
+                    batch.iter().map(|r| (r.key.clone(), r.value.clone().unwrap_or_default())).collect();
+                writer.send(values).await?;
+                for r in &batch {
+                    m.acknowledge(r, AcknowledgeType::Accept).await?;
+                }
+                mine += batch.len() as u64;
+                seen.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                if started.elapsed() > Duration::from_secs(300) {
+                    return Err(format!("only {} of {records} records in 300 s", seen.load(Ordering::Relaxed)).into());
+                }
+            }
+            m.commit().await?;
+            let written = writer.close().await?;
+            m.close().await?;
+            if written != mine {
+                return Err(format!("a member wrote {written} of the {mine} records it read").into());
+            }
+            Ok::<u64, Error>(written)
+        });
+    }
+    let mut written = 0;
+    while let Some(done) = tasks.join_next().await {
+        written += done??;
+    }
+    let rate = records as f64 / started.elapsed().as_secs_f64();
+    if written != records {
+        return Err(format!("wrote {written} records, expected {records}").into());
+    }
+    Ok(rate)
+}
+
 /// Records per second the Java tool reports (its nMsg.sec column).
 async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error> {
     let lib =
@@ -164,6 +220,45 @@ async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> R
     let col = header.iter().position(|h| *h == "nMsg.sec").ok_or("no nMsg.sec column")?;
     Ok(values.get(col).ok_or("short line")?.parse()?)
 }
+
+/// Records per second of a `TopicWriter` writing `records` records of `value` to
+/// `topic`, from creating it to the last record acknowledged.
+async fn our_writer(c: &KafkaCluster, topic: &str, records: u64, value: &Bytes) -> Result<f64, Error> {
+    let started = Instant::now();
+    let mut w = c.writer(topic).await?;
+    w.send((0..records).map(|_| (None, value.clone()))).await?;
+    let written = w.close().await?;
+    if written != records {
+        return Err(format!("the writer wrote {written} of {records} records").into());
+    }
+    Ok(records as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Records per second Kafka's `kafka-producer-perf-test`
+/// (`org.apache.kafka.tools.ProducerPerformance`) reports for `records` records of 1 KiB,
+/// idempotent, acks=all, 1 MiB batches like our writer.
+fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error> {
+    let lib =
+        std::env::var("SHAREFLOW_KAFKA_LIB").map_err(|_| "set SHAREFLOW_KAFKA_LIB: eval \"$(./scripts/kafka env)\"")?;
+    let out = Command::new("java")
+        .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.ProducerPerformance"])
+        .args(["--topic", topic, "--num-records", &records.to_string(), "--record-size", "1024"])
+        .args(["--throughput", "-1", "--producer-props", &format!("bootstrap.servers={bootstrap}")])
+        .args(["acks=all", "enable.idempotence=true", "batch.size=1048576"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The summary line: "N records sent, R records/sec (M MB/sec), ... 50th, ...".
+    let summary = text
+        .lines()
+        .find(|l| l.contains("50th"))
+        .ok_or_else(|| format!("no summary line from ProducerPerformance: {}", String::from_utf8_lossy(&out.stderr)))?;
+    let rate = summary.split(',').nth(1).and_then(|f| f.split_whitespace().next()).ok_or("no records/sec field")?;
+    Ok(rate.parse()?)
+}
+
+/// The name of the reference run: members of our raw consumer writing every record
+/// they read, as many as the pipeline's source subtasks.
+const RAW_WRITING: &str = "raw consumers writing their input";
 
 /// A sink that drops what it gets: the pipeline without the cost of writing output.
 struct Discard;
@@ -387,6 +482,8 @@ async fn main() -> Result<(), Error> {
     println!("(warm-up done: one read and one run of each variant, not recorded)");
 
     let mut consumer: Vec<(i32, f64, f64)> = Vec::new();
+    let mut writing: Vec<Cost> = Vec::new();
+    let mut producers: Vec<(f64, f64)> = Vec::new();
     let mut variants: Vec<(Variant, Cost, Split)> = Vec::new();
     for round in 0..rounds {
         for (partitions, topic) in &topics {
@@ -410,6 +507,42 @@ async fn main() -> Result<(), Error> {
                     "kind": "pipeline", "round": round, "variant": "raw consumer", "rate": mine.rate,
                     "job_cpu_s_per_m": mine.client_cpu_per_m, "broker_cpu_s_per_m": mine.broker_cpu_per_m,
                 }));
+                let output = unique("bench-copy");
+                c.ensure_topic(&output, 4, &[]).await?;
+                settle().await;
+                let copy =
+                    measured(&broker, records, false, ours_writing(&c, topic, &output, records, parallelism)).await?;
+                c.delete_topics(&[output.as_str()]).await?;
+                println!(
+                    "round {round}: {RAW_WRITING}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
+                    copy.rate, copy.client_cpu_per_m, copy.broker_cpu_per_m
+                );
+                out.record(serde_json::json!({
+                    "kind": "pipeline", "round": round, "variant": RAW_WRITING, "rate": copy.rate,
+                    "job_cpu_s_per_m": copy.client_cpu_per_m, "broker_cpu_s_per_m": copy.broker_cpu_per_m,
+                }));
+                writing.push(copy);
+                let (ours_out, theirs_out) = (unique("bench-write-ours"), unique("bench-write-java"));
+                for t in [&ours_out, &theirs_out] {
+                    c.ensure_topic(t, 4, &[]).await?;
+                }
+                settle().await;
+                let theirs =
+                    measured(&broker, records, true, async { java_writer(&bootstrap, &theirs_out, records) }).await?;
+                settle().await;
+                let mine = measured(&broker, records, false, our_writer(&c, &ours_out, records, &value)).await?;
+                c.delete_topics(&[ours_out.as_str(), theirs_out.as_str()]).await?;
+                println!(
+                    "round {round}: producer, 4 partitions: shareflow's TopicWriter {:.0} rec/s, kafka-producer-perf-test {:.0} rec/s",
+                    mine.rate, theirs.rate
+                );
+                out.record(serde_json::json!({
+                    "kind": "producer", "round": round, "partitions": 4,
+                    "shareflow": mine.rate, "java": theirs.rate,
+                    "shareflow_cpu_s_per_m": mine.client_cpu_per_m, "java_cpu_s_per_m": theirs.client_cpu_per_m,
+                    "broker_cpu_s_per_m_shareflow": mine.broker_cpu_per_m, "broker_cpu_s_per_m_java": theirs.broker_cpu_per_m,
+                }));
+                producers.push((mine.rate, theirs.rate));
             }
         }
         // Each round starts at another variant, so that none always follows the same one.
@@ -456,20 +589,36 @@ async fn main() -> Result<(), Error> {
             median(ratio)
         );
     }
+    println!(
+        "producer, 4 partitions: shareflow's TopicWriter {} rec/s | kafka-producer-perf-test {} rec/s | ratio {:.2}",
+        spread(&producers.iter().map(|x| x.0).collect::<Vec<_>>()),
+        spread(&producers.iter().map(|x| x.1).collect::<Vec<_>>()),
+        median(producers.iter().map(|x| x.0 / x.1).collect())
+    );
     let raw: Vec<f64> = consumer.iter().filter(|x| x.0 == 4).map(|x| x.1).collect();
+    let bound: Vec<f64> = writing.iter().map(|c| c.rate).collect();
+    println!(
+        "{RAW_WRITING}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2}",
+        spread(&bound),
+        median(bound.iter().zip(&raw).map(|(w, r)| w / r).collect()),
+        median(writing.iter().map(|c| c.client_cpu_per_m).collect()),
+        median(writing.iter().map(|c| c.broker_cpu_per_m).collect()),
+    );
     for variant in Variant::ALL {
         let costs: Vec<Cost> = variants.iter().filter(|(v, ..)| *v == variant).map(|(_, c, _)| *c).collect();
         let splits: Vec<Split> = variants.iter().filter(|(v, ..)| *v == variant).map(|(.., s)| *s).collect();
         let rates: Vec<f64> = costs.iter().map(|c| c.rate).collect();
         // Same round against same round: the machine's drift hits both.
         let ratio: Vec<f64> = rates.iter().zip(&raw).map(|(p, r)| p / r).collect();
+        let of_bound: Vec<f64> = rates.iter().zip(&bound).map(|(p, b)| p / b).collect();
         let pct = |f: fn(&Split) -> f64| 100.0 * median(splits.iter().map(f).collect());
         println!(
-            "{}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2} | source waits: \
-             poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
+            "{}: {} rec/s | / raw consumer {:.2} | / raw consumers writing {:.2} | CPU s per M records: job {:.2}, \
+             broker {:.2} | source waits: poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
             variant.name(),
             spread(&rates),
             median(ratio),
+            median(of_bound),
             median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
             median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
             pct(|s| s.poll_wait),

@@ -139,13 +139,19 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
 def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     args = header.get("args", {})
     cmd = f"cargo run --release --features kafka --example kafka_bench -- {args.get('records', '?')} {args.get('rounds', '?')}"
+    if args.get("parallelism", 2) != 2:
+        cmd += f" {args['parallelism']}"
     out = []
     consumers: dict[int, list[dict]] = {}
+    producers: list[dict] = []
     pipelines: dict[str, dict[int, dict]] = {}
     for r in rows:
         if r["kind"] == "consumer":
             partitions, _, _ = need(path, r, "partitions", "shareflow", "java")
             consumers.setdefault(int(partitions), []).append(r)
+        elif r["kind"] == "producer":
+            need(path, r, "shareflow", "java")
+            producers.append(r)
         elif r["kind"] == "pipeline":
             variant, rnd, _ = need(path, r, "variant", "round", "rate")
             pipelines.setdefault(variant, {})[int(rnd)] = r
@@ -155,7 +161,14 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
                           cmd, "ratio", ratios, header))
         out.append(figure(f"Kafka: our share consumer, {partitions} partition(s), 1 KiB records", cmd, "records/s",
                           [value(path, r, lambda r=r: float(r["shareflow"])) for r in rs], header))
+    if producers:
+        out.append(figure("Kafka: our TopicWriter / kafka-producer-perf-test, 4 partitions, 1 KiB records", cmd,
+                          "ratio", [value(path, r, lambda r=r: float(r["shareflow"]) / float(r["java"]))
+                                    for r in producers], header))
     raw = pipelines.get("raw consumer", {})
+    # Members of the raw consumer writing what they read, no runtime: the bound of any
+    # pipeline that writes its input back to the same broker.
+    bound = pipelines.get("raw consumers writing their input", {})
     for variant, by_round in pipelines.items():
         rs = list(by_round.values())
         for key, who in (("job_cpu_s_per_m", "job"), ("broker_cpu_s_per_m", "broker")):
@@ -163,13 +176,20 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
             out.append(figure(f"Kafka {variant}: {who} CPU per million records", cmd, "s", cpu, header))
         if variant == "raw consumer":
             continue
-        out.append(figure(f"Kafka pipeline {variant}, 4 partitions, 1 s checkpoints", cmd, "records/s",
-                          [value(path, r, lambda r=r: float(r["rate"])) for r in rs], header))
+        what = (f"Kafka: {variant}, 4 partitions, no runtime" if by_round is bound
+                else f"Kafka pipeline {variant}, 4 partitions, 1 s checkpoints")
+        out.append(figure(what, cmd, "records/s", [value(path, r, lambda r=r: float(r["rate"])) for r in rs], header))
         same_round = [(r, raw[k]) for k, r in by_round.items() if k in raw]
         if same_round:
-            out.append(figure(f"Kafka pipeline {variant} / raw share consumer (same round)", cmd, "ratio",
+            label = f"Kafka: {variant}" if by_round is bound else f"Kafka pipeline {variant}"
+            out.append(figure(f"{label} / raw share consumer (same round)", cmd, "ratio",
                               [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
                                for r, b in same_round], header))
+        to_bound = [(r, bound[k]) for k, r in by_round.items() if k in bound and by_round is not bound]
+        if to_bound:
+            out.append(figure(f"Kafka pipeline {variant} / raw consumers writing their input (same round)", cmd,
+                              "ratio", [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
+                                        for r, b in to_bound], header))
     return out
 
 
