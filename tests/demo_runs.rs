@@ -477,7 +477,9 @@ fn plain_progress_lines_and_json_logs() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_str().unwrap();
     let run = demo::shareflow_with_env(
-        &["demo", "--dir", dir, "--records", "300000", "--crashes", "0", "--interval", "100", "--log-format", "json"],
+        // Long enough for a progress line (one a second) on a fast machine too: 300,000
+        // records once finished in 0.9 s.
+        &["demo", "--dir", dir, "--records", "2000000", "--crashes", "0", "--interval", "100", "--log-format", "json"],
         &[("SHAREFLOW_LOG", "info".to_string())],
         RUN_TIMEOUT,
     );
