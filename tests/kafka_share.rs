@@ -229,3 +229,18 @@ async fn a_topic_writer_delivers_every_record_in_order_and_counts_them() {
     assert_eq!(keys[4], None, "a record sent without a key has none");
     c.delete_topics(&[topic.as_str()]).await.expect("delete");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_writer_that_failed_refuses_further_writes() {
+    let Some(c) = cluster().await else { return };
+    let topic = unique("writer-small");
+    c.ensure_topic(&topic, 1, &[("max.message.bytes", "1024")]).await.expect("create topic");
+    let mut w = c.writer(&topic).await.expect("writer");
+    w.send([(None, bytes::Bytes::from(vec![b'x'; 10_000]))]).await.expect("queued");
+    let err = w.flush().await.expect_err("a record too large for the topic");
+    assert!(err.to_string().contains(&topic), "the error names the topic: {err}");
+    let again = w.send([(None, bytes::Bytes::from_static(b"small"))]).await.expect_err("refused");
+    assert!(again.to_string().contains("failed earlier"), "{again}");
+    assert!(w.close().await.is_err(), "a failed writer does not claim a count");
+    c.delete_topics(&[topic.as_str()]).await.expect("delete");
+}

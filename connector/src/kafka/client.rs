@@ -23,6 +23,13 @@ use crate::error::{Error, ErrorKind, Result};
 /// socket's produces and commits only after it.
 pub(crate) const BOUNDED_READ_WAIT: Duration = Duration::from_millis(10);
 
+/// Output producers' batches: one batch per partition is in flight at a time, so small
+/// batches cap throughput at batch / round trip. 1 MiB matches the broker's default
+/// fetch size.
+pub(crate) const OUTPUT_BATCH_BYTES: usize = 1 << 20;
+/// How long an output producer waits to fill a batch.
+pub(crate) const OUTPUT_LINGER: Duration = Duration::from_millis(2);
+
 /// A connected Kafka cluster: the client handle every consumer and producer of a job
 /// shares, plus an admin client.
 #[derive(Clone)]
@@ -296,19 +303,14 @@ impl KafkaCluster {
         writer.close().await
     }
 
-    /// A [`TopicWriter`] to `topic`: an idempotent producer of its own (1 MiB batches),
-    /// on the job's shared connection, outside any transaction. For loading input and
-    /// for tools; a job's output goes through [`KafkaSink`](super::KafkaSink).
+    /// A [`TopicWriter`] to `topic`: an idempotent producer of its own, outside any
+    /// transaction, batching as the Kafka sink does (1 MiB batches, 2 ms linger), on a
+    /// connection of its own so that its bulk writes do not hold up the job's other
+    /// requests. For loading input and for tools; a job's output goes through
+    /// [`KafkaSink`](super::KafkaSink).
     pub async fn writer(&self, topic: &str) -> Result<TopicWriter> {
-        let producer = self
-            .kafka
-            .producer()
-            .idempotent(true)
-            .batch_size(1 << 20)
-            .build()
-            .await
-            .map_err(|e| kafka_error("build producer", e))?;
-        Ok(TopicWriter { topic: topic.to_string(), producer, pending: Vec::new(), written: 0 })
+        let producer = self.idempotent_producer(OUTPUT_LINGER, OUTPUT_BATCH_BYTES, true).await?;
+        Ok(TopicWriter { topic: topic.to_string(), producer, pending: Vec::new(), written: 0, failed: None })
     }
 
     /// Reads every committed record of `topic` (read_committed, from the beginning to the
@@ -751,14 +753,20 @@ impl KafkaCluster {
 }
 
 /// Writes records to one topic at the pace of its producer: [`send`](Self::send) queues
-/// them and returns, [`close`](Self::close) waits until the broker acknowledged every one.
-/// At-least-once: a record whose delivery fails fails `close`, and nothing is retried
-/// past the producer's own retries.
+/// them and returns, [`flush`](Self::flush) and [`close`](Self::close) wait until the
+/// broker acknowledged every one.
+///
+/// It keeps one delivery handle per record until the next `flush`, so flush now and
+/// then when writing millions. Delivery gets the producer's own retries and no more.
+/// After an error the writer refuses further calls: which of the records since the last
+/// successful `flush` reached the topic is unknown, and writing them again may write
+/// some twice. Drop it, read the topic if it matters, and start a new one.
 pub struct TopicWriter {
     topic: String,
     producer: Producer,
     pending: Vec<DeliveryHandle>,
     written: u64,
+    failed: Option<String>,
 }
 
 impl std::fmt::Debug for TopicWriter {
@@ -767,31 +775,37 @@ impl std::fmt::Debug for TopicWriter {
             .field("topic", &self.topic)
             .field("pending", &self.pending.len())
             .field("written", &self.written)
+            .field("failed", &self.failed)
             .finish_non_exhaustive()
     }
 }
 
 impl TopicWriter {
-    /// Queues `(key, value)` records. It waits only for the producer's buffer memory.
+    /// Queues `(key, value)` records. It waits for the topic's metadata the first time
+    /// and for the producer's buffer memory when that is full, nothing else.
     pub async fn send(&mut self, records: impl IntoIterator<Item = (Option<Bytes>, Bytes)>) -> Result<()> {
+        self.usable()?;
+        let topic = self.topic.as_str();
         let records = records.into_iter().map(|(key, value)| {
-            let r = krafka::Record::new(self.topic.as_str(), value);
+            let r = krafka::Record::new(topic, value);
             match key {
                 Some(k) => r.key(k),
                 None => r,
             }
         });
-        let handles = enqueue_all(records, "", |r| self.producer.enqueue(r)).await?;
-        self.pending.extend(handles);
-        Ok(())
+        let mut queued = Vec::new();
+        let outcome = enqueue_into(records, "", |r| self.producer.enqueue(r), &mut queued).await;
+        self.pending.append(&mut queued);
+        outcome.map_err(|e| self.fail(e))
     }
 
     /// Waits until every record queued so far is acknowledged, and returns how many
-    /// were.
+    /// this writer wrote in all.
     pub async fn flush(&mut self) -> Result<u64> {
+        self.usable()?;
         let pending = std::mem::take(&mut self.pending);
         let n = pending.len() as u64;
-        await_all(pending, &format!("records to {}", self.topic)).await?;
+        await_all(pending, &format!("records to {}", self.topic)).await.map_err(|e| self.fail(e))?;
         self.written += n;
         Ok(self.written)
     }
@@ -802,6 +816,22 @@ impl TopicWriter {
         let written = self.flush().await?;
         self.producer.close().await.map_err(|e| kafka_error("close producer", e))?;
         Ok(written)
+    }
+
+    fn usable(&self) -> Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(first) => Err(Error::InvalidRequest(format!(
+                "the writer to {} failed earlier ({first}); which records since its last flush reached the topic \
+                 is unknown: drop it and start a new writer",
+                self.topic
+            ))),
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        self.failed.get_or_insert_with(|| e.to_string());
+        e
     }
 }
 
@@ -816,13 +846,30 @@ where
     F: Fn(krafka::Record) -> Fut,
     Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
 {
+    let mut handles = Vec::new();
+    enqueue_into(records, context, enqueue, &mut handles).await?;
+    Ok(handles)
+}
+
+/// [`enqueue_all`] into `handles`, which keeps the handles of the records queued before
+/// a failure.
+async fn enqueue_into<F, Fut>(
+    records: impl IntoIterator<Item = krafka::Record>,
+    context: &str,
+    enqueue: F,
+    handles: &mut Vec<DeliveryHandle>,
+) -> Result<()>
+where
+    F: Fn(krafka::Record) -> Fut,
+    Fut: std::future::Future<Output = krafka::Result<DeliveryHandle>>,
+{
     let records = records.into_iter();
-    let mut handles = Vec::with_capacity(records.size_hint().0);
+    handles.reserve(records.size_hint().0);
     for r in records {
         let topic = r.topic.clone();
         handles.push(enqueue(r).await.map_err(|e| kafka_error(format!("write to {topic}{context}"), e))?);
     }
-    Ok(handles)
+    Ok(())
 }
 
 /// Waits until the broker acknowledged every record of `handles`; `what` names them in

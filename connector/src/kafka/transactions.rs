@@ -17,7 +17,7 @@ use shareflow_runtime::{
 };
 
 use super::claims::Claimant;
-use super::client::{await_all, enqueue_all, CachedProducer, KafkaTxnState};
+use super::client::{await_all, enqueue_all, CachedProducer, KafkaTxnState, OUTPUT_BATCH_BYTES, OUTPUT_LINGER};
 use super::group::GroupLedger;
 use super::ledger::{LedgerEntry, LedgerRange};
 use super::ledger_log::LedgerLog;
@@ -32,11 +32,6 @@ const NAME: &str = "kafka";
 /// The broker config that caps `transaction.timeout.ms`.
 const BROKER_MAX_TIMEOUT: &str = "transaction.max.timeout.ms";
 
-/// Producer batches: one batch per partition is in flight at a time, so small batches
-/// cap throughput at batch / round trip. 1 MiB matches the broker's default fetch size.
-const BATCH_BYTES: usize = 1 << 20;
-/// How long a producer waits to fill a batch.
-const LINGER: Duration = Duration::from_millis(2);
 /// How long the intents tailer may take to catch up or to pass an intent.
 const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -219,7 +214,7 @@ impl KafkaTransactions {
             epochs: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(BTreeMap::new()),
             highest_commit: Mutex::new(None),
-            plain: CachedProducer::new(LINGER, BATCH_BYTES),
+            plain: CachedProducer::new(OUTPUT_LINGER, OUTPUT_BATCH_BYTES),
             log,
             plain_handles: Mutex::new(Vec::new()),
         })
@@ -697,8 +692,8 @@ impl TransactionParticipant for KafkaTransactions {
                     .client()
                     .producer()
                     .transaction_timeout(self.config.transaction_timeout)
-                    .linger(LINGER)
-                    .batch_size(BATCH_BYTES)
+                    .linger(OUTPUT_LINGER)
+                    .batch_size(OUTPUT_BATCH_BYTES)
                     .build_transactional(id.clone())
             }))
             .await;
