@@ -4,9 +4,10 @@
 //! 1. shareflow's share consumer (at-least-once, acknowledgements batched on the next
 //!    fetch) against Kafka's own `kafka-share-consumer-perf-test`
 //!    (`org.apache.kafka.tools.ShareConsumerPerformance`), 1 and 4 partitions;
-//! 2. PARALLELISM members of the same consumer on 4 partitions, each writing every record
-//!    it reads to another topic (no runtime, no ledger): the least work a pipeline that
-//!    writes its input back to this broker can do, and so its bound on this machine;
+//! 2. two reference runs, PARALLELISM members of the same consumer polling as the
+//!    pipeline's source does: reading only, and writing every record they read to another
+//!    topic through one shared writer (no runtime, no ledger, no transactions): less work
+//!    than the pipeline does for the same records, and the reference it is held to;
 //! 3. shareflow's `TopicWriter` against Kafka's own `kafka-producer-perf-test`, each
 //!    writing as many records to a topic of 4 partitions;
 //! 4. the pipeline on 4 partitions, parallelism 2 (or PARALLELISM), 1 s checkpoints, as
@@ -51,7 +52,7 @@ use shareflow::connector::kafka::{
     KafkaTransactionsConfig,
 };
 use shareflow::connector::share::{AcknowledgeType, ShareConsumer};
-use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow::connector::{record_schema, SourceMetrics, SourceSettings, DEFAULT_POLL_TIMEOUT};
 use shareflow::runtime::{async_trait, Collector, JobBuilder, JobConfig, Operator};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -150,55 +151,89 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<f64, Error>
     Ok(rate)
 }
 
-/// Records per second of `members` of our consumer, each writing every record's value
-/// to `output` as it goes (a `TopicWriter` of its own on the same broker), from creating
-/// them to the last write acknowledged. No runtime, no ledger, acknowledgements before
-/// the writes are durable: the least work a pipeline with as many source subtasks that
-/// writes its input back to this broker can do, and so its bound on this machine.
-async fn ours_writing(c: &KafkaCluster, topic: &str, output: &str, records: u64, members: u32) -> Result<f64, Error> {
+/// Records each poll of the pipeline's source asks for, and of the reference runs.
+const PIPELINE_POLL_RECORDS: usize = 2_000;
+
+/// Records per second of `members` members of our share consumer that poll as the
+/// pipeline's source does (`PIPELINE_POLL_RECORDS` records, its default poll timeout),
+/// from creating them until the last record is accepted and, with an `output`, until
+/// every record written to it is acknowledged.
+///
+/// With an `output` the members share one `TopicWriter` (as the sink's subtasks share a
+/// checkpoint's producer) and queue each record into it as they read it: no runtime, no
+/// ledger, no transactions, acceptance before the writes are durable. That is less work
+/// than the pipeline does, for reading and writing the same records with the same
+/// settings: the reference it is held to. Without an `output` they only read: the
+/// control that tells the cost of writing from the cost of more members.
+async fn members_run(
+    c: &KafkaCluster,
+    topic: &str,
+    output: Option<&str>,
+    records: u64,
+    members: u32,
+) -> Result<f64, Error> {
     let g = group(c).await?;
     let started = Instant::now();
+    let writer = match output {
+        Some(o) => Some(Arc::new(tokio::sync::Mutex::new(c.writer(o).await?))),
+        None => None,
+    };
     let seen = Arc::new(AtomicU64::new(0));
+    let done_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..members {
-        let (c, g, topic, output, seen) = (c.clone(), g.clone(), topic.to_string(), output.to_string(), seen.clone());
+        let (c, g, topic) = (c.clone(), g.clone(), topic.to_string());
+        let (writer, seen, done_at) = (writer.clone(), seen.clone(), done_at.clone());
         tasks.spawn(async move {
-            let mut m = KafkaShareConsumer::new(&c, KafkaShareConsumerConfig::new(&g)).await?;
-            let mut writer = c.writer(&output).await?;
+            let mut config = KafkaShareConsumerConfig::new(&g);
+            config.max_poll_records = PIPELINE_POLL_RECORDS;
+            config.fetch_max_wait = DEFAULT_POLL_TIMEOUT;
+            let mut m = KafkaShareConsumer::new(&c, config).await?;
             m.subscribe(&[topic.as_str()]).await?;
-            let mut mine = 0u64;
             while seen.load(Ordering::Relaxed) < records {
-                let batch = m.poll(500, Duration::from_millis(500)).await?;
-                let values: Vec<_> =
-                    batch.iter().map(|r| (r.key.clone(), r.value.clone().unwrap_or_default())).collect();
-                writer.send(values).await?;
-                for r in &batch {
-                    m.acknowledge(r, AcknowledgeType::Accept).await?;
-                }
-                mine += batch.len() as u64;
-                seen.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 if started.elapsed() > Duration::from_secs(300) {
                     return Err(format!("only {} of {records} records in 300 s", seen.load(Ordering::Relaxed)).into());
                 }
+                let batch = m.poll(PIPELINE_POLL_RECORDS, DEFAULT_POLL_TIMEOUT).await?;
+                if batch.is_empty() {
+                    continue;
+                }
+                if let Some(w) = &writer {
+                    let values: Vec<_> =
+                        batch.iter().map(|r| (r.key.clone(), r.value.clone().unwrap_or_default())).collect();
+                    w.lock().await.send(values).await?;
+                }
+                for r in &batch {
+                    m.acknowledge(r, AcknowledgeType::Accept).await?;
+                }
+                let n = batch.len() as u64;
+                if seen.fetch_add(n, Ordering::Relaxed) + n >= records {
+                    // The member that counts the last record stops the clock. Every member
+                    // queues a batch before counting it, so this flush covers every write.
+                    if let Some(w) = &writer {
+                        w.lock().await.flush().await?;
+                    }
+                    m.commit().await?;
+                    *done_at.lock().map_err(|_| "clock lock poisoned")? = Some(Instant::now());
+                }
             }
             m.commit().await?;
-            let written = writer.close().await?;
             m.close().await?;
-            if written != mine {
-                return Err(format!("a member wrote {written} of the {mine} records it read").into());
-            }
-            Ok::<u64, Error>(written)
+            Ok::<(), Error>(())
         });
     }
-    let mut written = 0;
     while let Some(done) = tasks.join_next().await {
-        written += done??;
+        done??;
     }
-    let rate = records as f64 / started.elapsed().as_secs_f64();
-    if written != records {
-        return Err(format!("wrote {written} records, expected {records}").into());
+    let done = done_at.lock().map_err(|_| "clock lock poisoned")?.ok_or("no member counted the last record")?;
+    if let Some(w) = writer {
+        let w = Arc::try_unwrap(w).map_err(|_| "the writer is still shared after every member ended")?.into_inner();
+        let (written, read) = (w.close().await?, seen.load(Ordering::Relaxed));
+        if written != read {
+            return Err(format!("wrote {written} of the {read} records read").into());
+        }
     }
-    Ok(rate)
+    Ok(records as f64 / (done - started).as_secs_f64())
 }
 
 /// Records per second the Java tool reports (its nMsg.sec column).
@@ -236,16 +271,23 @@ async fn our_writer(c: &KafkaCluster, topic: &str, records: u64, value: &Bytes) 
 
 /// Records per second Kafka's `kafka-producer-perf-test`
 /// (`org.apache.kafka.tools.ProducerPerformance`) reports for `records` records of 1 KiB,
-/// idempotent, acks=all, 1 MiB batches like our writer.
+/// idempotent, acks=all, 1 MiB batches and 2 ms linger like our writer.
 fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error> {
     let lib =
         std::env::var("SHAREFLOW_KAFKA_LIB").map_err(|_| "set SHAREFLOW_KAFKA_LIB: eval \"$(./scripts/kafka env)\"")?;
     let out = Command::new("java")
+        // A fixed locale: the tool prints its figures with %f.
+        .args(["-Duser.language=en", "-Duser.country=US"])
         .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.ProducerPerformance"])
         .args(["--topic", topic, "--num-records", &records.to_string(), "--record-size", "1024"])
         .args(["--throughput", "-1", "--producer-props", &format!("bootstrap.servers={bootstrap}")])
-        .args(["acks=all", "enable.idempotence=true", "batch.size=1048576"])
+        .args(["acks=all", "enable.idempotence=true", "batch.size=1048576", "linger.ms=2"])
         .output()?;
+    if !out.status.success() {
+        return Err(
+            format!("ProducerPerformance failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)).into()
+        );
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     // The summary line: "N records sent, R records/sec (M MB/sec), ... 50th, ...".
     let summary = text
@@ -256,9 +298,11 @@ fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error>
     Ok(rate.parse()?)
 }
 
-/// The name of the reference run: members of our raw consumer writing every record
-/// they read, as many as the pipeline's source subtasks.
+/// The reference run: members of our raw consumer, as many as the pipeline's source
+/// subtasks, writing every record they read.
 const RAW_WRITING: &str = "raw consumers writing their input";
+/// Its control: the same members, reading only.
+const RAW_MEMBERS: &str = "raw consumers reading only";
 
 /// A sink that drops what it gets: the pipeline without the cost of writing output.
 struct Discard;
@@ -351,7 +395,7 @@ async fn pipeline(
     let metrics = Arc::new(SourceMetrics::default());
     let mut source = SourceSettings::new(name, &[input]);
     source.stop_when_drained = true;
-    source.max_poll_records = 2_000;
+    source.max_poll_records = PIPELINE_POLL_RECORDS;
     let job = JobBuilder::new();
     let stream = job
         .source(
@@ -483,6 +527,7 @@ async fn main() -> Result<(), Error> {
 
     let mut consumer: Vec<(i32, f64, f64)> = Vec::new();
     let mut writing: Vec<Cost> = Vec::new();
+    let mut reading: Vec<Cost> = Vec::new();
     let mut producers: Vec<(f64, f64)> = Vec::new();
     let mut variants: Vec<(Variant, Cost, Split)> = Vec::new();
     for round in 0..rounds {
@@ -507,21 +552,37 @@ async fn main() -> Result<(), Error> {
                     "kind": "pipeline", "round": round, "variant": "raw consumer", "rate": mine.rate,
                     "job_cpu_s_per_m": mine.client_cpu_per_m, "broker_cpu_s_per_m": mine.broker_cpu_per_m,
                 }));
-                let output = unique("bench-copy");
-                c.ensure_topic(&output, 4, &[]).await?;
-                settle().await;
-                let copy =
-                    measured(&broker, records, false, ours_writing(&c, topic, &output, records, parallelism)).await?;
-                c.delete_topics(&[output.as_str()]).await?;
-                println!(
-                    "round {round}: {RAW_WRITING}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
-                    copy.rate, copy.client_cpu_per_m, copy.broker_cpu_per_m
-                );
-                out.record(serde_json::json!({
-                    "kind": "pipeline", "round": round, "variant": RAW_WRITING, "rate": copy.rate,
-                    "job_cpu_s_per_m": copy.client_cpu_per_m, "broker_cpu_s_per_m": copy.broker_cpu_per_m,
-                }));
-                writing.push(copy);
+                // The reference runs, in turns: reading only first in even rounds.
+                let mut references = [RAW_MEMBERS, RAW_WRITING];
+                if round % 2 == 1 {
+                    references.reverse();
+                }
+                for reference in references {
+                    let output = (reference == RAW_WRITING).then(|| unique("bench-copy"));
+                    if let Some(o) = &output {
+                        c.ensure_topic(o, 4, &[]).await?;
+                    }
+                    settle().await;
+                    let run = members_run(&c, topic, output.as_deref(), records, parallelism);
+                    let cost = measured(&broker, records, false, run).await;
+                    if let Some(o) = &output {
+                        c.delete_topics(&[o.as_str()]).await?;
+                    }
+                    let cost = cost?;
+                    println!(
+                        "round {round}: {reference}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
+                        cost.rate, cost.client_cpu_per_m, cost.broker_cpu_per_m
+                    );
+                    out.record(serde_json::json!({
+                        "kind": "pipeline", "round": round, "variant": reference, "rate": cost.rate,
+                        "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
+                    }));
+                    if reference == RAW_WRITING {
+                        writing.push(cost);
+                    } else {
+                        reading.push(cost);
+                    }
+                }
                 let (ours_out, theirs_out) = (unique("bench-write-ours"), unique("bench-write-java"));
                 for t in [&ours_out, &theirs_out] {
                     c.ensure_topic(t, 4, &[]).await?;
@@ -596,13 +657,20 @@ async fn main() -> Result<(), Error> {
         median(producers.iter().map(|x| x.0 / x.1).collect())
     );
     let raw: Vec<f64> = consumer.iter().filter(|x| x.0 == 4).map(|x| x.1).collect();
+    let members: Vec<f64> = reading.iter().map(|c| c.rate).collect();
     let bound: Vec<f64> = writing.iter().map(|c| c.rate).collect();
+    for (name, costs, rates) in [(RAW_MEMBERS, &reading, &members), (RAW_WRITING, &writing, &bound)] {
+        println!(
+            "{name}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2}",
+            spread(rates),
+            median(rates.iter().zip(&raw).map(|(w, r)| w / r).collect()),
+            median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
+            median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
+        );
+    }
     println!(
-        "{RAW_WRITING}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2}",
-        spread(&bound),
-        median(bound.iter().zip(&raw).map(|(w, r)| w / r).collect()),
-        median(writing.iter().map(|c| c.client_cpu_per_m).collect()),
-        median(writing.iter().map(|c| c.broker_cpu_per_m).collect()),
+        "{RAW_WRITING} / {RAW_MEMBERS}, the cost of writing: {:.2}",
+        median(bound.iter().zip(&members).map(|(w, r)| w / r).collect())
     );
     for variant in Variant::ALL {
         let costs: Vec<Cost> = variants.iter().filter(|(v, ..)| *v == variant).map(|(_, c, _)| *c).collect();
@@ -610,15 +678,17 @@ async fn main() -> Result<(), Error> {
         let rates: Vec<f64> = costs.iter().map(|c| c.rate).collect();
         // Same round against same round: the machine's drift hits both.
         let ratio: Vec<f64> = rates.iter().zip(&raw).map(|(p, r)| p / r).collect();
-        let of_bound: Vec<f64> = rates.iter().zip(&bound).map(|(p, b)| p / b).collect();
+        // Against the reference run that does the same I/O: writing or reading only.
+        let (reference, name) = if variant.writes_output() { (&bound, RAW_WRITING) } else { (&members, RAW_MEMBERS) };
+        let of_reference: Vec<f64> = rates.iter().zip(reference).map(|(p, b)| p / b).collect();
         let pct = |f: fn(&Split) -> f64| 100.0 * median(splits.iter().map(f).collect());
         println!(
-            "{}: {} rec/s | / raw consumer {:.2} | / raw consumers writing {:.2} | CPU s per M records: job {:.2}, \
-             broker {:.2} | source waits: poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
+            "{}: {} rec/s | / raw consumer {:.2} | / {name} {:.2} | CPU s per M records: job {:.2}, broker {:.2} | \
+             source waits: poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
             variant.name(),
             spread(&rates),
             median(ratio),
-            median(of_bound),
+            median(of_reference),
             median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
             median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
             pct(|s| s.poll_wait),
