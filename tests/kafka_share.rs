@@ -244,3 +244,67 @@ async fn a_topic_writer_that_failed_refuses_further_writes() {
     assert!(w.close().await.is_err(), "a failed writer does not claim a count");
     c.delete_topics(&[topic.as_str()]).await.expect("delete");
 }
+
+/// A member that joins takes partitions from one that holds unsettled records. The
+/// first member's acknowledgements of those records cannot be sent any more: they settle
+/// locally without an error (they used to fail the job as a client bug), are counted, and
+/// the broker gives the records back when their locks expire, so nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back() {
+    let Some(c) = cluster().await else { return };
+    let total = 400u64;
+    let topic = topic_with(&c, 4, total).await;
+    // Locks outlast the wait for the new assignment (a heartbeat interval, 2 s on the
+    // test broker), and expire soon enough for the taken records to come back.
+    let group = group_with(&c, 8_000).await;
+    let mut a = member(&c, &group, &topic, 500).await;
+    support::kafka::until(Duration::from_secs(30), || a.assignment().get(&topic).is_some_and(|p| p.len() == 4)).await;
+    assert_eq!(a.assignment().get(&topic).map(Vec::len), Some(4), "the only member gets every partition");
+    // One poll with records of every partition, so that whichever partitions the group
+    // moves, some of them are unsettled (a poll of fewer is given back and tried again).
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        assert!(tokio::time::Instant::now() < end, "no poll with records of every partition in 30 s");
+        let batch = a.poll(500, Duration::from_millis(200)).await.expect("poll");
+        if batch.iter().map(|r| r.partition).collect::<BTreeSet<_>>().len() == 4 {
+            break batch;
+        }
+        for r in &batch {
+            a.acknowledge(r, AcknowledgeType::Release).await.expect("release");
+        }
+    };
+    assert!(got.iter().all(|r| a.is_unsettled(r)), "a poll's records are unsettled");
+    let mut b = member(&c, &group, &topic, 500).await;
+    support::kafka::until(Duration::from_secs(30), || a.assignment().get(&topic).is_some_and(|p| p.len() < 4)).await;
+    let kept = a.assignment().get(&topic).cloned().unwrap_or_default();
+    assert!(kept.len() < 4, "the group moved partitions to the new member: {:?}", a.assignment());
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("no error for a partition taken away");
+    }
+    let taken = got.iter().filter(|r| !kept.contains(&r.partition)).count() as u64;
+    assert!(taken > 0, "some records were of partitions taken away");
+    assert_eq!(a.revoked_unsettled(), taken, "each of them is counted");
+    a.commit().await.expect("commit");
+    // The taken records come back, delivery count raised, once their locks expire.
+    let mut seen: BTreeSet<(i32, i64)> =
+        got.iter().filter(|r| kept.contains(&r.partition)).map(|r| (r.partition, r.offset)).collect();
+    let mut redelivered = 0u64;
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while (seen.len() as u64) < total && tokio::time::Instant::now() < end {
+        for m in [&mut a, &mut b] {
+            for r in m.poll(500, Duration::from_millis(100)).await.expect("poll") {
+                if r.delivery_count > 1 {
+                    redelivered += 1;
+                }
+                seen.insert((r.partition, r.offset));
+                m.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+            }
+            m.commit().await.expect("commit");
+        }
+    }
+    assert_eq!(seen.len() as u64, total, "every record arrives");
+    assert!(redelivered >= taken, "the taken records came back redelivered: {redelivered} < {taken}");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}

@@ -47,6 +47,10 @@ pub struct KafkaShareConsumer {
     inner: Inner,
     member: MemberId,
     delivered: HashMap<Key, ConsumerRecord>,
+    /// Records whose partition the group took from this member before they were
+    /// settled: in all, and since the last poll.
+    revoked: u64,
+    revoked_since_poll: u64,
 }
 
 impl std::fmt::Debug for KafkaShareConsumer {
@@ -81,7 +85,14 @@ impl KafkaShareConsumer {
             .build()
             .await
             .map_err(|e| kafka_error(format!("create share consumer of group {}", config.group), e))?;
-        Ok(Self { config, inner, member: MemberId(String::new()), delivered: HashMap::new() })
+        Ok(Self {
+            config,
+            inner,
+            member: MemberId(String::new()),
+            delivered: HashMap::new(),
+            revoked: 0,
+            revoked_since_poll: 0,
+        })
     }
 
     /// The group.
@@ -92,6 +103,30 @@ impl KafkaShareConsumer {
     /// Records delivered and not settled yet.
     pub fn unsettled(&self) -> usize {
         self.delivered.len()
+    }
+
+    /// The partitions the group's coordinator assigned this member, by topic: empty
+    /// until a heartbeat brought an assignment. A new share group assigns a partition
+    /// only once its state is initialised, so a member's first assignment can take one
+    /// heartbeat interval.
+    pub fn assignment(&self) -> std::collections::BTreeMap<String, Vec<i32>> {
+        self.inner
+            .assignment()
+            .into_iter()
+            .map(|(topic, mut partitions)| {
+                partitions.sort_unstable();
+                (topic, partitions)
+            })
+            .collect()
+    }
+
+    /// Records delivered to this member whose partition the group then assigned
+    /// elsewhere before they were settled (another member joined, say). Their
+    /// acknowledgements cannot be sent any more: each one settled them locally, and the
+    /// broker gives them back to the group, delivery count raised, when their locks
+    /// expire. The exactly-once source covers them through its ledger.
+    pub fn revoked_unsettled(&self) -> u64 {
+        self.revoked
     }
 
     /// The acquisition lock duration the broker reported, once known.
@@ -115,6 +150,21 @@ impl KafkaShareConsumer {
             }
         }
         Ok(refused)
+    }
+
+    /// True while `record`, delivered by the last poll, is not settled: not accepted,
+    /// released or rejected, and its partition not taken away.
+    pub fn is_unsettled(&self, record: &Record) -> bool {
+        self.delivered.contains_key(&Self::key(record))
+    }
+
+    /// True when `record`'s partition is no longer assigned to this member.
+    fn revoked_partition(&self, record: &Record) -> bool {
+        !self
+            .inner
+            .assignment()
+            .get(record.topic.as_ref())
+            .is_some_and(|partitions| partitions.contains(&record.partition))
     }
 
     fn key(record: &Record) -> Key {
@@ -150,6 +200,15 @@ impl ShareConsumer for KafkaShareConsumer {
     }
 
     async fn poll(&mut self, max_records: usize, timeout: Duration) -> Result<Vec<Record>> {
+        if self.revoked_since_poll > 0 {
+            tracing::info!(
+                group = %self.config.group,
+                records = self.revoked_since_poll,
+                "records of partitions assigned to another member before they were settled; the broker gives them \
+                 back when their locks expire"
+            );
+            self.revoked_since_poll = 0;
+        }
         if !self.delivered.is_empty() {
             return Err(Error::InvalidRequest(format!(
                 "group {}: {} records of the previous poll are not settled; ACCEPT, RELEASE or REJECT each before polling again",
@@ -186,17 +245,30 @@ impl ShareConsumer for KafkaShareConsumer {
                 self.config.group, record.topic, record.partition, record.offset
             )));
         };
-        let op = format!(
-            "{ack_type} {}-{}@{} in group {}",
-            record.topic, record.partition, record.offset, self.config.group
-        );
-        match ack_type {
+        let sent = match ack_type {
             AcknowledgeType::Accept => self.inner.ack(delivered),
             AcknowledgeType::Release => self.inner.release(delivered),
             AcknowledgeType::Reject => self.inner.reject(delivered),
             AcknowledgeType::Renew => self.inner.renew(delivered),
+        };
+        match sent {
+            Ok(()) => {}
+            // The client forgets the unsettled records of a partition the group took
+            // away; nothing can settle them but their locks' expiry.
+            Err(krafka::KrafkaError::IllegalState { .. }) if self.revoked_partition(record) => {
+                self.delivered.remove(&key);
+                self.revoked += 1;
+                self.revoked_since_poll += 1;
+                return Ok(());
+            }
+            Err(e) => {
+                let op = format!(
+                    "{ack_type} {}-{}@{} in group {}",
+                    record.topic, record.partition, record.offset, self.config.group
+                );
+                return Err(kafka_error(op, e));
+            }
         }
-        .map_err(|e| kafka_error(op, e))?;
         if ack_type != AcknowledgeType::Renew {
             self.delivered.remove(&key);
         }

@@ -102,6 +102,10 @@ impl KafkaShareSource {
             self.consumer()?.acknowledge(r, AcknowledgeType::Renew).await.map_err(|e| runtime_error(&task, e))?;
         }
         let refused = self.consumer()?.commit_outcome().await.map_err(|e| runtime_error(&task, e))?;
+        // A record whose partition went to another member is settled already: its lock
+        // was not renewed, so it must not get an intent; it returns to the group.
+        let consumer = self.consumer()?;
+        let records: Vec<Record> = records.into_iter().filter(|r| consumer.is_unsettled(r)).collect();
         let (kept, lost): (Vec<Record>, Vec<Record>) = records
             .into_iter()
             .partition(|r| !refused.iter().any(|(t, p, _)| t.as_str() == r.topic.as_ref() && *p == r.partition));
