@@ -20,6 +20,10 @@
 //! source's subtasks waited in share consumer polls that returned records and for their
 //! ledger intents.
 //!
+//! Every run reads in a share group of its own, made ready before its clock starts: a new
+//! group assigns partitions only after one heartbeat interval (2 s on the test broker),
+//! which would otherwise be half of a run of a few seconds.
+//!
 //! Beside each rate it records the CPU seconds this process and the Kafka broker spent,
 //! per million records: on one machine the two share the cores, so a stage that makes
 //! the broker work (the Kafka sink writes every record again) shows up there. Topics are
@@ -62,10 +66,31 @@ fn unique(base: &str) -> String {
     format!("{base}-{ns}")
 }
 
-async fn group(c: &KafkaCluster) -> Result<String, Error> {
+/// A new share group reading `topic` from the start, ready before a measured run: a
+/// member joins until the coordinator assigned it a partition, then leaves. A new group
+/// assigns a partition only once its share state is initialised, which takes one
+/// heartbeat interval (2 s on the test broker); a group that runs for weeks pays it once,
+/// and a run of a few seconds should not count it.
+async fn group_ready(c: &KafkaCluster, topic: &str) -> Result<String, Error> {
     let g = unique("bench-group");
-    c.set_group_configs(&g, &[("share.auto.offset.reset", "earliest")]).await?;
+    make_ready(c, &g, topic).await?;
     Ok(g)
+}
+
+/// [`group_ready`] for the group named `g`.
+async fn make_ready(c: &KafkaCluster, g: &str, topic: &str) -> Result<(), Error> {
+    c.set_group_configs(g, &[("share.auto.offset.reset", "earliest")]).await?;
+    let mut m = KafkaShareConsumer::new(c, KafkaShareConsumerConfig::new(g)).await?;
+    m.subscribe(&[topic]).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.assignment().is_empty() {
+        if Instant::now() > deadline {
+            return Err(format!("group {g}: no partition of {topic} assigned in 30 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    m.close().await?;
+    Ok(())
 }
 
 /// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`; with
@@ -130,7 +155,7 @@ async fn measured<F: std::future::Future<Output = Result<f64, Error>>>(
 
 /// Records per second of our consumer, from creating it to the last record accepted.
 async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<f64, Error> {
-    let g = group(c).await?;
+    let g = group_ready(c, topic).await?;
     let started = Instant::now();
     let mut m = KafkaShareConsumer::new(c, KafkaShareConsumerConfig::new(&g)).await?;
     m.subscribe(&[topic]).await?;
@@ -172,7 +197,7 @@ async fn members_run(
     records: u64,
     members: u32,
 ) -> Result<f64, Error> {
-    let g = group(c).await?;
+    let g = group_ready(c, topic).await?;
     let started = Instant::now();
     let writer = match output {
         Some(o) => Some(Arc::new(tokio::sync::Mutex::new(c.writer(o).await?))),
@@ -240,7 +265,7 @@ async fn members_run(
 async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error> {
     let lib =
         std::env::var("SHAREFLOW_KAFKA_LIB").map_err(|_| "set SHAREFLOW_KAFKA_LIB: eval \"$(./scripts/kafka env)\"")?;
-    let g = group(c).await?;
+    let g = group_ready(c, topic).await?;
     let out = Command::new("java")
         .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.ShareConsumerPerformance"])
         .args(["--bootstrap-server", bootstrap, "--topic", topic, "--group", &g])
@@ -355,9 +380,10 @@ fn output_topic(name: &str) -> String {
     format!("{name}-output")
 }
 
-/// Before a run named `name`, outside its measurement: the output topic, if `variant`
-/// writes one.
-async fn prepare_run(c: &KafkaCluster, name: &str, variant: Variant) -> Result<(), Error> {
+/// Before a run named `name` over `input`, outside its measurement: its share group,
+/// ready (see [`group_ready`]), and the output topic, if `variant` writes one.
+async fn prepare_run(c: &KafkaCluster, name: &str, input: &str, variant: Variant) -> Result<(), Error> {
+    make_ready(c, name, input).await?;
     if variant.writes_output() {
         c.ensure_topic(&output_topic(name), 4, &[]).await?;
     }
@@ -519,7 +545,7 @@ async fn main() -> Result<(), Error> {
     ours(&c, &input, records).await?;
     for variant in Variant::ALL {
         let name = unique("bench-warmup");
-        prepare_run(&c, &name, variant).await?;
+        prepare_run(&c, &name, &input, variant).await?;
         pipeline(&c, &input, &name, records, variant, parallelism, &mut None).await?;
         clean_run(&c, &name, variant).await?;
     }
@@ -611,7 +637,7 @@ async fn main() -> Result<(), Error> {
         order.rotate_left(round as usize % Variant::ALL.len());
         for variant in order {
             let name = unique("bench-pipeline");
-            prepare_run(&c, &name, variant).await?;
+            prepare_run(&c, &name, &input, variant).await?;
             settle().await;
             let mut split = None;
             let run = pipeline(&c, &input, &name, records, variant, parallelism, &mut split);
