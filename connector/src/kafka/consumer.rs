@@ -158,13 +158,20 @@ impl KafkaShareConsumer {
         self.delivered.contains_key(&Self::key(record))
     }
 
-    /// True when `record`'s partition is no longer assigned to this member.
+    /// True when `record`'s partition was taken from this member while it stayed a
+    /// member: its locks then stay held until they expire. A fenced member's locks are
+    /// released at once, so a fence must not pass for this: the member epoch is 0 until
+    /// it rejoins, and a rejoined member that holds the partition again is no match
+    /// either (both fail as before). A fence and a rejoin to an assignment without the
+    /// partition, all between this poll and this acknowledgement, cannot be told apart
+    /// from a move.
     fn revoked_partition(&self, record: &Record) -> bool {
-        !self
-            .inner
-            .assignment()
-            .get(record.topic.as_ref())
-            .is_some_and(|partitions| partitions.contains(&record.partition))
+        self.inner.member_epoch() > 0
+            && !self
+                .inner
+                .assignment()
+                .get(record.topic.as_ref())
+                .is_some_and(|partitions| partitions.contains(&record.partition))
     }
 
     fn key(record: &Record) -> Key {
