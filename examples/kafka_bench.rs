@@ -323,6 +323,17 @@ fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error>
     Ok(rate.parse()?)
 }
 
+/// A results row of one of our clients (`mine`) against Kafka's Java tool for the same
+/// work (`theirs`), in one round.
+fn against_java(kind: &str, round: u32, partitions: i32, mine: &Cost, theirs: &Cost) -> serde_json::Value {
+    serde_json::json!({
+        "kind": kind, "round": round, "partitions": partitions,
+        "shareflow": mine.rate, "java": theirs.rate,
+        "shareflow_cpu_s_per_m": mine.client_cpu_per_m, "java_cpu_s_per_m": theirs.client_cpu_per_m,
+        "broker_cpu_s_per_m_shareflow": mine.broker_cpu_per_m, "broker_cpu_s_per_m_java": theirs.broker_cpu_per_m,
+    })
+}
+
 /// The reference run: members of our raw consumer, as many as the pipeline's source
 /// subtasks, writing every record they read.
 const RAW_WRITING: &str = "raw consumers writing their input";
@@ -566,12 +577,7 @@ async fn main() -> Result<(), Error> {
                 "round {round}: consumer, {partitions} partition(s): shareflow {:.0} rec/s, kafka-share-consumer-perf-test {:.0} rec/s",
                 mine.rate, theirs.rate
             );
-            out.record(serde_json::json!({
-                "kind": "consumer", "round": round, "partitions": partitions,
-                "shareflow": mine.rate, "java": theirs.rate,
-                "shareflow_cpu_s_per_m": mine.client_cpu_per_m, "java_cpu_s_per_m": theirs.client_cpu_per_m,
-                "broker_cpu_s_per_m_shareflow": mine.broker_cpu_per_m, "broker_cpu_s_per_m_java": theirs.broker_cpu_per_m,
-            }));
+            out.record(against_java("consumer", round, *partitions, &mine, &theirs));
             consumer.push((*partitions, mine.rate, theirs.rate));
             if *partitions == 4 {
                 out.record(serde_json::json!({
@@ -623,12 +629,7 @@ async fn main() -> Result<(), Error> {
                     "round {round}: producer, 4 partitions: shareflow's TopicWriter {:.0} rec/s, kafka-producer-perf-test {:.0} rec/s",
                     mine.rate, theirs.rate
                 );
-                out.record(serde_json::json!({
-                    "kind": "producer", "round": round, "partitions": 4,
-                    "shareflow": mine.rate, "java": theirs.rate,
-                    "shareflow_cpu_s_per_m": mine.client_cpu_per_m, "java_cpu_s_per_m": theirs.client_cpu_per_m,
-                    "broker_cpu_s_per_m_shareflow": mine.broker_cpu_per_m, "broker_cpu_s_per_m_java": theirs.broker_cpu_per_m,
-                }));
+                out.record(against_java("producer", round, 4, &mine, &theirs));
                 producers.push((mine.rate, theirs.rate));
             }
         }

@@ -182,25 +182,21 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
         label = f"Kafka: {variant}" if reference else f"Kafka pipeline {variant}"
         what = f"{label}, 4 partitions, no runtime" if reference else f"{label}, 4 partitions, 1 s checkpoints"
         out.append(figure(what, cmd, "records/s", [value(path, r, lambda r=r: float(r["rate"])) for r in rs], header))
-        same_round = [(r, raw[k]) for k, r in by_round.items() if k in raw]
-        if same_round:
-            out.append(figure(f"{label} / raw share consumer (same round)", cmd, "ratio",
-                              [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
-                               for r, b in same_round], header))
+
+        def same_round(against: dict[int, dict], name: str) -> None:
+            pairs = [(r, against[k]) for k, r in by_round.items() if k in against]
+            if pairs:
+                out.append(figure(f"{label} / {name} (same round)", cmd, "ratio",
+                                  [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
+                                   for r, b in pairs], header))
+        same_round(raw, "raw share consumer")
         # A pipeline against the reference run that does the same I/O (writing with the
         # Kafka sink, reading only without it); the writing reference against the reading
         # one (the cost of writing alone).
         if variant == bound_name or (not reference and "Kafka sink" not in variant):
-            against, name = control, control_name
+            same_round(control, control_name)
         elif not reference:
-            against, name = bound, bound_name
-        else:
-            against, name = {}, ""
-        pairs = [(r, against[k]) for k, r in by_round.items() if k in against]
-        if pairs:
-            out.append(figure(f"{label} / {name} (same round)", cmd, "ratio",
-                              [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
-                               for r, b in pairs], header))
+            same_round(bound, bound_name)
     return out
 
 

@@ -793,9 +793,8 @@ impl TopicWriter {
                 None => r,
             }
         });
-        let mut queued = Vec::new();
-        let outcome = enqueue_into(records, "", |r| self.producer.enqueue(r), &mut queued).await;
-        self.pending.append(&mut queued);
+        let producer = &self.producer;
+        let outcome = enqueue_into(records, "", |r| producer.enqueue(r), &mut self.pending).await;
         outcome.map_err(|e| self.fail(e))
     }
 
