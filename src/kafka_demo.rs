@@ -118,6 +118,8 @@ pub(crate) struct KafkaDemoSummary {
     pub(crate) replayed: u64,
     /// Redeliveries the ledger skipped.
     pub(crate) skipped: u64,
+    /// Records the sources polled with a delivery count above 1.
+    pub(crate) redelivered: u64,
     /// Crashes injected in process.
     pub(crate) crashes: usize,
     /// Job attempts.
@@ -142,6 +144,7 @@ impl KafkaDemoSummary {
             "lost": self.lost,
             "replayed": self.replayed,
             "skipped": self.skipped,
+            "redelivered": self.redelivered,
             "crashes": self.crashes,
             "attempts": self.attempts,
             "checkpoints_completed": self.checkpoints_completed,
@@ -156,13 +159,15 @@ impl KafkaDemoSummary {
     pub(crate) fn to_text(&self) -> String {
         format!(
             "input records:          {}\noutput (read_committed): {}\nduplicates:             {}\nlost:                   {}\n\
-             replayed from the log:  {}\nredeliveries skipped:   {}\ncrashes injected:       {}\nattempts:               {}\n\
+             replayed from the log:  {}\nredelivered records:    {}\nredeliveries skipped:   {}\n\
+             crashes injected:       {}\nattempts:               {}\n\
              checkpoints completed:  {}\ntxns committed by recovery: {}\nthroughput:             {:.0} records/s ({:.2} s)",
             self.input_records,
             self.output_records,
             self.duplicates,
             self.lost,
             self.replayed,
+            self.redelivered,
             self.skipped,
             self.crashes,
             self.attempts,
@@ -271,6 +276,7 @@ pub(crate) async fn run(
         lost,
         replayed: metrics.records_replayed.load(Ordering::Relaxed),
         skipped: metrics.records_skipped.load(Ordering::Relaxed),
+        redelivered: metrics.records_redelivered.load(Ordering::Relaxed),
         crashes: job.failpoints().fired().len(),
         attempts: report.attempts,
         checkpoints_completed: report.metrics.checkpoints.completed,
