@@ -20,6 +20,14 @@
 //! source's subtasks waited in share consumer polls that returned records and for their
 //! ledger intents.
 //!
+//! Every run of our clients that counts its records as it goes (the raw consumer, the
+//! reference runs, the pipeline's sources) is also watched every millisecond: when the
+//! first record came, when the count passed 10 % and 90 % of the records, and how long
+//! the run went on after the last. The middle, 10 % to 90 %, gives the rate without a
+//! job's fixed costs at either end (its start, its drain check and last checkpoint),
+//! the rate a job that runs for weeks sees, with the CPU this process and the broker
+//! spent there and the cores the two kept busy together.
+//!
 //! Every run reads in a share group of its own, made ready before its clock starts: a new
 //! group assigns partitions only after one heartbeat interval (2 s on the test broker),
 //! which would otherwise be half of a run of a few seconds.
@@ -135,12 +143,33 @@ fn broker_pid() -> Result<String, Error> {
 #[derive(Debug, Clone, Copy)]
 struct Cost {
     rate: f64,
+    /// When the run's count passed its marks, for the runs that count as they go.
+    marks: Option<Marks>,
+    /// Records polled with a delivery count above 1, for our consumers' runs.
+    redelivered: Option<u64>,
     client_cpu_per_m: f64,
     broker_cpu_per_m: f64,
 }
 
+/// What a run reports: records per second over the whole run, and when its count of
+/// records passed its marks, for the runs that count as they go.
+#[derive(Debug, Clone, Copy)]
+struct Rate {
+    whole: f64,
+    marks: Option<Marks>,
+    /// Records polled with a delivery count above 1: with no crash in a run, records
+    /// of a partition the group moved to another member, back after their locks expired.
+    redelivered: Option<u64>,
+}
+
+impl From<f64> for Rate {
+    fn from(whole: f64) -> Self {
+        Rate { whole, marks: None, redelivered: None }
+    }
+}
+
 /// Runs `f` (which handles `records` records) and measures its cost.
-async fn measured<F: std::future::Future<Output = Result<f64, Error>>>(
+async fn measured<F: std::future::Future<Output = Result<Rate, Error>>>(
     broker: &str,
     records: u64,
     children: bool,
@@ -150,30 +179,158 @@ async fn measured<F: std::future::Future<Output = Result<f64, Error>>>(
     let rate = f.await?;
     let (client1, broker1) = (cpu_seconds("self", children)?, cpu_seconds(broker, false)?);
     let per_m = 1e6 / records as f64;
-    Ok(Cost { rate, client_cpu_per_m: (client1 - client0) * per_m, broker_cpu_per_m: (broker1 - broker0) * per_m })
+    Ok(Cost {
+        rate: rate.whole,
+        marks: rate.marks,
+        redelivered: rate.redelivered,
+        client_cpu_per_m: (client1 - client0) * per_m,
+        broker_cpu_per_m: (broker1 - broker0) * per_m,
+    })
+}
+
+/// When a run's count of records passed its marks, as times since the run started,
+/// sampled every millisecond. A run has fixed costs at both ends (a job starts its
+/// transactional producers and ends with a drain check and a last checkpoint; a member
+/// joins and commits): the middle, between 10 % and 90 % of the records, is the rate a
+/// job that runs for weeks sees, and the CPU it costs there.
+#[derive(Debug, Clone, Copy)]
+struct Marks {
+    /// The first record counted.
+    first: Duration,
+    /// The count's passing 10 % and 90 % of the records.
+    tenth: Mark,
+    ninth: Mark,
+    /// When the count reached every record.
+    last: Duration,
+    /// The run's end: a job ended, the last writes acknowledged.
+    end: Duration,
+}
+
+/// One sample of a watched run.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: Duration,
+    count: u64,
+    /// CPU seconds used so far by this process and by the broker, where readable.
+    cpu: Option<(f64, f64)>,
+}
+
+impl Mark {
+    fn take(at: Duration, count: u64) -> Mark {
+        let cpu = broker_pid().and_then(|b| Ok((cpu_seconds("self", false)?, cpu_seconds(&b, false)?))).ok();
+        Mark { at, count, cpu }
+    }
+}
+
+impl Marks {
+    /// Records per second between the 10 % and 90 % marks; none when one sample saw both.
+    fn middle_rate(&self) -> Option<f64> {
+        Some((self.ninth.count - self.tenth.count) as f64 / self.middle()?.as_secs_f64())
+    }
+
+    fn middle(&self) -> Option<Duration> {
+        self.ninth.at.checked_sub(self.tenth.at).filter(|d| !d.is_zero())
+    }
+
+    /// CPU seconds per million records between the 10 % and 90 % marks, of this process
+    /// and of the broker, and the cores both kept busy together (of the machine's).
+    fn middle_cpu(&self) -> Option<(f64, f64, f64)> {
+        let ((job0, broker0), (job1, broker1)) = (self.tenth.cpu?, self.ninth.cpu?);
+        let per_m = 1e6 / (self.ninth.count - self.tenth.count).max(1) as f64;
+        let busy = (job1 - job0 + broker1 - broker0) / self.middle()?.as_secs_f64();
+        Some(((job1 - job0) * per_m, (broker1 - broker0) * per_m, busy))
+    }
+
+    /// The figures a results row carries.
+    fn json(&self) -> serde_json::Value {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let cpu = self.middle_cpu();
+        serde_json::json!({
+            "middle_rate": self.middle_rate(), "to_first_record_ms": ms(self.first),
+            "after_last_record_ms": ms(self.end.saturating_sub(self.last)),
+            "middle_job_cpu_s_per_m": cpu.map(|c| c.0), "middle_broker_cpu_s_per_m": cpu.map(|c| c.1),
+            "middle_busy_cores": cpu.map(|c| c.2),
+        })
+    }
+}
+
+/// Watches `count`, from `started` until it reaches `records`, every millisecond.
+struct Watch {
+    started: Instant,
+    task: tokio::task::JoinHandle<Option<Marks>>,
+}
+
+impl Watch {
+    fn start(records: u64, count: impl Fn() -> u64 + Send + 'static) -> Watch {
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            let (tenth, ninth) = (records.div_ceil(10), (records * 9).div_ceil(10));
+            let (mut first, mut at_tenth, mut at_ninth) = (None, None, None);
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            while started.elapsed() < Duration::from_secs(300) {
+                tick.tick().await;
+                let (n, t) = (count(), started.elapsed());
+                if n > 0 {
+                    first.get_or_insert(t);
+                }
+                if n >= tenth && at_tenth.is_none() {
+                    at_tenth = Some(Mark::take(t, n));
+                }
+                if n >= ninth && at_ninth.is_none() {
+                    at_ninth = Some(Mark::take(t, n));
+                }
+                if n >= records {
+                    return Some(Marks { first: first?, tenth: at_tenth?, ninth: at_ninth?, last: t, end: t });
+                }
+            }
+            None
+        });
+        Watch { started, task }
+    }
+
+    /// The run's rate, with `end` (a time since [`Watch::start`]) as its end. A watch that
+    /// has not seen every record within a second of the end reports no marks.
+    async fn rate(self, records: u64, end: Duration) -> Rate {
+        let whole = records as f64 / end.as_secs_f64();
+        let mut task = self.task;
+        let marks = match tokio::time::timeout(Duration::from_secs(1), &mut task).await {
+            Ok(Ok(Some(m))) => Some(Marks { end, ..m }),
+            _ => {
+                task.abort();
+                None
+            }
+        };
+        Rate { whole, marks, redelivered: None }
+    }
 }
 
 /// Records per second of our consumer, from creating it to the last record accepted.
-async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<f64, Error> {
+async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error> {
     let g = group_ready(c, topic).await?;
-    let started = Instant::now();
+    let seen = Arc::new(AtomicU64::new(0));
+    let watch = Watch::start(records, {
+        let seen = seen.clone();
+        move || seen.load(Ordering::Relaxed)
+    });
     let mut m = KafkaShareConsumer::new(c, KafkaShareConsumerConfig::new(&g)).await?;
     m.subscribe(&[topic]).await?;
-    let mut seen = 0u64;
-    while seen < records {
+    let mut redelivered = 0u64;
+    while seen.load(Ordering::Relaxed) < records {
         let batch = m.poll(500, Duration::from_millis(500)).await?;
+        redelivered += batch.iter().filter(|r| r.delivery_count > 1).count() as u64;
         for r in &batch {
             m.acknowledge(r, AcknowledgeType::Accept).await?;
         }
-        seen += batch.len() as u64;
-        if started.elapsed() > Duration::from_secs(300) {
-            return Err(format!("only {seen} of {records} records in 300 s").into());
+        let n = seen.fetch_add(batch.len() as u64, Ordering::Relaxed) + batch.len() as u64;
+        if watch.started.elapsed() > Duration::from_secs(300) {
+            return Err(format!("only {n} of {records} records in 300 s").into());
         }
     }
     m.commit().await?;
-    let rate = records as f64 / started.elapsed().as_secs_f64();
+    let end = watch.started.elapsed();
     m.close().await?;
-    Ok(rate)
+    Ok(Rate { redelivered: Some(redelivered), ..watch.rate(records, end).await })
 }
 
 /// Records each poll of the pipeline's source asks for, and of the reference runs.
@@ -196,19 +353,24 @@ async fn members_run(
     output: Option<&str>,
     records: u64,
     members: u32,
-) -> Result<f64, Error> {
+) -> Result<Rate, Error> {
     let g = group_ready(c, topic).await?;
-    let started = Instant::now();
+    let seen = Arc::new(AtomicU64::new(0));
+    let watch = Watch::start(records, {
+        let seen = seen.clone();
+        move || seen.load(Ordering::Relaxed)
+    });
+    let started = watch.started;
     let writer = match output {
         Some(o) => Some(Arc::new(tokio::sync::Mutex::new(c.writer(o).await?))),
         None => None,
     };
-    let seen = Arc::new(AtomicU64::new(0));
     let done_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let redelivered = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..members {
         let (c, g, topic) = (c.clone(), g.clone(), topic.to_string());
-        let (writer, seen, done_at) = (writer.clone(), seen.clone(), done_at.clone());
+        let (writer, seen, done_at, redelivered) = (writer.clone(), seen.clone(), done_at.clone(), redelivered.clone());
         tasks.spawn(async move {
             let mut config = KafkaShareConsumerConfig::new(&g);
             config.max_poll_records = PIPELINE_POLL_RECORDS;
@@ -223,6 +385,8 @@ async fn members_run(
                 if batch.is_empty() {
                     continue;
                 }
+                let again = batch.iter().filter(|r| r.delivery_count > 1).count() as u64;
+                redelivered.fetch_add(again, Ordering::Relaxed);
                 if let Some(w) = &writer {
                     let values: Vec<_> =
                         batch.iter().map(|r| (r.key.clone(), r.value.clone().unwrap_or_default())).collect();
@@ -258,11 +422,12 @@ async fn members_run(
             return Err(format!("wrote {written} of the {read} records read").into());
         }
     }
-    Ok(records as f64 / (done - started).as_secs_f64())
+    let redelivered = Some(redelivered.load(Ordering::Relaxed));
+    Ok(Rate { redelivered, ..watch.rate(records, done - started).await })
 }
 
 /// Records per second the Java tool reports (its nMsg.sec column).
-async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error> {
+async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> Result<Rate, Error> {
     let lib =
         std::env::var("SHAREFLOW_KAFKA_LIB").map_err(|_| "set SHAREFLOW_KAFKA_LIB: eval \"$(./scripts/kafka env)\"")?;
     let g = group_ready(c, topic).await?;
@@ -278,12 +443,12 @@ async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> R
     let values: Vec<&str> =
         lines.next().ok_or("no figures from ShareConsumerPerformance")?.split(',').map(str::trim).collect();
     let col = header.iter().position(|h| *h == "nMsg.sec").ok_or("no nMsg.sec column")?;
-    Ok(values.get(col).ok_or("short line")?.parse()?)
+    Ok(values.get(col).ok_or("short line")?.parse::<f64>()?.into())
 }
 
 /// Records per second of a `TopicWriter` writing `records` records of `value` to
 /// `topic`, from creating it to the last record acknowledged.
-async fn our_writer(c: &KafkaCluster, topic: &str, records: u64, value: &Bytes) -> Result<f64, Error> {
+async fn our_writer(c: &KafkaCluster, topic: &str, records: u64, value: &Bytes) -> Result<Rate, Error> {
     let started = Instant::now();
     let mut w = c.writer(topic).await?;
     w.send((0..records).map(|_| (None, value.clone()))).await?;
@@ -291,13 +456,13 @@ async fn our_writer(c: &KafkaCluster, topic: &str, records: u64, value: &Bytes) 
     if written != records {
         return Err(format!("the writer wrote {written} of {records} records").into());
     }
-    Ok(records as f64 / started.elapsed().as_secs_f64())
+    Ok((records as f64 / started.elapsed().as_secs_f64()).into())
 }
 
 /// Records per second Kafka's `kafka-producer-perf-test`
 /// (`org.apache.kafka.tools.ProducerPerformance`) reports for `records` records of 1 KiB,
 /// idempotent, acks=all, 1 MiB batches and 2 ms linger like our writer.
-fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error> {
+fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<Rate, Error> {
     let lib =
         std::env::var("SHAREFLOW_KAFKA_LIB").map_err(|_| "set SHAREFLOW_KAFKA_LIB: eval \"$(./scripts/kafka env)\"")?;
     let out = Command::new("java")
@@ -320,7 +485,7 @@ fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<f64, Error>
         .find(|l| l.contains("50th"))
         .ok_or_else(|| format!("no summary line from ProducerPerformance: {}", String::from_utf8_lossy(&out.stderr)))?;
     let rate = summary.split(',').nth(1).and_then(|f| f.split_whitespace().next()).ok_or("no records/sec field")?;
-    Ok(rate.parse()?)
+    Ok(rate.parse::<f64>()?.into())
 }
 
 /// A results row of one of our clients (`mine`) against Kafka's Java tool for the same
@@ -425,7 +590,7 @@ async fn pipeline(
     variant: Variant,
     parallelism: u32,
     out: &mut Option<Split>,
-) -> Result<f64, Error> {
+) -> Result<Rate, Error> {
     let output = &output_topic(name);
     let exactly_once = variant != Variant::FullAtLeastOnce;
     let txns = KafkaTransactions::new(c.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
@@ -459,9 +624,12 @@ async fn pipeline(
     config.channel_capacity = 8;
     let job = job.build(config)?;
     let live = job.metrics_handle();
-    let started = Instant::now();
+    let watch = Watch::start(records, {
+        let metrics = metrics.clone();
+        move || metrics.records_emitted.load(Ordering::Relaxed)
+    });
     job.run().await?;
-    let elapsed = started.elapsed();
+    let elapsed = watch.started.elapsed();
     let emitted = metrics.records_emitted.load(Ordering::Relaxed);
     if emitted < records {
         return Err(format!("{}: {emitted} of {records} records emitted", variant.name()).into());
@@ -488,7 +656,8 @@ async fn pipeline(
         100 * parallelism,
     );
     *out = Some(split);
-    Ok(emitted as f64 / elapsed.as_secs_f64())
+    let redelivered = Some(metrics.records_redelivered.load(Ordering::Relaxed));
+    Ok(Rate { redelivered, ..watch.rate(emitted, elapsed).await })
 }
 
 /// Where one pipeline run's time went, as shares of the run summed over subtasks (so up
@@ -505,6 +674,75 @@ struct Split {
 /// deletion, topic removal) is done, so that its CPU is not counted in this run.
 async fn settle() {
     tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// A results row of a `kind: pipeline` run (a pipeline variant, the raw consumer, a
+/// reference run): `fields`, its cost and, where it counted as it went, its marks.
+fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Value) -> serde_json::Value {
+    let mut row = serde_json::json!({
+        "kind": "pipeline", "round": round, "variant": variant, "rate": cost.rate,
+        "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
+    });
+    let redelivered = serde_json::json!({ "redelivered": cost.redelivered });
+    for extra in [fields, cost.marks.map_or(serde_json::Value::Null, |m| m.json()), redelivered] {
+        if let (Some(row), serde_json::Value::Object(extra)) = (row.as_object_mut(), extra) {
+            row.extend(extra);
+        }
+    }
+    row
+}
+
+/// How a run's rate reads in a progress line: the whole run, its middle, and its fixed
+/// costs at either end.
+fn describe(cost: &Cost) -> String {
+    let again = cost.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"));
+    let rate = match cost.marks {
+        Some(m) => format!(
+            "{:.0} rec/s (middle 80 %: {}{}; first record at {} ms, end {} ms after the last)",
+            cost.rate,
+            m.middle_rate().map_or("-".into(), |r| format!("{r:.0} rec/s")),
+            m.middle_cpu().map_or(String::new(), |(job, broker, busy)| format!(
+                ", CPU s per M records job {job:.2} broker {broker:.2}, {busy:.2} cores busy"
+            )),
+            m.first.as_millis(),
+            m.end.saturating_sub(m.last).as_millis()
+        ),
+        None => format!("{:.0} rec/s", cost.rate),
+    };
+    rate + &again
+}
+
+/// The middle rates of `costs` (see [`Marks`]), and their ratios to those of the same
+/// round of the raw consumer (`raw`) and of a `reference` run, as a summary line reads.
+fn middle_figures(costs: &[Cost], raw: &[Cost], reference: Option<&Vec<Cost>>) -> String {
+    let middle = |c: &Cost| c.marks.and_then(|m| m.middle_rate());
+    let rates: Vec<f64> = costs.iter().filter_map(middle).collect();
+    if rates.is_empty() {
+        return "-".into();
+    }
+    let of = |against: &[Cost]| -> String {
+        let ratios: Vec<f64> = costs.iter().zip(against).filter_map(|(c, a)| Some(middle(c)? / middle(a)?)).collect();
+        if ratios.is_empty() {
+            "-".into()
+        } else {
+            format!("{:.2}", median(ratios))
+        }
+    };
+    let mut line = format!("{} rec/s, / raw consumer {}", spread(&rates), of(raw));
+    if let Some(reference) = reference {
+        line += &format!(", / reference {}", of(reference));
+    }
+    let cpu: Vec<(f64, f64, f64)> = costs.iter().filter_map(|c| c.marks?.middle_cpu()).collect();
+    if !cpu.is_empty() {
+        let m = |f: fn(&(f64, f64, f64)) -> f64| median(cpu.iter().map(f).collect());
+        line += &format!(
+            ", CPU s per M records job {:.2} broker {:.2}, {:.2} cores busy",
+            m(|c| c.0),
+            m(|c| c.1),
+            m(|c| c.2)
+        );
+    }
+    line
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -563,6 +801,7 @@ async fn main() -> Result<(), Error> {
     println!("(warm-up done: one read and one run of each variant, not recorded)");
 
     let mut consumer: Vec<(i32, f64, f64)> = Vec::new();
+    let mut raw_costs: Vec<Cost> = Vec::new();
     let mut writing: Vec<Cost> = Vec::new();
     let mut reading: Vec<Cost> = Vec::new();
     let mut producers: Vec<(f64, f64)> = Vec::new();
@@ -580,10 +819,9 @@ async fn main() -> Result<(), Error> {
             out.record(against_java("consumer", round, *partitions, &mine, &theirs));
             consumer.push((*partitions, mine.rate, theirs.rate));
             if *partitions == 4 {
-                out.record(serde_json::json!({
-                    "kind": "pipeline", "round": round, "variant": "raw consumer", "rate": mine.rate,
-                    "job_cpu_s_per_m": mine.client_cpu_per_m, "broker_cpu_s_per_m": mine.broker_cpu_per_m,
-                }));
+                println!("round {round}: raw consumer, 4 partitions: {}", describe(&mine));
+                out.record(pipeline_row(round, "raw consumer", &mine, serde_json::Value::Null));
+                raw_costs.push(mine);
                 // The reference runs, in turns: reading only first in even rounds.
                 let mut references = [RAW_MEMBERS, RAW_WRITING];
                 if round % 2 == 1 {
@@ -602,13 +840,12 @@ async fn main() -> Result<(), Error> {
                     }
                     let cost = cost?;
                     println!(
-                        "round {round}: {reference}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
-                        cost.rate, cost.client_cpu_per_m, cost.broker_cpu_per_m
+                        "round {round}: {reference}: {}, CPU s per M records: job {:.2}, broker {:.2}",
+                        describe(&cost),
+                        cost.client_cpu_per_m,
+                        cost.broker_cpu_per_m
                     );
-                    out.record(serde_json::json!({
-                        "kind": "pipeline", "round": round, "variant": reference, "rate": cost.rate,
-                        "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
-                    }));
+                    out.record(pipeline_row(round, reference, &cost, serde_json::Value::Null));
                     if reference == RAW_WRITING {
                         writing.push(cost);
                     } else {
@@ -646,18 +883,21 @@ async fn main() -> Result<(), Error> {
             let split = split.ok_or("the pipeline run reported no split")?;
             clean_run(&c, &name, variant).await?;
             println!(
-                "round {round}: {}: {:.0} rec/s, CPU s per M records: job {:.2}, broker {:.2}",
+                "round {round}: {}: {}, CPU s per M records: job {:.2}, broker {:.2}",
                 variant.name(),
-                cost.rate,
+                describe(&cost),
                 cost.client_cpu_per_m,
                 cost.broker_cpu_per_m
             );
-            out.record(serde_json::json!({
-                "kind": "pipeline", "round": round, "variant": variant.name(), "rate": cost.rate,
-                "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
-                "source_poll_wait_share": split.poll_wait, "source_intent_wait_share": split.intent_wait,
-                "most_blocked_operator_share": split.most_blocked,
-            }));
+            out.record(pipeline_row(
+                round,
+                variant.name(),
+                &cost,
+                serde_json::json!({
+                    "source_poll_wait_share": split.poll_wait, "source_intent_wait_share": split.intent_wait,
+                    "most_blocked_operator_share": split.most_blocked,
+                }),
+            ));
             variants.push((variant, cost, split));
         }
     }
@@ -688,9 +928,10 @@ async fn main() -> Result<(), Error> {
     let bound: Vec<f64> = writing.iter().map(|c| c.rate).collect();
     for (name, costs, rates) in [(RAW_MEMBERS, &reading, &members), (RAW_WRITING, &writing, &bound)] {
         println!(
-            "{name}: {} rec/s | / raw consumer {:.2} | CPU s per M records: job {:.2}, broker {:.2}",
+            "{name}: {} rec/s | / raw consumer {:.2} | middle 80 %: {} | CPU s per M records: job {:.2}, broker {:.2}",
             spread(rates),
             median(rates.iter().zip(&raw).map(|(w, r)| w / r).collect()),
+            middle_figures(costs, &raw_costs, None),
             median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
             median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
         );
@@ -709,13 +950,15 @@ async fn main() -> Result<(), Error> {
         let (reference, name) = if variant.writes_output() { (&bound, RAW_WRITING) } else { (&members, RAW_MEMBERS) };
         let of_reference: Vec<f64> = rates.iter().zip(reference).map(|(p, b)| p / b).collect();
         let pct = |f: fn(&Split) -> f64| 100.0 * median(splits.iter().map(f).collect());
+        let reference_costs = if variant.writes_output() { &writing } else { &reading };
         println!(
-            "{}: {} rec/s | / raw consumer {:.2} | / {name} {:.2} | CPU s per M records: job {:.2}, broker {:.2} | \
-             source waits: poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
+            "{}: {} rec/s | / raw consumer {:.2} | / {name} {:.2} | middle 80 %: {} | CPU s per M records: job {:.2}, \
+             broker {:.2} | source waits: poll {:.0} %, intents {:.0} %; most blocked operator {:.0} %",
             variant.name(),
             spread(&rates),
             median(ratio),
             median(of_reference),
+            middle_figures(&costs, &raw_costs, Some(reference_costs)),
             median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
             median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
             pct(|s| s.poll_wait),

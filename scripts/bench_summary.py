@@ -176,12 +176,12 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
         for key, who in (("job_cpu_s_per_m", "job"), ("broker_cpu_s_per_m", "broker")):
             cpu = [value(path, r, lambda r=r, key=key: float(need(path, r, key)[0])) for r in rs]
             out.append(figure(f"Kafka {variant}: {who} CPU per million records", cmd, "s", cpu, header))
-        if variant == "raw consumer":
-            continue
-        reference = variant in (control_name, bound_name)
+        reference = variant in (control_name, bound_name, "raw consumer")
         label = f"Kafka: {variant}" if reference else f"Kafka pipeline {variant}"
         what = f"{label}, 4 partitions, no runtime" if reference else f"{label}, 4 partitions, 1 s checkpoints"
-        out.append(figure(what, cmd, "records/s", [value(path, r, lambda r=r: float(r["rate"])) for r in rs], header))
+        if variant != "raw consumer":  # its rate is the consumer figure above
+            out.append(figure(what, cmd, "records/s", [value(path, r, lambda r=r: float(r["rate"])) for r in rs],
+                              header))
 
         def same_round(against: dict[int, dict], name: str) -> None:
             pairs = [(r, against[k]) for k, r in by_round.items() if k in against]
@@ -189,14 +189,38 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
                 out.append(figure(f"{label} / {name} (same round)", cmd, "ratio",
                                   [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
                                    for r, b in pairs], header))
-        same_round(raw, "raw share consumer")
         # A pipeline against the reference run that does the same I/O (writing with the
         # Kafka sink, reading only without it); the writing reference against the reading
         # one (the cost of writing alone).
+        against = [(raw, "raw share consumer")] if variant != "raw consumer" else []
         if variant == bound_name or (not reference and "Kafka sink" not in variant):
-            same_round(control, control_name)
+            against.append((control, control_name))
         elif not reference:
-            same_round(bound, bound_name)
+            against.append((bound, bound_name))
+        for runs, name in against:
+            same_round(runs, name)
+        # The middle of each run (10 % to 90 % of its records counted): without a job's
+        # fixed costs at its start and end, the rate a job that runs for weeks sees.
+        middle = [r for r in rs if r.get("middle_rate") is not None]
+        if not middle:
+            continue
+        out.append(figure(f"{label}, middle 80 % of the records", cmd, "records/s",
+                          [value(path, r, lambda r=r: float(r["middle_rate"])) for r in middle], header))
+        for runs, name in against:
+            pairs = [(r, runs[k]) for k, r in by_round.items()
+                     if k in runs and r.get("middle_rate") is not None and runs[k].get("middle_rate") is not None]
+            if pairs:
+                out.append(figure(f"{label} / {name}, middle 80 % of each (same round)", cmd, "ratio",
+                                  [value(path, r, lambda r=r, b=b: float(r["middle_rate"]) / float(b["middle_rate"]))
+                                   for r, b in pairs], header))
+        busy = [r for r in middle if r.get("middle_busy_cores") is not None]
+        if busy:
+            for key, who in (("middle_job_cpu_s_per_m", "job"), ("middle_broker_cpu_s_per_m", "broker")):
+                out.append(figure(f"{label}, middle 80 %: {who} CPU per million records", cmd, "s",
+                                  [value(path, r, lambda r=r, key=key: float(r[key])) for r in busy], header))
+            out.append(figure(f"{label}, middle 80 %: cores busy (job and broker, of {header.get('cores')})", cmd,
+                              "cores", [value(path, r, lambda r=r: float(r["middle_busy_cores"])) for r in busy],
+                              header))
     return out
 
 
@@ -268,7 +292,7 @@ def number(v: float, unit: str) -> str:
         return f"{v / 1e3:,.0f} k"
     if unit == "ms" and abs(v) < 1:
         return f"{v:.2f}"
-    if unit in ("ms", "s", "MB"):
+    if unit in ("ms", "s", "MB", "cores"):
         return f"{v:.1f}"
     return f"{v:,.0f}"
 
