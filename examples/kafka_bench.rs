@@ -142,13 +142,17 @@ fn broker_pid() -> Result<String, Error> {
 /// of this process (or of the Java tool), and of the broker.
 #[derive(Debug, Clone, Copy)]
 struct Cost {
-    rate: f64,
-    /// When the run's count passed its marks, for the runs that count as they go.
-    marks: Option<Marks>,
-    /// Records polled with a delivery count above 1, for our consumers' runs.
-    redelivered: Option<u64>,
+    /// What the run reported.
+    run: Rate,
     client_cpu_per_m: f64,
     broker_cpu_per_m: f64,
+}
+
+impl Cost {
+    /// Records per second over the whole run.
+    fn rate(&self) -> f64 {
+        self.run.whole
+    }
 }
 
 /// What a run reports: records per second over the whole run, and when its count of
@@ -179,13 +183,7 @@ async fn measured<F: std::future::Future<Output = Result<Rate, Error>>>(
     let rate = f.await?;
     let (client1, broker1) = (cpu_seconds("self", children)?, cpu_seconds(broker, false)?);
     let per_m = 1e6 / records as f64;
-    Ok(Cost {
-        rate: rate.whole,
-        marks: rate.marks,
-        redelivered: rate.redelivered,
-        client_cpu_per_m: (client1 - client0) * per_m,
-        broker_cpu_per_m: (broker1 - broker0) * per_m,
-    })
+    Ok(Cost { run: rate, client_cpu_per_m: (client1 - client0) * per_m, broker_cpu_per_m: (broker1 - broker0) * per_m })
 }
 
 /// When a run's count of records passed its marks, as times since the run started,
@@ -318,7 +316,7 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error
     let mut redelivered = 0u64;
     while seen.load(Ordering::Relaxed) < records {
         let batch = m.poll(500, Duration::from_millis(500)).await?;
-        redelivered += batch.iter().filter(|r| r.delivery_count > 1).count() as u64;
+        redelivered += batch.iter().filter(|r| r.is_redelivery()).count() as u64;
         for r in &batch {
             m.acknowledge(r, AcknowledgeType::Accept).await?;
         }
@@ -385,7 +383,7 @@ async fn members_run(
                 if batch.is_empty() {
                     continue;
                 }
-                let again = batch.iter().filter(|r| r.delivery_count > 1).count() as u64;
+                let again = batch.iter().filter(|r| r.is_redelivery()).count() as u64;
                 redelivered.fetch_add(again, Ordering::Relaxed);
                 if let Some(w) = &writer {
                     let values: Vec<_> =
@@ -493,7 +491,7 @@ fn java_writer(bootstrap: &str, topic: &str, records: u64) -> Result<Rate, Error
 fn against_java(kind: &str, round: u32, partitions: i32, mine: &Cost, theirs: &Cost) -> serde_json::Value {
     serde_json::json!({
         "kind": kind, "round": round, "partitions": partitions,
-        "shareflow": mine.rate, "java": theirs.rate,
+        "shareflow": mine.rate(), "java": theirs.rate(),
         "shareflow_cpu_s_per_m": mine.client_cpu_per_m, "java_cpu_s_per_m": theirs.client_cpu_per_m,
         "broker_cpu_s_per_m_shareflow": mine.broker_cpu_per_m, "broker_cpu_s_per_m_java": theirs.broker_cpu_per_m,
     })
@@ -680,11 +678,11 @@ async fn settle() {
 /// reference run): `fields`, its cost and, where it counted as it went, its marks.
 fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Value) -> serde_json::Value {
     let mut row = serde_json::json!({
-        "kind": "pipeline", "round": round, "variant": variant, "rate": cost.rate,
+        "kind": "pipeline", "round": round, "variant": variant, "rate": cost.rate(),
         "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
     });
-    let redelivered = serde_json::json!({ "redelivered": cost.redelivered });
-    for extra in [fields, cost.marks.map_or(serde_json::Value::Null, |m| m.json()), redelivered] {
+    let redelivered = serde_json::json!({ "redelivered": cost.run.redelivered });
+    for extra in [fields, cost.run.marks.map_or(serde_json::Value::Null, |m| m.json()), redelivered] {
         if let (Some(row), serde_json::Value::Object(extra)) = (row.as_object_mut(), extra) {
             row.extend(extra);
         }
@@ -695,11 +693,11 @@ fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Valu
 /// How a run's rate reads in a progress line: the whole run, its middle, and its fixed
 /// costs at either end.
 fn describe(cost: &Cost) -> String {
-    let again = cost.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"));
-    let rate = match cost.marks {
+    let again = cost.run.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"));
+    let rate = match cost.run.marks {
         Some(m) => format!(
             "{:.0} rec/s (middle 80 %: {}{}; first record at {} ms, end {} ms after the last)",
-            cost.rate,
+            cost.rate(),
             m.middle_rate().map_or("-".into(), |r| format!("{r:.0} rec/s")),
             m.middle_cpu().map_or(String::new(), |(job, broker, busy)| format!(
                 ", CPU s per M records job {job:.2} broker {broker:.2}, {busy:.2} cores busy"
@@ -707,15 +705,15 @@ fn describe(cost: &Cost) -> String {
             m.first.as_millis(),
             m.end.saturating_sub(m.last).as_millis()
         ),
-        None => format!("{:.0} rec/s", cost.rate),
+        None => format!("{:.0} rec/s", cost.rate()),
     };
     rate + &again
 }
 
 /// The middle rates of `costs` (see [`Marks`]), and their ratios to those of the same
 /// round of the raw consumer (`raw`) and of a `reference` run, as a summary line reads.
-fn middle_figures(costs: &[Cost], raw: &[Cost], reference: Option<&Vec<Cost>>) -> String {
-    let middle = |c: &Cost| c.marks.and_then(|m| m.middle_rate());
+fn middle_figures(costs: &[Cost], raw: &[Cost], reference: Option<&[Cost]>) -> String {
+    let middle = |c: &Cost| c.run.marks.and_then(|m| m.middle_rate());
     let rates: Vec<f64> = costs.iter().filter_map(middle).collect();
     if rates.is_empty() {
         return "-".into();
@@ -732,7 +730,7 @@ fn middle_figures(costs: &[Cost], raw: &[Cost], reference: Option<&Vec<Cost>>) -
     if let Some(reference) = reference {
         line += &format!(", / reference {}", of(reference));
     }
-    let cpu: Vec<(f64, f64, f64)> = costs.iter().filter_map(|c| c.marks?.middle_cpu()).collect();
+    let cpu: Vec<(f64, f64, f64)> = costs.iter().filter_map(|c| c.run.marks?.middle_cpu()).collect();
     if !cpu.is_empty() {
         let m = |f: fn(&(f64, f64, f64)) -> f64| median(cpu.iter().map(f).collect());
         line += &format!(
@@ -814,10 +812,10 @@ async fn main() -> Result<(), Error> {
             let mine = measured(&broker, records, false, ours(&c, topic, records)).await?;
             println!(
                 "round {round}: consumer, {partitions} partition(s): shareflow {:.0} rec/s, kafka-share-consumer-perf-test {:.0} rec/s",
-                mine.rate, theirs.rate
+                mine.rate(), theirs.rate()
             );
             out.record(against_java("consumer", round, *partitions, &mine, &theirs));
-            consumer.push((*partitions, mine.rate, theirs.rate));
+            consumer.push((*partitions, mine.rate(), theirs.rate()));
             if *partitions == 4 {
                 println!("round {round}: raw consumer, 4 partitions: {}", describe(&mine));
                 out.record(pipeline_row(round, "raw consumer", &mine, serde_json::Value::Null));
@@ -864,10 +862,10 @@ async fn main() -> Result<(), Error> {
                 c.delete_topics(&[ours_out.as_str(), theirs_out.as_str()]).await?;
                 println!(
                     "round {round}: producer, 4 partitions: shareflow's TopicWriter {:.0} rec/s, kafka-producer-perf-test {:.0} rec/s",
-                    mine.rate, theirs.rate
+                    mine.rate(), theirs.rate()
                 );
                 out.record(against_java("producer", round, 4, &mine, &theirs));
-                producers.push((mine.rate, theirs.rate));
+                producers.push((mine.rate(), theirs.rate()));
             }
         }
         // Each round starts at another variant, so that none always follows the same one.
@@ -924,8 +922,8 @@ async fn main() -> Result<(), Error> {
         median(producers.iter().map(|x| x.0 / x.1).collect())
     );
     let raw: Vec<f64> = consumer.iter().filter(|x| x.0 == 4).map(|x| x.1).collect();
-    let members: Vec<f64> = reading.iter().map(|c| c.rate).collect();
-    let bound: Vec<f64> = writing.iter().map(|c| c.rate).collect();
+    let members: Vec<f64> = reading.iter().map(|c| c.rate()).collect();
+    let bound: Vec<f64> = writing.iter().map(|c| c.rate()).collect();
     for (name, costs, rates) in [(RAW_MEMBERS, &reading, &members), (RAW_WRITING, &writing, &bound)] {
         println!(
             "{name}: {} rec/s | / raw consumer {:.2} | middle 80 %: {} | CPU s per M records: job {:.2}, broker {:.2}",
@@ -943,7 +941,7 @@ async fn main() -> Result<(), Error> {
     for variant in Variant::ALL {
         let costs: Vec<Cost> = variants.iter().filter(|(v, ..)| *v == variant).map(|(_, c, _)| *c).collect();
         let splits: Vec<Split> = variants.iter().filter(|(v, ..)| *v == variant).map(|(.., s)| *s).collect();
-        let rates: Vec<f64> = costs.iter().map(|c| c.rate).collect();
+        let rates: Vec<f64> = costs.iter().map(|c| c.rate()).collect();
         // Same round against same round: the machine's drift hits both.
         let ratio: Vec<f64> = rates.iter().zip(&raw).map(|(p, r)| p / r).collect();
         // Against the reference run that does the same I/O: writing or reading only.
@@ -958,7 +956,7 @@ async fn main() -> Result<(), Error> {
             spread(&rates),
             median(ratio),
             median(of_reference),
-            middle_figures(&costs, &raw_costs, Some(reference_costs)),
+            middle_figures(&costs, &raw_costs, Some(reference_costs.as_slice())),
             median(costs.iter().map(|c| c.client_cpu_per_m).collect()),
             median(costs.iter().map(|c| c.broker_cpu_per_m).collect()),
             pct(|s| s.poll_wait),

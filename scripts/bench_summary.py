@@ -183,11 +183,13 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
             out.append(figure(what, cmd, "records/s", [value(path, r, lambda r=r: float(r["rate"])) for r in rs],
                               header))
 
-        def same_round(against: dict[int, dict], name: str) -> None:
-            pairs = [(r, against[k]) for k, r in by_round.items() if k in against]
+        def same_round(against: dict[int, dict], name: str, key: str = "rate", what: str = "") -> None:
+            """This variant's `key` against the same round's run in `against`, where both have it."""
+            pairs = [(r, against[k]) for k, r in by_round.items()
+                     if k in against and r.get(key) is not None and against[k].get(key) is not None]
             if pairs:
-                out.append(figure(f"{label} / {name} (same round)", cmd, "ratio",
-                                  [value(path, r, lambda r=r, b=b: float(r["rate"]) / float(b["rate"]))
+                out.append(figure(f"{label} / {name}{what} (same round)", cmd, "ratio",
+                                  [value(path, r, lambda r=r, b=b: float(r[key]) / float(b[key]))
                                    for r, b in pairs], header))
         # A pipeline against the reference run that does the same I/O (writing with the
         # Kafka sink, reading only without it); the writing reference against the reading
@@ -207,12 +209,7 @@ def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
         out.append(figure(f"{label}, middle 80 % of the records", cmd, "records/s",
                           [value(path, r, lambda r=r: float(r["middle_rate"])) for r in middle], header))
         for runs, name in against:
-            pairs = [(r, runs[k]) for k, r in by_round.items()
-                     if k in runs and r.get("middle_rate") is not None and runs[k].get("middle_rate") is not None]
-            if pairs:
-                out.append(figure(f"{label} / {name}, middle 80 % of each (same round)", cmd, "ratio",
-                                  [value(path, r, lambda r=r, b=b: float(r["middle_rate"]) / float(b["middle_rate"]))
-                                   for r, b in pairs], header))
+            same_round(runs, name, "middle_rate", ", middle 80 % of each")
         busy = [r for r in middle if r.get("middle_busy_cores") is not None]
         if busy:
             for key, who in (("middle_job_cpu_s_per_m", "job"), ("middle_broker_cpu_s_per_m", "broker")):

@@ -146,6 +146,12 @@ pub struct SourceMetrics {
 }
 
 impl SourceMetrics {
+    /// Counts the redeliveries among a poll's `records` in `records_redelivered`.
+    pub fn count_redelivered(&self, records: &[Record]) {
+        let n = records.iter().filter(|r| r.is_redelivery()).count() as u64;
+        self.records_redelivered.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Every counter, typed, for an exporter (`shareflow-source-*-total`).
     pub fn metrics(&self) -> Vec<shareflow_runtime::Metric> {
         use shareflow_runtime::{Metric, MetricValue::Counter};
@@ -264,6 +270,24 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_records_delivered_more_than_once_count_as_redelivered() {
+        let record = |delivery_count| Record {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            value: None,
+            timestamp_ms: 0,
+            delivery_count,
+        };
+        let m = SourceMetrics::default();
+        m.count_redelivered(&[record(1), record(2), record(1), record(5)]);
+        m.count_redelivered(&[]);
+        m.count_redelivered(&[record(1)]);
+        assert_eq!(m.records_redelivered.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
 
     #[test]
     fn the_source_waits_are_exported_in_whole_milliseconds() {

@@ -219,8 +219,7 @@ impl Source for ShareGroupSource {
             return Ok(SourceEvent::Idle);
         }
         self.failpoints.hit(points::SOURCE_AFTER_POLL)?;
-        let redelivered = records.iter().filter(|r| r.delivery_count > 1).count() as u64;
-        self.metrics.records_redelivered.fetch_add(redelivered, Ordering::Relaxed);
+        self.metrics.count_redelivered(&records);
         let emit = if self.transactional() {
             let good = self.stage(epoch, &records).await?;
             self.failpoints.hit(points::SOURCE_AFTER_LOCK)?;

@@ -221,8 +221,7 @@ impl Source for KafkaShareSource {
             return Ok(SourceEvent::Idle);
         }
         self.idle_since = None;
-        let redelivered = records.iter().filter(|r| r.delivery_count > 1).count() as u64;
-        self.metrics.records_redelivered.fetch_add(redelivered, Ordering::Relaxed);
+        self.metrics.count_redelivered(&records);
         self.failpoints.hit(points::SOURCE_AFTER_POLL)?;
         let ledger = self.ledger.clone().ok_or_else(|| RuntimeError::Internal("kafka source without ledger".into()))?;
         // Every delivery, not only redeliveries: the ledger is the authority.

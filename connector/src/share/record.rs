@@ -48,6 +48,12 @@ pub struct Record {
 }
 
 impl Record {
+    /// True for a redelivery: the record was delivered before (to this member or
+    /// another) and not settled.
+    pub fn is_redelivery(&self) -> bool {
+        self.delivery_count > 1
+    }
+
     /// The record's topic partition.
     pub fn topic_partition(&self) -> TopicPartition {
         TopicPartition { topic: self.topic.clone(), partition: self.partition }
