@@ -16,7 +16,7 @@ use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
 
-use crate::demo::{identity, run_job, value_of, ProgressLine, TRANSFORM_SQL};
+use crate::demo::{identity, run_job, value_of, ProgressLine, DELIVERY_LIMIT, TRANSFORM_SQL};
 
 /// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
 pub(crate) const FAULT_POINTS: &[&str] = &[
@@ -224,6 +224,7 @@ pub(crate) async fn run(
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));
     cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
     cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
+    demo_group_limits(&cluster, &options.name).await?;
     if options.records > 0 {
         let started = Instant::now();
         let chunk = 20_000;
@@ -284,6 +285,14 @@ pub(crate) async fn run(
         records_per_second: emitted as f64 / seconds,
         seconds,
     })
+}
+
+/// The demo's share group redelivers a record up to [`DELIVERY_LIMIT`] times, as the
+/// embedded demo's does: each crash of a run gives back what its members held, with the
+/// delivery count raised, and a run with many crashes must not archive the records at
+/// the head of a partition (Kafka's default limit is 5).
+pub(crate) async fn demo_group_limits(cluster: &KafkaCluster, group: &str) -> shareflow_connector::Result<()> {
+    cluster.set_group_configs(group, &[("share.delivery.count.limit", &DELIVERY_LIMIT.to_string())]).await
 }
 
 /// The source settings of the main job on Kafka: group `group`, topic `input`, at most

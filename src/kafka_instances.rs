@@ -491,6 +491,7 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));
     cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
     cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
+    crate::kafka_demo::demo_group_limits(&cluster, &options.name).await?;
     let mut id = 0;
     while id < options.records {
         let n = 20_000.min(options.records - id);
