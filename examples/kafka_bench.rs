@@ -60,8 +60,8 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use shareflow::checkpoint::CheckpointStore;
 use shareflow::connector::kafka::{
-    KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaShareSource, KafkaSink, KafkaTransactions,
-    KafkaTransactionsConfig,
+    JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaShareSource, KafkaSink,
+    KafkaTransactions, KafkaTransactionsConfig,
 };
 use shareflow::connector::share::{AcknowledgeType, ShareConsumer};
 use shareflow::connector::{record_schema, SourceMetrics, SourceSettings, DEFAULT_POLL_TIMEOUT};
@@ -365,9 +365,12 @@ async fn members_run(
     };
     let done_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let redelivered = Arc::new(AtomicU64::new(0));
+    // The members wait for a settled assignment before they poll, as the pipeline's
+    // source subtasks do.
+    let gate = Arc::new(JoinGate::new(members as usize, Duration::from_secs(10)));
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..members {
-        let (c, g, topic) = (c.clone(), g.clone(), topic.to_string());
+    for member in 0..members {
+        let (c, g, topic, gate) = (c.clone(), g.clone(), topic.to_string(), gate.clone());
         let (writer, seen, done_at, redelivered) = (writer.clone(), seen.clone(), done_at.clone(), redelivered.clone());
         tasks.spawn(async move {
             let mut config = KafkaShareConsumerConfig::new(&g);
@@ -375,6 +378,7 @@ async fn members_run(
             config.fetch_max_wait = DEFAULT_POLL_TIMEOUT;
             let mut m = KafkaShareConsumer::new(&c, config).await?;
             m.subscribe(&[topic.as_str()]).await?;
+            gate.settle(member as usize, &mut m).await?;
             while seen.load(Ordering::Relaxed) < records {
                 if started.elapsed() > Duration::from_secs(300) {
                     return Err(format!("only {} of {records} records in 300 s", seen.load(Ordering::Relaxed)).into());

@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use shareflow::connector::kafka::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig};
+use shareflow::connector::kafka::{JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig};
 use shareflow::connector::share::{AcknowledgeType, Record, ShareConsumer};
 use support::kafka::{cluster, numbered, unique};
 
@@ -168,6 +168,47 @@ async fn renew_keeps_the_lock_past_its_duration() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_past_the_join_gate_hold_disjoint_shares_of_one_epoch() {
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 4, 400).await;
+    let group = group_with(&c, 15_000).await;
+    // A group whose partitions are initialised assigns at once: the first member to
+    // join gets all four, and learns that it lost two only at its next heartbeat.
+    let mut first = member(&c, &group, &topic, 100).await;
+    support::kafka::until(Duration::from_secs(30), || first.assignment().get(&topic).is_some_and(|p| p.len() == 4))
+        .await;
+    first.close().await.expect("close");
+    let mut a = member(&c, &group, &topic, 100).await;
+    support::kafka::until(Duration::from_secs(30), || a.assignment().get(&topic).is_some_and(|p| p.len() == 4)).await;
+    assert_eq!(a.assignment().get(&topic).map(Vec::len), Some(4), "the only member gets every partition");
+    let mut b = member(&c, &group, &topic, 100).await;
+    // The coordinator assigns the newcomer a share a while after its join: until then
+    // it holds nothing and the first member holds every partition.
+    assert!(b.assignment().is_empty() || a.member_epoch() < b.member_epoch(), "b holds nothing yet, or a newer epoch");
+
+    let gate = JoinGate::new(2, Duration::from_secs(20));
+    let (pa, pb) = tokio::join!(gate.settle(0, &mut a), gate.settle(1, &mut b));
+    let (pa, pb) = (pa.expect("gate a"), pb.expect("gate b"));
+    assert!(pa.settled && pb.settled, "both settled: {pa:?} {pb:?}");
+    assert!(pa.heartbeats + pb.heartbeats > 0, "a member heartbeat ahead of its interval: {pa:?} {pb:?}");
+    assert_eq!(a.member_epoch(), b.member_epoch(), "both hold the assignment of one epoch");
+    let of = |m: &KafkaShareConsumer| -> BTreeSet<i32> {
+        m.assignment().get(&topic).into_iter().flatten().copied().collect()
+    };
+    let (sa, sb) = (of(&a), of(&b));
+    assert!(!sa.is_empty() && !sb.is_empty(), "both hold partitions: {sa:?} {sb:?}");
+    assert!(sa.is_disjoint(&sb), "no partition is assigned to both: {sa:?} {sb:?}");
+    assert_eq!(sa.union(&sb).copied().collect::<Vec<_>>(), vec![0, 1, 2, 3], "every partition is assigned");
+
+    // A gate of one member passes at once; an index outside the gate passes unsettled.
+    let alone = JoinGate::new(1, Duration::from_secs(20));
+    assert!(alone.settle(0, &mut a).await.expect("gate").settled);
+    assert!(!alone.settle(1, &mut b).await.expect("gate").settled);
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_use_gets_typed_errors() {
     let Some(c) = cluster().await else { return };
     let topic = topic_with(&c, 1, 3).await;
@@ -185,6 +226,9 @@ async fn bad_use_gets_typed_errors() {
         a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
     }
     a.close().await.expect("close");
+    let mut idle = KafkaShareConsumer::new(&c, KafkaShareConsumerConfig::new(&group)).await.expect("consumer");
+    let err = idle.heartbeat_now().await.expect_err("heartbeat before subscribe");
+    assert!(err.to_string().contains("subscribe to the topics first"), "{err}");
     let err = KafkaCluster::connect("").await.expect_err("empty bootstrap");
     assert!(err.to_string().contains("bootstrap.servers"), "{err}");
 }

@@ -51,6 +51,8 @@ pub struct KafkaShareConsumer {
     /// settled: in all, and since the last poll.
     revoked: u64,
     revoked_since_poll: u64,
+    /// The topics of the last [`subscribe`](ShareConsumer::subscribe).
+    topics: Vec<String>,
 }
 
 impl std::fmt::Debug for KafkaShareConsumer {
@@ -92,6 +94,7 @@ impl KafkaShareConsumer {
             delivered: HashMap::new(),
             revoked: 0,
             revoked_since_poll: 0,
+            topics: Vec::new(),
         })
     }
 
@@ -127,6 +130,36 @@ impl KafkaShareConsumer {
     /// expire. The exactly-once source covers them through its ledger.
     pub fn revoked_unsettled(&self) -> u64 {
         self.revoked
+    }
+
+    /// The member epoch the coordinator last gave this member: 0 before it joined (and
+    /// while it rejoins after a fence). A member's epoch is the group epoch of the
+    /// assignment it holds, so a member whose epoch is below another's holds an
+    /// assignment that does not count the members that joined since.
+    pub fn member_epoch(&self) -> i32 {
+        self.inner.member_epoch()
+    }
+
+    /// Sends a heartbeat at once rather than at the next interval, and installs the
+    /// assignment it brings: a member learns of a newer assignment without waiting up to
+    /// a heartbeat interval (5 s by default). For use before the first poll, as
+    /// [`JoinGate`](super::JoinGate) does: partitions taken away by it lose no records
+    /// then.
+    pub async fn heartbeat_now(&mut self) -> Result<()> {
+        if self.topics.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "group {}: heartbeat before subscribe; subscribe to the topics first",
+                self.config.group
+            )));
+        }
+        // Subscribing again to the same topics sends the joining heartbeat with the
+        // current member id and epoch: the coordinator answers with the member's
+        // current assignment, and the group epoch does not change.
+        let topics = self.topics.clone();
+        self.inner
+            .subscribe(topics.iter())
+            .await
+            .map_err(|e| kafka_error(format!("heartbeat in group {}", self.config.group), e))
     }
 
     /// The acquisition lock duration the broker reported, once known.
@@ -202,6 +235,7 @@ impl ShareConsumer for KafkaShareConsumer {
             .subscribe(topics.iter().copied())
             .await
             .map_err(|e| kafka_error(format!("subscribe group {} to {topics:?}", self.config.group), e))?;
+        self.topics = topics.iter().map(|t| t.to_string()).collect();
         self.member = MemberId(self.inner.member_id());
         Ok(())
     }

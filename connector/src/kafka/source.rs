@@ -17,7 +17,7 @@ use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, St
 
 use super::group::GroupLedger;
 use super::ledger::to_ranges;
-use super::{KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
+use super::{JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
 use crate::error::runtime_error;
 use crate::share::{AcknowledgeType, Record, ShareConsumer};
@@ -41,6 +41,9 @@ pub struct KafkaShareSource {
     metrics: Arc<SourceMetrics>,
     failpoints: Failpoints,
     task: String,
+    /// Shared by the subtasks of this source: none polls before each holds an
+    /// assignment that counts them all.
+    gate: Arc<std::sync::OnceLock<JoinGate>>,
 }
 
 impl KafkaShareSource {
@@ -52,7 +55,9 @@ impl KafkaShareSource {
         settings: SourceSettings,
         metrics: Arc<SourceMetrics>,
     ) -> impl Fn(&SubtaskContext) -> KafkaShareSource + Send + Sync {
+        let gate: Arc<std::sync::OnceLock<JoinGate>> = Arc::default();
         move |ctx| KafkaShareSource {
+            gate: gate.clone(),
             cluster: cluster.clone(),
             txns: txns.clone(),
             rate: RateLimit::new(settings.max_records_per_second),
@@ -138,6 +143,14 @@ impl KafkaShareSource {
         Ok(())
     }
 
+    /// Gives up this subtask's seat at the join gate: a restarted attempt's subtask of
+    /// this index joins afresh.
+    fn leave_gate(&self) {
+        if let (Some(gate), Some(consumer)) = (self.gate.get(), self.consumer.as_ref()) {
+            gate.leave(self.subtask as usize, &consumer.member_id().0);
+        }
+    }
+
     fn emit(&mut self, records: Vec<Record>) -> Result<SourceEvent> {
         self.rate.emitted(records.len() as u64);
         self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -178,6 +191,10 @@ impl Source for KafkaShareSource {
             KafkaShareConsumer::new(&self.cluster, consumer_config).await.map_err(|e| runtime_error(&self.task, e))?;
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).await.map_err(|e| runtime_error(&self.task, e))?;
+        let gate = self.gate.get_or_init(|| JoinGate::new(self.parallelism as usize, JOIN_GATE_LIMIT));
+        let passed =
+            gate.settle(self.subtask as usize, &mut consumer).await.map_err(|e| runtime_error(&self.task, e))?;
+        tracing::debug!(task = %self.task, ?passed, assignment = ?consumer.assignment(), "joined the share group");
         self.consumer = Some(consumer);
         self.buffer_empty_at = tokio::time::Instant::now();
         Ok(())
@@ -296,12 +313,23 @@ impl Source for KafkaShareSource {
     }
 
     async fn close(&mut self) -> Result<()> {
+        self.leave_gate();
         if let Some(mut c) = self.consumer.take() {
             c.close().await.map_err(|e| runtime_error(&self.task, e))?;
         }
         Ok(())
     }
 }
+
+impl Drop for KafkaShareSource {
+    fn drop(&mut self) {
+        self.leave_gate();
+    }
+}
+
+/// How long a subtask waits at the [`JoinGate`] for its siblings at most: they join
+/// within milliseconds of each other unless one failed to open.
+const JOIN_GATE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Adds `d` to a nanosecond counter.
 fn add_nanos(counter: &std::sync::atomic::AtomicU64, d: Duration) {
