@@ -72,13 +72,35 @@ fn shared_rows<O: arrow::array::OffsetSizeTrait>(
         .collect()
 }
 
-/// Each row copied out of a view array (short values live inside the views).
-fn copied_rows<'a>(col: &dyn Array, value: impl Fn(usize) -> &'a [u8]) -> Vec<Option<Bytes>> {
-    (0..col.len()).map(|i| (!col.is_null(i)).then(|| Bytes::copy_from_slice(value(i)))).collect()
+/// Each row of a view array. A value longer than 12 bytes is a slice of one shared
+/// [`Bytes`] over the data buffer its view points into: no copy. A shorter one lives
+/// inside its view and is copied (at most 12 bytes).
+fn view_rows<T: arrow::datatypes::ByteViewType + ?Sized>(
+    a: &arrow::array::GenericByteViewArray<T>,
+) -> Vec<Option<Bytes>> {
+    let shared: Vec<Bytes> = a.data_buffers().iter().map(|b| Bytes::from_owner(ArrowBytes(b.clone()))).collect();
+    a.views()
+        .iter()
+        .enumerate()
+        .map(|(i, &view)| {
+            if a.is_null(i) {
+                return None;
+            }
+            // The view layout of the Arrow spec: length in bits 0-31; past the inline
+            // size, the buffer index in bits 64-95 and the offset in bits 96-127.
+            let len = view as u32 as usize;
+            let (buffer, offset) = ((view >> 64) as u32 as usize, (view >> 96) as u32 as usize);
+            let out_of_line = (len > 12).then(|| shared.get(buffer).filter(|b| offset + len <= b.len())).flatten();
+            Some(match out_of_line {
+                Some(data) => data.slice(offset..offset + len),
+                None => Bytes::copy_from_slice(a.value(i).as_ref()),
+            })
+        })
+        .collect()
 }
 
-/// Reads a column of a batch as bytes per row (Binary, LargeBinary, Utf8, LargeUtf8
-/// without copying the values; the view types copy each value).
+/// Reads a column of a batch as bytes per row (Binary, LargeBinary, Utf8, LargeUtf8,
+/// Utf8View and BinaryView), without copying the values.
 fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Vec<Option<Bytes>>>> {
     let Ok(index) = batch.schema().index_of(name) else { return Ok(None) };
     let col = batch.column(index).as_ref();
@@ -96,10 +118,10 @@ fn bytes_column(batch: &RecordBatch, name: &str, task: &str) -> Result<Option<Ve
         return Ok(Some(shared_rows(col, a.values(), a.value_offsets())));
     }
     if let Some(a) = any.downcast_ref::<StringViewArray>() {
-        return Ok(Some(copied_rows(col, |i| a.value(i).as_bytes())));
+        return Ok(Some(view_rows(a)));
     }
     if let Some(a) = any.downcast_ref::<BinaryViewArray>() {
-        return Ok(Some(copied_rows(col, |i| a.value(i))));
+        return Ok(Some(view_rows(a)));
     }
     Err(RuntimeError::task_message(
         task,
@@ -165,6 +187,19 @@ mod tests {
             key_values(&batch(vec![("value", Arc::new(col.clone()) as ArrayRef)]), "t", "kafka sink").expect("rows");
         let first = got[0].1.as_ref().expect("a value");
         assert_eq!(first.as_ptr() as usize, start, "the first row is the buffer's first bytes, not a copy");
+        // Nor are the long values of view arrays: the row points into the data buffer.
+        for col in [
+            Arc::new(StringViewArray::from(rows.clone())) as ArrayRef,
+            Arc::new(BinaryViewArray::from(bin.clone())) as ArrayRef,
+        ] {
+            let data = col.to_data();
+            let buffer = data.buffers()[1].as_slice().as_ptr_range();
+            let got = key_values(&batch(vec![("value", col.clone())]), "t", "kafka sink").expect("rows");
+            let long = got[3].1.as_ref().expect("a long value");
+            assert!(buffer.contains(&long.as_ptr()), "{}: the long value is in the data buffer", col.data_type());
+            let short = got[0].1.as_ref().expect("a short value");
+            assert!(!buffer.contains(&short.as_ptr()), "{}: a short value lives in its view", col.data_type());
+        }
     }
 
     #[test]

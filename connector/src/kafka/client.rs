@@ -864,8 +864,12 @@ where
 {
     let records = records.into_iter();
     handles.reserve(records.size_hint().0);
+    // The topic for the error, copied only when it changes (most calls write one topic).
+    let mut topic = String::new();
     for r in records {
-        let topic = r.topic.clone();
+        if r.topic != topic {
+            topic.clone_from(&r.topic);
+        }
         handles.push(enqueue(r).await.map_err(|e| kafka_error(format!("write to {topic}{context}"), e))?);
     }
     Ok(())

@@ -32,7 +32,55 @@ impl KafkaShareConsumerConfig {
     }
 }
 
-type Key = (Arc<str>, i32, i64);
+/// A delivered record's identity. It hashes its offset and partition only, with a
+/// multiply-and-rotate hasher: a poll's records differ there, and the topic (one `Arc`
+/// shared by every record of a fetch) is compared on a match, by pointer first.
+#[derive(Debug, Clone)]
+struct Key {
+    topic: Arc<str>,
+    partition: i32,
+    offset: i64,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.offset == other.offset
+            && self.partition == other.partition
+            && (Arc::ptr_eq(&self.topic, &other.topic) || self.topic == other.topic)
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64((self.offset as u64) ^ ((self.partition as u64) << 48));
+    }
+}
+
+/// The hasher of [`Key`]: one multiplication by an odd constant and a rotation, enough to
+/// spread consecutive offsets over a hash table's buckets. Not for untrusted keys: the
+/// offsets come from the broker this member polled.
+#[derive(Default)]
+struct OffsetHasher(u64);
+
+impl std::hash::Hasher for OffsetHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
+    }
+}
+
+type Delivered = HashMap<Key, ConsumerRecord, std::hash::BuildHasherDefault<OffsetHasher>>;
 
 /// A share-group member on a real Kafka broker, in explicit acknowledgement mode.
 ///
@@ -46,7 +94,7 @@ pub struct KafkaShareConsumer {
     config: KafkaShareConsumerConfig,
     inner: Inner,
     member: MemberId,
-    delivered: HashMap<Key, ConsumerRecord>,
+    delivered: Delivered,
     /// Records whose partition the group took from this member before they were
     /// settled: in all, and since the last poll.
     revoked: u64,
@@ -91,7 +139,7 @@ impl KafkaShareConsumer {
             config,
             inner,
             member: MemberId(String::new()),
-            delivered: HashMap::new(),
+            delivered: Delivered::default(),
             revoked: 0,
             revoked_since_poll: 0,
             topics: Vec::new(),
@@ -208,13 +256,14 @@ impl KafkaShareConsumer {
     }
 
     fn key(record: &Record) -> Key {
-        (record.topic.clone(), record.partition, record.offset)
+        Key { topic: record.topic.clone(), partition: record.partition, offset: record.offset }
     }
 }
 
 fn to_record(r: &ConsumerRecord) -> Record {
     Record {
-        topic: Arc::from(&*r.topic),
+        // The fetch's own topic name: every record of it shares the one allocation.
+        topic: r.topic.clone(),
         partition: r.partition,
         offset: r.offset,
         key: r.key.clone(),
@@ -270,6 +319,7 @@ impl ShareConsumer for KafkaShareConsumer {
             self.member = MemberId(member);
         }
         let mut out = Vec::with_capacity(got.len());
+        self.delivered.reserve(got.len());
         for r in got {
             let rec = to_record(&r);
             self.delivered.insert(Self::key(&rec), r);
@@ -351,5 +401,39 @@ impl ShareConsumer for KafkaShareConsumer {
             let _ = self.inner.release(r);
         }
         self.inner.close().await.map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(topic: &str, partition: i32, offset: i64) -> Key {
+        Key { topic: Arc::from(topic), partition, offset }
+    }
+
+    #[test]
+    fn a_delivered_record_is_found_by_topic_partition_and_offset() {
+        let mut delivered: HashMap<Key, u32, std::hash::BuildHasherDefault<OffsetHasher>> = HashMap::default();
+        let shared: Arc<str> = Arc::from("orders");
+        for partition in 0..4 {
+            for offset in 0..2_000 {
+                delivered.insert(Key { topic: shared.clone(), partition, offset }, 1);
+                delivered.insert(key("payments", partition, offset), 2);
+            }
+        }
+        assert_eq!(delivered.len(), 16_000, "two topics with the same partitions and offsets are distinct");
+        #[rustfmt::skip]
+        let cases: &[(&str, Key, Option<u32>)] = &[
+            ("the fetch's own topic",                      Key { topic: shared.clone(), partition: 3, offset: 1_999 }, Some(1)),
+            ("an equal topic name in another allocation",  key("orders", 3, 1_999),   Some(1)),
+            ("the other topic",                            key("payments", 0, 0),     Some(2)),
+            ("an offset never delivered",                  key("orders", 0, 2_000),   None),
+            ("a partition never delivered",                key("orders", 4, 0),       None),
+            ("a topic never delivered",                    key("refunds", 0, 0),      None),
+        ];
+        for (case, k, want) in cases {
+            assert_eq!(delivered.get(k).copied(), *want, "{case}: {k:?}");
+        }
     }
 }
