@@ -30,7 +30,9 @@
 //!
 //! Every run reads in a share group of its own, made ready before its clock starts: a new
 //! group assigns partitions only after one heartbeat interval (2 s on the test broker),
-//! which would otherwise be half of a run of a few seconds.
+//! which would otherwise be half of a run of a few seconds. Runs of two members (the
+//! reference runs and the pipeline's source) then wait at a [`JoinGate`] until the group
+//! assigned each its share, as a job does: about 1 s, and counted in their rates.
 //!
 //! Beside each rate it records the CPU seconds this process and the Kafka broker spent,
 //! per million records: on one machine the two share the cores, so a stage that makes
