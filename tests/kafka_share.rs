@@ -49,6 +49,12 @@ async fn wait_drained(c: &KafkaCluster, group: &str, topic: &str) {
     }
 }
 
+/// Waits up to 30 s until `m` holds `partitions` partitions of `topic`.
+async fn until_holding(m: &KafkaShareConsumer, topic: &str, partitions: usize) {
+    support::kafka::until(Duration::from_secs(30), || m.assignment().get(topic).is_some_and(|p| p.len() == partitions))
+        .await;
+}
+
 /// Polls until some records arrive or `wait` passes.
 async fn poll_some(m: &mut KafkaShareConsumer, wait: Duration) -> Vec<Record> {
     let end = tokio::time::Instant::now() + wait;
@@ -175,11 +181,10 @@ async fn members_past_the_join_gate_hold_disjoint_shares_of_one_epoch() {
     // A group whose partitions are initialised assigns at once: the first member to
     // join gets all four, and learns that it lost two only at its next heartbeat.
     let mut first = member(&c, &group, &topic, 100).await;
-    support::kafka::until(Duration::from_secs(30), || first.assignment().get(&topic).is_some_and(|p| p.len() == 4))
-        .await;
+    until_holding(&first, &topic, 4).await;
     first.close().await.expect("close");
     let mut a = member(&c, &group, &topic, 100).await;
-    support::kafka::until(Duration::from_secs(30), || a.assignment().get(&topic).is_some_and(|p| p.len() == 4)).await;
+    until_holding(&a, &topic, 4).await;
     assert_eq!(a.assignment().get(&topic).map(Vec::len), Some(4), "the only member gets every partition");
     let mut b = member(&c, &group, &topic, 100).await;
     // The coordinator assigns the newcomer a share a while after its join: until then
@@ -305,8 +310,7 @@ async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back
         let group = group_with(&c, 8_000).await;
         c.set_group_configs(&group, &[("share.delivery.count.limit", "10")]).await.expect("delivery limit");
         let mut a = member(&c, &group, &topic, 500).await;
-        support::kafka::until(Duration::from_secs(30), || a.assignment().get(&topic).is_some_and(|p| p.len() == 4))
-            .await;
+        until_holding(&a, &topic, 4).await;
         assert_eq!(a.assignment().get(&topic).map(Vec::len), Some(4), "the only member gets every partition");
         // A poll with records of every partition, so that whichever partitions the group
         // moves, some of them are unsettled. A poll of fewer (the first fetches often
