@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, BinaryViewArray, Int16Array, Int32Array, Int64Array, LargeBinaryArray,
-    LargeStringArray, StringArray, StringViewArray, TimestampMillisecondArray,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BinaryViewArray, ByteView, Int16Array, Int32Array, Int64Array,
+    LargeBinaryArray, LargeStringArray, StringArray, StringViewArray, TimestampMillisecondArray, MAX_INLINE_VIEW_LEN,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
@@ -86,11 +86,11 @@ fn view_rows<T: arrow::datatypes::ByteViewType + ?Sized>(
             if a.is_null(i) {
                 return None;
             }
-            // The view layout of the Arrow spec: length in bits 0-31; past the inline
-            // size, the buffer index in bits 64-95 and the offset in bits 96-127.
-            let len = view as u32 as usize;
-            let (buffer, offset) = ((view >> 64) as u32 as usize, (view >> 96) as u32 as usize);
-            let out_of_line = (len > 12).then(|| shared.get(buffer).filter(|b| offset + len <= b.len())).flatten();
+            let view = ByteView::from(view);
+            let (len, buffer, offset) = (view.length as usize, view.buffer_index as usize, view.offset as usize);
+            let out_of_line = (view.length > MAX_INLINE_VIEW_LEN)
+                .then(|| shared.get(buffer).filter(|b| offset + len <= b.len()))
+                .flatten();
             Some(match out_of_line {
                 Some(data) => data.slice(offset..offset + len),
                 None => Bytes::copy_from_slice(a.value(i).as_ref()),

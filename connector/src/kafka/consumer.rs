@@ -99,8 +99,6 @@ pub struct KafkaShareConsumer {
     /// settled: in all, and since the last poll.
     revoked: u64,
     revoked_since_poll: u64,
-    /// The topics of the last [`subscribe`](ShareConsumer::subscribe).
-    topics: Vec<String>,
 }
 
 impl std::fmt::Debug for KafkaShareConsumer {
@@ -142,7 +140,6 @@ impl KafkaShareConsumer {
             delivered: Delivered::default(),
             revoked: 0,
             revoked_since_poll: 0,
-            topics: Vec::new(),
         })
     }
 
@@ -194,7 +191,8 @@ impl KafkaShareConsumer {
     /// [`JoinGate`](super::JoinGate) does: partitions taken away by it lose no records
     /// then.
     pub async fn heartbeat_now(&mut self) -> Result<()> {
-        if self.topics.is_empty() {
+        let topics = self.inner.subscription();
+        if topics.is_empty() {
             return Err(Error::InvalidRequest(format!(
                 "group {}: heartbeat before subscribe; subscribe to the topics first",
                 self.config.group
@@ -203,7 +201,6 @@ impl KafkaShareConsumer {
         // Subscribing again to the same topics sends the joining heartbeat with the
         // current member id and epoch: the coordinator answers with the member's
         // current assignment, and the group epoch does not change.
-        let topics = self.topics.clone();
         self.inner
             .subscribe(topics.iter())
             .await
@@ -284,7 +281,6 @@ impl ShareConsumer for KafkaShareConsumer {
             .subscribe(topics.iter().copied())
             .await
             .map_err(|e| kafka_error(format!("subscribe group {} to {topics:?}", self.config.group), e))?;
-        self.topics = topics.iter().map(|t| t.to_string()).collect();
         self.member = MemberId(self.inner.member_id());
         Ok(())
     }
