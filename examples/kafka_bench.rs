@@ -166,11 +166,14 @@ struct Rate {
     /// Records polled with a delivery count above 1: with no crash in a run, records
     /// of a partition the group moved to another member, back after their locks expired.
     redelivered: Option<u64>,
+    /// Polls that returned records (for the pipeline: ledger intents written, one per
+    /// such poll): the broker's work per record falls as a fetch carries more.
+    polls: Option<u64>,
 }
 
 impl From<f64> for Rate {
     fn from(whole: f64) -> Self {
-        Rate { whole, marks: None, redelivered: None }
+        Rate { whole, marks: None, redelivered: None, polls: None }
     }
 }
 
@@ -301,7 +304,7 @@ impl Watch {
                 None
             }
         };
-        Rate { whole, marks, redelivered: None }
+        Rate { whole, marks, redelivered: None, polls: None }
     }
 }
 
@@ -315,9 +318,10 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error
     });
     let mut m = KafkaShareConsumer::new(c, KafkaShareConsumerConfig::new(&g)).await?;
     m.subscribe(&[topic]).await?;
-    let mut redelivered = 0u64;
+    let (mut redelivered, mut polls) = (0u64, 0u64);
     while seen.load(Ordering::Relaxed) < records {
         let batch = m.poll(500, Duration::from_millis(500)).await?;
+        polls += u64::from(!batch.is_empty());
         redelivered += batch.iter().filter(|r| r.is_redelivery()).count() as u64;
         for r in &batch {
             m.acknowledge(r, AcknowledgeType::Accept).await?;
@@ -330,7 +334,7 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error
     m.commit().await?;
     let end = watch.started.elapsed();
     m.close().await?;
-    Ok(Rate { redelivered: Some(redelivered), ..watch.rate(records, end).await })
+    Ok(Rate { redelivered: Some(redelivered), polls: Some(polls), ..watch.rate(records, end).await })
 }
 
 /// Records each poll of the pipeline's source asks for, and of the reference runs.
@@ -367,6 +371,7 @@ async fn members_run(
     };
     let done_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let redelivered = Arc::new(AtomicU64::new(0));
+    let polls = Arc::new(AtomicU64::new(0));
     // The members wait for a settled assignment before they poll, as the pipeline's
     // source subtasks do.
     let gate = Arc::new(JoinGate::new(members as usize, Duration::from_secs(10)));
@@ -374,6 +379,7 @@ async fn members_run(
     for member in 0..members {
         let (c, g, topic, gate) = (c.clone(), g.clone(), topic.to_string(), gate.clone());
         let (writer, seen, done_at, redelivered) = (writer.clone(), seen.clone(), done_at.clone(), redelivered.clone());
+        let polls = polls.clone();
         tasks.spawn(async move {
             let mut config = KafkaShareConsumerConfig::new(&g);
             config.max_poll_records = PIPELINE_POLL_RECORDS;
@@ -391,6 +397,7 @@ async fn members_run(
                 }
                 let again = batch.iter().filter(|r| r.is_redelivery()).count() as u64;
                 redelivered.fetch_add(again, Ordering::Relaxed);
+                polls.fetch_add(1, Ordering::Relaxed);
                 if let Some(w) = &writer {
                     let values: Vec<_> =
                         batch.iter().map(|r| (r.key.clone(), r.value.clone().unwrap_or_default())).collect();
@@ -426,8 +433,8 @@ async fn members_run(
             return Err(format!("wrote {written} of the {read} records read").into());
         }
     }
-    let redelivered = Some(redelivered.load(Ordering::Relaxed));
-    Ok(Rate { redelivered, ..watch.rate(records, done - started).await })
+    let (redelivered, polls) = (Some(redelivered.load(Ordering::Relaxed)), Some(polls.load(Ordering::Relaxed)));
+    Ok(Rate { redelivered, polls, ..watch.rate(records, done - started).await })
 }
 
 /// Records per second the Java tool reports (its nMsg.sec column).
@@ -661,7 +668,8 @@ async fn pipeline(
     );
     *out = Some(split);
     let redelivered = Some(metrics.records_redelivered.load(Ordering::Relaxed));
-    Ok(Rate { redelivered, ..watch.rate(emitted, elapsed).await })
+    let polls = Some(metrics.intents_written.load(Ordering::Relaxed));
+    Ok(Rate { redelivered, polls, ..watch.rate(emitted, elapsed).await })
 }
 
 /// Where one pipeline run's time went, as shares of the run summed over subtasks (so up
@@ -687,7 +695,7 @@ fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Valu
         "kind": "pipeline", "round": round, "variant": variant, "rate": cost.rate(),
         "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
     });
-    let redelivered = serde_json::json!({ "redelivered": cost.run.redelivered });
+    let redelivered = serde_json::json!({ "redelivered": cost.run.redelivered, "polls": cost.run.polls });
     for extra in [fields, cost.run.marks.map_or(serde_json::Value::Null, |m| m.json()), redelivered] {
         if let (Some(row), serde_json::Value::Object(extra)) = (row.as_object_mut(), extra) {
             row.extend(extra);
@@ -699,7 +707,8 @@ fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Valu
 /// How a run's rate reads in a progress line: the whole run, its middle, and its fixed
 /// costs at either end.
 fn describe(cost: &Cost) -> String {
-    let again = cost.run.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"));
+    let again = cost.run.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"))
+        + &cost.run.polls.map_or(String::new(), |n| format!(", {n} polls with records"));
     let rate = match cost.run.marks {
         Some(m) => format!(
             "{:.0} rec/s (middle 80 %: {}{}; first record at {} ms, end {} ms after the last)",
