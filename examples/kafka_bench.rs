@@ -695,8 +695,8 @@ fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Valu
         "kind": "pipeline", "round": round, "variant": variant, "rate": cost.rate(),
         "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
     });
-    let redelivered = serde_json::json!({ "redelivered": cost.run.redelivered, "polls": cost.run.polls });
-    for extra in [fields, cost.run.marks.map_or(serde_json::Value::Null, |m| m.json()), redelivered] {
+    let counted = serde_json::json!({ "redelivered": cost.run.redelivered, "polls": cost.run.polls });
+    for extra in [fields, cost.run.marks.map_or(serde_json::Value::Null, |m| m.json()), counted] {
         if let (Some(row), serde_json::Value::Object(extra)) = (row.as_object_mut(), extra) {
             row.extend(extra);
         }
@@ -707,7 +707,7 @@ fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Valu
 /// How a run's rate reads in a progress line: the whole run, its middle, and its fixed
 /// costs at either end.
 fn describe(cost: &Cost) -> String {
-    let again = cost.run.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"))
+    let counted = cost.run.redelivered.map_or(String::new(), |n| format!(", {n} records redelivered"))
         + &cost.run.polls.map_or(String::new(), |n| format!(", {n} polls with records"));
     let rate = match cost.run.marks {
         Some(m) => format!(
@@ -722,7 +722,7 @@ fn describe(cost: &Cost) -> String {
         ),
         None => format!("{:.0} rec/s", cost.rate()),
     };
-    rate + &again
+    rate + &counted
 }
 
 /// The middle rates of `costs` (see [`Marks`]), and their ratios to those of the same
