@@ -80,7 +80,92 @@ impl std::hash::Hasher for OffsetHasher {
     }
 }
 
-type Delivered = HashMap<Key, ConsumerRecord, std::hash::BuildHasherDefault<OffsetHasher>>;
+/// The records of the last poll, kept in the order the client returned them (never
+/// moved or copied), with a flag per record for "settled".
+///
+/// A record is found by its [`Key`]: first at the cursor, where the next record in
+/// poll order is (the source settles a poll's records in that order), and otherwise
+/// through a hash index built on the first lookup that misses there. A poll settled in
+/// order never hashes. Settled records stay until the next poll replaces them: one
+/// poll's records, whose values share the fetch's buffers with the records handed out.
+#[derive(Default)]
+struct Delivered {
+    records: Vec<ConsumerRecord>,
+    settled: Vec<bool>,
+    unsettled: usize,
+    /// Where the record after the last one looked up is.
+    cursor: usize,
+    index: std::sync::OnceLock<HashMap<Key, usize, std::hash::BuildHasherDefault<OffsetHasher>>>,
+}
+
+impl Delivered {
+    /// Holds `records`, a new poll's, all unsettled. Call it only once every record of
+    /// the previous poll was settled.
+    fn replace(&mut self, records: Vec<ConsumerRecord>) {
+        self.settled.clear();
+        self.settled.resize(records.len(), false);
+        self.unsettled = records.len();
+        self.records = records;
+        self.cursor = 0;
+        self.index = std::sync::OnceLock::new();
+    }
+
+    fn len(&self) -> usize {
+        self.unsettled
+    }
+
+    fn is_empty(&self) -> bool {
+        self.unsettled == 0
+    }
+
+    /// The position of the unsettled record `key` names, if there is one.
+    fn position(&self, key: &Key) -> Option<usize> {
+        let at_cursor = self.records.get(self.cursor).is_some_and(|r| key.names(r));
+        let i = if at_cursor {
+            self.cursor
+        } else {
+            let index = self.index.get_or_init(|| {
+                let mut index = HashMap::with_capacity_and_hasher(self.records.len(), Default::default());
+                for (i, r) in self.records.iter().enumerate() {
+                    index.insert(Key { topic: r.topic.clone(), partition: r.partition, offset: r.offset }, i);
+                }
+                index
+            });
+            *index.get(key)?
+        };
+        (!self.settled[i]).then_some(i)
+    }
+
+    fn get(&self, i: usize) -> &ConsumerRecord {
+        &self.records[i]
+    }
+
+    /// Marks the record at `i` as looked up; `settle` also marks it settled.
+    fn touched(&mut self, i: usize, settle: bool) {
+        self.cursor = i + 1;
+        if settle && !self.settled[i] {
+            self.settled[i] = true;
+            self.unsettled -= 1;
+        }
+    }
+
+    /// Takes the unsettled records out, leaving none.
+    fn drain_unsettled(&mut self) -> Vec<ConsumerRecord> {
+        let records = std::mem::take(&mut self.records);
+        let settled = std::mem::take(&mut self.settled);
+        self.replace(Vec::new());
+        records.into_iter().zip(settled).filter(|(_, s)| !s).map(|(r, _)| r).collect()
+    }
+}
+
+impl Key {
+    /// True when `record` is the record this key names.
+    fn names(&self, record: &ConsumerRecord) -> bool {
+        self.offset == record.offset
+            && self.partition == record.partition
+            && (Arc::ptr_eq(&self.topic, &record.topic) || self.topic == record.topic)
+    }
+}
 
 /// A share-group member on a real Kafka broker, in explicit acknowledgement mode.
 ///
@@ -233,7 +318,7 @@ impl KafkaShareConsumer {
     /// True while `record`, delivered by the last poll, is not settled: not accepted,
     /// released or rejected, and its partition not taken away.
     pub fn is_unsettled(&self, record: &Record) -> bool {
-        self.delivered.contains_key(&Self::key(record))
+        self.delivered.position(&Self::key(record)).is_some()
     }
 
     /// True when `record`'s partition was taken from this member while it stayed a
@@ -314,24 +399,20 @@ impl ShareConsumer for KafkaShareConsumer {
         if member != self.member.0 {
             self.member = MemberId(member);
         }
-        let mut out = Vec::with_capacity(got.len());
-        self.delivered.reserve(got.len());
-        for r in got {
-            let rec = to_record(&r);
-            self.delivered.insert(Self::key(&rec), r);
-            out.push(rec);
-        }
+        let out = got.iter().map(to_record).collect();
+        self.delivered.replace(got);
         Ok(out)
     }
 
     async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()> {
         let key = Self::key(record);
-        let Some(delivered) = self.delivered.get(&key) else {
+        let Some(i) = self.delivered.position(&key) else {
             return Err(Error::InvalidRequest(format!(
                 "group {}: {}-{}@{} was not delivered to this member by its last poll, or is settled already",
                 self.config.group, record.topic, record.partition, record.offset
             )));
         };
+        let delivered = self.delivered.get(i);
         let sent = match ack_type {
             AcknowledgeType::Accept => self.inner.ack(delivered),
             AcknowledgeType::Release => self.inner.release(delivered),
@@ -343,7 +424,7 @@ impl ShareConsumer for KafkaShareConsumer {
             // The client forgets the unsettled records of a partition the group took
             // away; nothing can settle them but their locks' expiry.
             Err(krafka::KrafkaError::IllegalState { .. }) if self.revoked_partition(record) => {
-                self.delivered.remove(&key);
+                self.delivered.touched(i, true);
                 self.revoked += 1;
                 self.revoked_since_poll += 1;
                 return Ok(());
@@ -356,9 +437,7 @@ impl ShareConsumer for KafkaShareConsumer {
                 return Err(kafka_error(op, e));
             }
         }
-        if ack_type != AcknowledgeType::Renew {
-            self.delivered.remove(&key);
-        }
+        self.delivered.touched(i, ack_type != AcknowledgeType::Renew);
         Ok(())
     }
 
@@ -392,7 +471,7 @@ impl ShareConsumer for KafkaShareConsumer {
 
     async fn close(&mut self) -> Result<()> {
         // Unsettled records go back at once rather than waiting for their locks.
-        let unsettled: Vec<ConsumerRecord> = self.delivered.drain().map(|(_, r)| r).collect();
+        let unsettled = self.delivered.drain_unsettled();
         for r in &unsettled {
             let _ = self.inner.release(r);
         }
@@ -431,5 +510,88 @@ mod tests {
         for (case, k, want) in cases {
             assert_eq!(delivered.get(k).copied(), *want, "{case}: {k:?}");
         }
+    }
+
+    /// A poll's records: partitions 0 and 1 of "orders" interleaved, then one of
+    /// "payments" with offsets equal to some of "orders".
+    fn poll() -> Vec<ConsumerRecord> {
+        let orders: Arc<str> = Arc::from("orders");
+        let mut records: Vec<ConsumerRecord> =
+            (0..6).map(|i| ConsumerRecord::new(orders.clone(), i % 2, 100 + i64::from(i / 2), None, None)).collect();
+        records.push(ConsumerRecord::new("payments", 0, 100, None, None));
+        records
+    }
+
+    fn position(d: &Delivered, k: &Key) -> Option<usize> {
+        d.position(k)
+    }
+
+    #[test]
+    fn a_poll_settled_in_order_is_found_at_the_cursor_without_an_index() {
+        let mut d = Delivered::default();
+        let records = poll();
+        let keys: Vec<Key> = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
+        d.replace(records);
+        assert_eq!(d.len(), 7);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(position(&d, k), Some(i), "{k:?}");
+            d.touched(i, true);
+            assert_eq!(d.len(), 6 - i);
+        }
+        assert!(d.is_empty());
+        assert!(d.index.get().is_none(), "settling in poll order must not build the hash index");
+        for k in &keys {
+            assert_eq!(position(&d, k), None, "{k:?} is settled already");
+        }
+    }
+
+    #[test]
+    fn a_record_out_of_order_settled_twice_renewed_or_never_delivered() {
+        let mut d = Delivered::default();
+        d.replace(poll());
+        // Each step: the key, what position() finds, and whether the step settles it.
+        #[rustfmt::skip]
+        let steps: &[(&str, Key, Option<usize>, bool)] = &[
+            ("the last record first (out of order)",      key("payments", 0, 100), Some(6), true),
+            ("settled already",                          key("payments", 0, 100), None,    false),
+            ("partition 1, second offset",               key("orders", 1, 101),   Some(3), false),
+            ("renewed: still unsettled",                 key("orders", 1, 101),   Some(3), true),
+            ("an offset this poll did not deliver",      key("orders", 0, 103),   None,    false),
+            ("a partition this poll did not deliver",    key("orders", 2, 100),   None,    false),
+            ("a topic this poll did not deliver",        key("refunds", 0, 100),  None,    false),
+            ("the first record",                         key("orders", 0, 100),   Some(0), true),
+        ];
+        for (case, k, want, settle) in steps {
+            let got = position(&d, k);
+            assert_eq!(got, *want, "{case}: {k:?}");
+            if let Some(i) = got {
+                d.touched(i, *settle);
+            }
+        }
+        assert_eq!(d.len(), 4, "7 delivered, 3 settled");
+        let rest: Vec<(String, i32, i64)> =
+            d.drain_unsettled().iter().map(|r| (r.topic.to_string(), r.partition, r.offset)).collect();
+        assert_eq!(
+            rest,
+            vec![
+                ("orders".into(), 1, 100),
+                ("orders".into(), 0, 101),
+                ("orders".into(), 0, 102),
+                ("orders".into(), 1, 102)
+            ]
+        );
+        assert!(d.is_empty(), "drained");
+        assert_eq!(position(&d, &key("orders", 1, 100)), None, "a drained record is not found again");
+    }
+
+    #[test]
+    fn a_new_poll_replaces_the_old_one_and_its_index() {
+        let mut d = Delivered::default();
+        d.replace(poll());
+        assert_eq!(position(&d, &key("orders", 1, 102)), Some(5), "builds the index");
+        d.replace(vec![ConsumerRecord::new("orders", 1, 102, None, None)]);
+        assert_eq!(d.len(), 1);
+        assert_eq!(position(&d, &key("orders", 1, 102)), Some(0), "the new poll's position, not the old index's");
+        assert_eq!(position(&d, &key("orders", 0, 100)), None, "the old poll's records are gone");
     }
 }
