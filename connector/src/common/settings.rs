@@ -40,6 +40,15 @@ pub struct SourceSettings {
     pub topics: Vec<String>,
     /// Records per poll (`max.poll.records`); at least 1. Default
     /// [`DEFAULT_MAX_POLL_RECORDS`].
+    ///
+    /// On Kafka, a share fetch asks for this many records, and the broker hands out whole
+    /// producer batches past it. Set it above what one fetch returns (a partition holds
+    /// at most `group.share.partition.max.record.locks` locked records, 2,000 by
+    /// default) so that one poll takes a whole fetch: a poll that takes part of one
+    /// leaves the rest buffered in the client, which then sends that poll's
+    /// acknowledgements in a request of their own instead of with the next fetch, and
+    /// the exactly-once source writes a ledger intent per poll. `shareflow run` and
+    /// `demo --kafka` use 10,000.
     pub max_poll_records: usize,
     /// How long one poll may wait for records. Default [`DEFAULT_POLL_TIMEOUT`]. An idle
     /// subtask passes a checkpoint barrier only when its poll returns, so keep this well
