@@ -148,6 +148,10 @@ struct Cost {
     run: Rate,
     client_cpu_per_m: f64,
     broker_cpu_per_m: f64,
+    /// When the run started and ended, in milliseconds since the Unix epoch: for tools
+    /// that line other samples up with it (`scripts/kafka-requests`).
+    started_unix_ms: u64,
+    ended_unix_ms: u64,
 }
 
 impl Cost {
@@ -185,10 +189,25 @@ async fn measured<F: std::future::Future<Output = Result<Rate, Error>>>(
     f: F,
 ) -> Result<Cost, Error> {
     let (client0, broker0) = (cpu_seconds("self", children)?, cpu_seconds(broker, false)?);
+    let started_unix_ms = unix_ms();
     let rate = f.await?;
+    let ended_unix_ms = unix_ms();
     let (client1, broker1) = (cpu_seconds("self", children)?, cpu_seconds(broker, false)?);
     let per_m = 1e6 / records as f64;
-    Ok(Cost { run: rate, client_cpu_per_m: (client1 - client0) * per_m, broker_cpu_per_m: (broker1 - broker0) * per_m })
+    Ok(Cost {
+        run: rate,
+        client_cpu_per_m: (client1 - client0) * per_m,
+        broker_cpu_per_m: (broker1 - broker0) * per_m,
+        started_unix_ms,
+        ended_unix_ms,
+    })
+}
+
+/// Milliseconds since the Unix epoch, by the wall clock.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// When a run's count of records passed its marks, as times since the run started,
@@ -700,6 +719,7 @@ fn pipeline_row(round: u32, variant: &str, cost: &Cost, fields: serde_json::Valu
     let mut row = serde_json::json!({
         "kind": "pipeline", "round": round, "variant": variant, "rate": cost.rate(),
         "job_cpu_s_per_m": cost.client_cpu_per_m, "broker_cpu_s_per_m": cost.broker_cpu_per_m,
+        "started_unix_ms": cost.started_unix_ms, "ended_unix_ms": cost.ended_unix_ms,
     });
     let counted = serde_json::json!({ "redelivered": cost.run.redelivered, "polls": cost.run.polls });
     for extra in [fields, cost.run.marks.map_or(serde_json::Value::Null, |m| m.json()), counted] {

@@ -1,13 +1,16 @@
 """The Kafka broker's requests by API during each run of one `kafka_bench` round.
 
-Opens JMX on the running test broker (`jcmd ... ManagementAgent.start`, local port
-only), samples its `kafka.network:type=RequestMetrics,name=RequestsPerSec` counters
-every 250 ms with Kafka's own `JmxTool`, runs `kafka_bench RECORDS 1` with its results
-in a temporary directory, and prints for each measured run how many requests of each API
-the broker handled while it ran. The window of a run is taken from the bench's output:
-it ends when the run's line is printed and starts its duration earlier (from its rate),
-plus 200 ms. The sampling JVM competes for the cores, so rates printed beside are not
-figures to keep. Standard library only.
+Opens JMX on the running test broker (`jcmd ... ManagementAgent.start`, on 127.0.0.1
+only, without authentication; it stays open until the broker stops), runs
+`kafka_bench RECORDS 1` with its results in a temporary directory, samples the broker's
+`kafka.network:type=RequestMetrics,name=RequestsPerSec` counters every 250 ms with
+Kafka's own `JmxTool` from the end of the bench's warm-up (the broker creates a counter
+at the first request of an API version, and `JmxTool` reads the counters' names once,
+when it starts), and prints for each measured run of the round how many requests of
+each API the broker handled between the run's start and end, as the bench recorded
+them: the span it measures CPU over, which for some runs includes making their share
+group ready. The sampling JVM competes for the cores, so the rates the bench prints beside are
+not figures to keep. Standard library only.
 
     scripts/kafka start && eval "$(scripts/kafka env)"
     cargo build --release --features kafka --example kafka_bench
@@ -20,18 +23,20 @@ import argparse
 import bisect
 import collections
 import csv
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 # A bench round that runs longer than this is stopped, and the script fails.
 LIMIT_SECONDS = 1800
 JMX_PORT = int(os.environ.get("SHAREFLOW_KAFKA_JMX_PORT", "19999"))
 OBJECT = "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,version=*"
-RUN_LINE = re.compile(r"^round 0: (?P<name>[^:]+): (?P<rate>\d+) rec/s")
+WARMED_UP = "(warm-up done"
 
 
 def fail(message: str) -> None:
@@ -67,18 +72,17 @@ def open_jmx(pid: int) -> None:
         fail(f"jcmd could not open JMX on the broker (pid {pid}): {out.stdout.strip()} {out.stderr.strip()}")
 
 
-def windows(lines: list[tuple[int, str]]) -> list[tuple[str, int, int]]:
-    """(run, start ms, end ms) of each measured run in the bench's output."""
+def windows(results: str) -> list[tuple[str, int, int]]:
+    """(run, start ms, end ms) of each measured run, from the bench's results rows."""
     runs = []
-    for at, line in lines:
-        m = RUN_LINE.match(line)
-        if not m or m["name"].startswith(("consumer,", "producer,")):
-            continue
-        rate = int(m["rate"])
-        if rate <= 0:
-            continue
-        duration_ms = RECORDS * 1000 // rate
-        runs.append((m["name"], at - duration_ms - 200, at))
+    with open(results) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("kind") == "pipeline" and "started_unix_ms" in row:
+                runs.append((row["variant"], int(row["started_unix_ms"]), int(row["ended_unix_ms"])))
+    if not runs:
+        fail(f"{results} has no run with its start and end times; rebuild kafka_bench "
+             "(cargo build --release --features kafka --example kafka_bench)")
     return runs
 
 
@@ -88,15 +92,20 @@ def counts(samples_csv: str, start: int, end: int) -> collections.Counter:
     if len(rows) < 3:
         fail(f"JmxTool wrote {len(rows)} lines to {samples_csv}; is JMX reachable on 127.0.0.1:{JMX_PORT}?")
     header, data = rows[0], [r for r in rows[1:] if len(r) == len(rows[0]) and r[0].isdigit()]
+    if not any("request=ShareFetch," in h for h in header):
+        fail("the broker had served no ShareFetch when sampling began; run the script again (the bench's warm-up "
+             "creates the counters)")
     times = [int(r[0]) for r in data]
+    if not data or start < times[0] or end > times[-1]:
+        fail(f"a run ({start}-{end} ms) lies outside the samples ({times[0] if data else '-'}-"
+             f"{times[-1] if data else '-'} ms); JmxTool stopped early or started late")
     apis = [(m.group(1) if (m := re.search(r"request=([^,]+)", h)) else None) for h in header]
     # FetchConsumer and FetchFollower count Fetch requests again, by who sent them.
     apis = [None if api in ("FetchConsumer", "FetchFollower") else api for api in apis]
 
-    def row_at(t: int) -> list[str]:
-        return data[min(bisect.bisect_left(times, t), len(data) - 1)]
-
-    before, after = row_at(start), row_at(end)
+    # The last sample at or before the start, the first at or after the end.
+    before = data[max(bisect.bisect_right(times, start) - 1, 0)]
+    after = data[min(bisect.bisect_left(times, end), len(data) - 1)]
     out: collections.Counter = collections.Counter()
     for i, api in enumerate(apis):
         if api is None:
@@ -121,37 +130,46 @@ def main() -> None:
     open_jmx(broker_pid())
     with tempfile.TemporaryDirectory(prefix="kafka-requests-") as tmp:
         samples = os.path.join(tmp, "requests.csv")
-        with open(samples, "w") as out, open(os.path.join(tmp, "jmx.err"), "w") as err:
-            jmx = subprocess.Popen(
-                ["java", "-Dlog4j.configuration=file:/dev/null", "-cp", os.path.join(kafka_lib(), "*"),
-                 "org.apache.kafka.tools.JmxTool", "--jmx-url",
-                 f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{JMX_PORT}/jmxrmi",
-                 "--object-name", OBJECT, "--attributes", "Count", "--reporting-interval", "250"],
-                stdout=out, stderr=err)
+        jmx_err = os.path.join(tmp, "jmx.err")
+        env = dict(os.environ, SHAREFLOW_RESULTS_DIR=tmp)
+        bench = subprocess.Popen([args.binary, str(RECORDS), "1"], stdout=subprocess.PIPE, text=True, env=env)
+        timer = threading.Timer(LIMIT_SECONDS, bench.kill)
+        timer.start()
+        jmx = None
         try:
-            time.sleep(3)
-            env = dict(os.environ, SHAREFLOW_RESULTS_DIR=tmp)
-            bench = subprocess.Popen([args.binary, str(RECORDS), "1"], stdout=subprocess.PIPE, text=True, env=env)
-            lines = []
-            deadline = time.monotonic() + LIMIT_SECONDS
             assert bench.stdout is not None
             for line in bench.stdout:
-                lines.append((int(time.time() * 1000), line.rstrip("\n")))
                 print(line, end="", flush=True)
-                if time.monotonic() > deadline:
-                    bench.kill()
-                    fail(f"the bench ran longer than {LIMIT_SECONDS} s")
+                if jmx is None and line.startswith(WARMED_UP):
+                    jmx = start_jmx(samples, jmx_err)
             if bench.wait() != 0:
-                fail(f"kafka_bench failed with status {bench.returncode}")
+                fail(f"kafka_bench failed with status {bench.returncode} (killed after {LIMIT_SECONDS} s if negative)")
+            if jmx is None:
+                fail(f"kafka_bench printed no {WARMED_UP!r} line; is {args.binary} the bench this script knows?")
             time.sleep(0.5)
+            if jmx.poll() is not None:
+                with open(jmx_err) as f:
+                    fail(f"JmxTool stopped early (status {jmx.returncode}): {f.read()[-800:]}")
         finally:
-            jmx.terminate()
-            jmx.wait(timeout=30)
+            timer.cancel()
+            if jmx is not None and jmx.poll() is None:
+                jmx.terminate()
+                jmx.wait(timeout=30)
         print(f"\n== broker requests by API during each run ({RECORDS} records; JMX sampled every 250 ms)")
-        for name, start, end in windows(lines):
+        for name, start, end in windows(os.path.join(tmp, "kafka_bench.jsonl")):
             c = counts(samples, start, end)
             listed = ", ".join(f"{api} {n}" for api, n in c.most_common() if n > 0)
             print(f"{name} ({(end - start) / 1000:.1f} s): {sum(c.values())} requests: {listed}")
+
+
+def start_jmx(samples: str, errors: str) -> subprocess.Popen:
+    with open(samples, "w") as out, open(errors, "w") as err:
+        return subprocess.Popen(
+            ["java", "-Dlog4j.configuration=file:/dev/null", "-cp", os.path.join(kafka_lib(), "*"),
+             "org.apache.kafka.tools.JmxTool", "--jmx-url",
+             f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{JMX_PORT}/jmxrmi",
+             "--object-name", OBJECT, "--attributes", "Count", "--reporting-interval", "250"],
+            stdout=out, stderr=err)
 
 
 RECORDS = 0

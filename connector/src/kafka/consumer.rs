@@ -86,7 +86,8 @@ impl std::hash::Hasher for OffsetHasher {
 /// A record is found by its [`Key`]: first at the cursor, where the next record in
 /// poll order is (the source settles a poll's records in that order), and otherwise
 /// through a hash index built on the first lookup that misses there. A poll settled in
-/// order never hashes. Settled records stay until the next poll replaces them: one
+/// order never hashes; one whose ledger-covered records are accepted before the fresh
+/// ones, or whose records are renewed first, builds the index once. Settled records stay until the next poll replaces them: one
 /// poll's records, whose values share the fetch's buffers with the records handed out.
 #[derive(Default)]
 struct Delivered {
@@ -585,13 +586,36 @@ mod tests {
     }
 
     #[test]
-    fn a_new_poll_replaces_the_old_one_and_its_index() {
+    fn a_new_poll_replaces_the_old_one_its_flags_and_its_index() {
         let mut d = Delivered::default();
         d.replace(poll());
-        assert_eq!(position(&d, &key("orders", 1, 102)), Some(5), "builds the index");
-        d.replace(vec![ConsumerRecord::new("orders", 1, 102, None, None)]);
-        assert_eq!(d.len(), 1);
-        assert_eq!(position(&d, &key("orders", 1, 102)), Some(0), "the new poll's position, not the old index's");
-        assert_eq!(position(&d, &key("orders", 0, 100)), None, "the old poll's records are gone");
+        assert_eq!(position(&d, &key("orders", 1, 102)), Some(5), "off the cursor: builds the index");
+        for i in 0..7 {
+            d.touched(i, true);
+        }
+        assert!(d.is_empty());
+        // The same keys again, in another order: a redelivery in the next poll.
+        let mut again = poll();
+        again.reverse();
+        d.replace(again);
+        assert_eq!(d.len(), 7, "a new poll's records are all unsettled");
+        assert_eq!(position(&d, &key("payments", 0, 100)), Some(0), "at the cursor");
+        assert_eq!(position(&d, &key("orders", 1, 102)), Some(1), "through a new index, not the old poll's (5)");
+        assert_eq!(position(&d, &key("orders", 0, 100)), Some(6), "not settled in this poll");
+    }
+
+    #[test]
+    fn the_cursor_resting_on_a_settled_record_does_not_find_it() {
+        let mut d = Delivered::default();
+        let records = poll();
+        let keys: Vec<Key> = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
+        d.replace(records);
+        // Settle 4, then 3: the cursor comes to rest on 4, which is settled.
+        d.touched(position(&d, &keys[4]).expect("4"), true);
+        d.touched(position(&d, &keys[3]).expect("3"), true);
+        assert_eq!(d.cursor, 4);
+        assert_eq!(position(&d, &keys[4]), None, "settled, though at the cursor");
+        assert_eq!(position(&d, &keys[5]), Some(5));
+        assert_eq!(d.len(), 5);
     }
 }
