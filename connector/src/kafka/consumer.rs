@@ -527,12 +527,18 @@ mod tests {
         d.position(k)
     }
 
-    #[test]
-    fn a_poll_settled_in_order_is_found_at_the_cursor_without_an_index() {
+    /// A `Delivered` holding [`poll`]'s records, and their keys in poll order.
+    fn holding_a_poll() -> (Delivered, Vec<Key>) {
         let mut d = Delivered::default();
         let records = poll();
-        let keys: Vec<Key> = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
+        let keys = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
         d.replace(records);
+        (d, keys)
+    }
+
+    #[test]
+    fn a_poll_settled_in_order_is_found_at_the_cursor_without_an_index() {
+        let (mut d, keys) = holding_a_poll();
         assert_eq!(d.len(), 7);
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(position(&d, k), Some(i), "{k:?}");
@@ -606,10 +612,7 @@ mod tests {
 
     #[test]
     fn the_cursor_resting_on_a_settled_record_does_not_find_it() {
-        let mut d = Delivered::default();
-        let records = poll();
-        let keys: Vec<Key> = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
-        d.replace(records);
+        let (mut d, keys) = holding_a_poll();
         // Settle 4, then 3: the cursor comes to rest on 4, which is settled.
         d.touched(position(&d, &keys[4]).expect("4"), true);
         d.touched(position(&d, &keys[3]).expect("3"), true);
