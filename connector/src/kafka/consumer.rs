@@ -42,11 +42,15 @@ struct Key {
     offset: i64,
 }
 
+/// True when `(topic, partition, offset)` `a` and `b` name the same record: offsets
+/// first, and topics by pointer before their names.
+fn same_record(a: (&Arc<str>, i32, i64), b: (&Arc<str>, i32, i64)) -> bool {
+    a.2 == b.2 && a.1 == b.1 && (Arc::ptr_eq(a.0, b.0) || a.0 == b.0)
+}
+
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.offset == other.offset
-            && self.partition == other.partition
-            && (Arc::ptr_eq(&self.topic, &other.topic) || self.topic == other.topic)
+        same_record((&self.topic, self.partition, self.offset), (&other.topic, other.partition, other.offset))
     }
 }
 
@@ -83,17 +87,17 @@ impl std::hash::Hasher for OffsetHasher {
 /// The records of the last poll, kept in the order the client returned them (never
 /// moved or copied), with a flag per record for "settled".
 ///
-/// A record is found by its [`Key`]: first at the cursor, where the next record in
-/// poll order is (the source settles a poll's records in that order), and otherwise
-/// through a hash index built on the first lookup that misses there. A poll settled in
-/// order never hashes; one whose ledger-covered records are accepted before the fresh
-/// ones, or whose records are renewed first, builds the index once. Settled records stay until the next poll replaces them: one
-/// poll's records, whose values share the fetch's buffers with the records handed out.
+/// A record is found by topic, partition and offset: first at the cursor, where the
+/// next record in poll order is (the source settles a poll's records in that order),
+/// and otherwise through a hash index of [`Key`]s built on the first lookup that
+/// misses there. A poll settled in order never hashes; one whose ledger-covered records
+/// are accepted before the fresh ones, or whose records are renewed first, builds the
+/// index once. Settled records stay until the next poll replaces them: one poll's
+/// records, whose values share the fetch's buffers with the records handed out.
 #[derive(Default)]
 struct Delivered {
     records: Vec<ConsumerRecord>,
     settled: Vec<bool>,
-    unsettled: usize,
     /// Where the record after the last one looked up is.
     cursor: usize,
     index: std::sync::OnceLock<HashMap<Key, usize, std::hash::BuildHasherDefault<OffsetHasher>>>,
@@ -105,23 +109,27 @@ impl Delivered {
     fn replace(&mut self, records: Vec<ConsumerRecord>) {
         self.settled.clear();
         self.settled.resize(records.len(), false);
-        self.unsettled = records.len();
         self.records = records;
         self.cursor = 0;
         self.index = std::sync::OnceLock::new();
     }
 
+    /// Records not settled yet.
     fn len(&self) -> usize {
-        self.unsettled
+        self.settled.iter().filter(|settled| !**settled).count()
     }
 
     fn is_empty(&self) -> bool {
-        self.unsettled == 0
+        self.settled.iter().all(|settled| *settled)
     }
 
-    /// The position of the unsettled record `key` names, if there is one.
-    fn position(&self, key: &Key) -> Option<usize> {
-        let at_cursor = self.records.get(self.cursor).is_some_and(|r| key.names(r));
+    /// The position of the unsettled record at `offset` of `topic`'s `partition`, if
+    /// there is one.
+    fn position(&self, topic: &Arc<str>, partition: i32, offset: i64) -> Option<usize> {
+        let at_cursor = self
+            .records
+            .get(self.cursor)
+            .is_some_and(|r| same_record((&r.topic, r.partition, r.offset), (topic, partition, offset)));
         let i = if at_cursor {
             self.cursor
         } else {
@@ -132,7 +140,7 @@ impl Delivered {
                 }
                 index
             });
-            *index.get(key)?
+            *index.get(&Key { topic: topic.clone(), partition, offset })?
         };
         (!self.settled[i]).then_some(i)
     }
@@ -144,10 +152,7 @@ impl Delivered {
     /// Marks the record at `i` as looked up; `settle` also marks it settled.
     fn touched(&mut self, i: usize, settle: bool) {
         self.cursor = i + 1;
-        if settle && !self.settled[i] {
-            self.settled[i] = true;
-            self.unsettled -= 1;
-        }
+        self.settled[i] |= settle;
     }
 
     /// Takes the unsettled records out, leaving none.
@@ -156,15 +161,6 @@ impl Delivered {
         let settled = std::mem::take(&mut self.settled);
         self.replace(Vec::new());
         records.into_iter().zip(settled).filter(|(_, s)| !s).map(|(r, _)| r).collect()
-    }
-}
-
-impl Key {
-    /// True when `record` is the record this key names.
-    fn names(&self, record: &ConsumerRecord) -> bool {
-        self.offset == record.offset
-            && self.partition == record.partition
-            && (Arc::ptr_eq(&self.topic, &record.topic) || self.topic == record.topic)
     }
 }
 
@@ -319,7 +315,7 @@ impl KafkaShareConsumer {
     /// True while `record`, delivered by the last poll, is not settled: not accepted,
     /// released or rejected, and its partition not taken away.
     pub fn is_unsettled(&self, record: &Record) -> bool {
-        self.delivered.position(&Self::key(record)).is_some()
+        self.delivered.position(&record.topic, record.partition, record.offset).is_some()
     }
 
     /// True when `record`'s partition was taken from this member while it stayed a
@@ -336,10 +332,6 @@ impl KafkaShareConsumer {
                 .assignment()
                 .get(record.topic.as_ref())
                 .is_some_and(|partitions| partitions.contains(&record.partition))
-    }
-
-    fn key(record: &Record) -> Key {
-        Key { topic: record.topic.clone(), partition: record.partition, offset: record.offset }
     }
 }
 
@@ -406,8 +398,7 @@ impl ShareConsumer for KafkaShareConsumer {
     }
 
     async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()> {
-        let key = Self::key(record);
-        let Some(i) = self.delivered.position(&key) else {
+        let Some(i) = self.delivered.position(&record.topic, record.partition, record.offset) else {
             return Err(Error::InvalidRequest(format!(
                 "group {}: {}-{}@{} was not delivered to this member by its last poll, or is settled already",
                 self.config.group, record.topic, record.partition, record.offset
@@ -524,7 +515,7 @@ mod tests {
     }
 
     fn position(d: &Delivered, k: &Key) -> Option<usize> {
-        d.position(k)
+        d.position(&k.topic, k.partition, k.offset)
     }
 
     /// A `Delivered` holding [`poll`]'s records, and their keys in poll order.
