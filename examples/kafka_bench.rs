@@ -63,7 +63,7 @@ use bytes::Bytes;
 use shareflow::checkpoint::CheckpointStore;
 use shareflow::connector::kafka::{
     JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaShareSource, KafkaSink,
-    KafkaTransactions, KafkaTransactionsConfig,
+    KafkaTransactions, KafkaTransactionsConfig, WHOLE_FETCH_POLL_RECORDS,
 };
 use shareflow::connector::share::{AcknowledgeType, ShareConsumer};
 use shareflow::connector::{record_schema, SourceMetrics, SourceSettings, DEFAULT_POLL_TIMEOUT};
@@ -356,14 +356,10 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error
     Ok(Rate { redelivered: Some(redelivered), polls: Some(polls), ..watch.rate(records, end).await })
 }
 
-/// Records each poll of the pipeline's source asks for, and of the reference runs: more
-/// than one share fetch returns (a member's partitions hold at most 2,000 locked records
-/// each on the test broker), so that a poll takes a whole fetch. The broker hands out
-/// whole producer batches, past the fetch's `MaxRecords`; a poll that takes part of a
-/// fetch leaves the rest in the client's buffer, and the client then sends the poll's
-/// acknowledgements on their own instead of with the next fetch (decision 0025). The raw
-/// consumer keeps 500, the default of Kafka's tool it is compared with.
-const PIPELINE_POLL_RECORDS: usize = 10_000;
+/// Records each poll of the pipeline's source asks for, and of the reference runs, so
+/// that a poll takes a whole share fetch. The raw consumer keeps 500, the default of
+/// Kafka's tool it is compared with.
+const PIPELINE_POLL_RECORDS: usize = WHOLE_FETCH_POLL_RECORDS;
 
 /// Records per second of `members` members of our share consumer that poll as the
 /// pipeline's source does (`PIPELINE_POLL_RECORDS` records, its default poll timeout),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shareflow_checkpoint::CheckpointStore;
 use shareflow_connector::kafka::{
-    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig,
+    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig, WHOLE_FETCH_POLL_RECORDS,
 };
 use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
@@ -299,9 +299,7 @@ pub(crate) async fn demo_group_limits(cluster: &KafkaCluster, group: &str) -> sh
 /// `max_rate` records per second over `parallelism` subtasks.
 pub(crate) fn source_settings(group: &str, input: &str, parallelism: u32, max_rate: Option<u64>) -> SourceSettings {
     let mut source = SourceSettings::new(group, &[input]);
-    // Above what one share fetch returns, so that a poll takes a whole fetch
-    // (`SourceSettings::max_poll_records`).
-    source.max_poll_records = 10_000;
+    source.max_poll_records = WHOLE_FETCH_POLL_RECORDS;
     source.max_records_per_second = max_rate.map(|r| (r / u64::from(parallelism)).max(1));
     if let Some(rate) = source.max_records_per_second {
         source.max_poll_records = source.max_poll_records.min(rate.max(10) as usize / 10);

@@ -41,16 +41,11 @@ pub struct SourceSettings {
     /// Records per poll (`max.poll.records`); at least 1. Default
     /// [`DEFAULT_MAX_POLL_RECORDS`].
     ///
-    /// On Kafka, a share fetch asks for this many records, and the broker hands out whole
-    /// producer batches past it, so a fetch can bring more than a poll takes. A poll
-    /// that takes part of a fetch leaves the rest buffered in the client, which then
-    /// sends that poll's acknowledgements in a request of their own instead of with the
-    /// next fetch, and the exactly-once source writes a ledger intent per poll. A fetch
-    /// cannot bring more than a member's partitions hold locked (at most
-    /// `group.share.partition.max.record.locks` each, 2,000 by default): with a few
-    /// partitions per subtask, set this above that sum and each poll takes a whole
-    /// fetch. `shareflow run` and `demo --kafka` use 10,000 (enough for up to 5
-    /// partitions per subtask); the default stays 500, the Kafka clients' own.
+    /// On Kafka, a poll that takes only part of a share fetch costs an acknowledgement
+    /// request and a ledger intent more: set it above what a fetch brings, as
+    /// `kafka::WHOLE_FETCH_POLL_RECORDS` (10,000, used by `shareflow run` and `demo
+    /// --kafka`) does for up to 5 partitions per subtask. The default stays 500, the
+    /// Kafka clients' own.
     pub max_poll_records: usize,
     /// How long one poll may wait for records. Default [`DEFAULT_POLL_TIMEOUT`]. An idle
     /// subtask passes a checkpoint barrier only when its poll returns, so keep this well

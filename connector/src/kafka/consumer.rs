@@ -13,6 +13,19 @@ use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind, Result};
 use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
 
+/// A poll size above what one share fetch can bring to a member of up to 5 partitions,
+/// so that each poll takes a whole fetch: the `max_poll_records` of `shareflow run` and
+/// `demo --kafka`, and of the pipeline in `kafka_bench`.
+///
+/// A share fetch asks for `max.poll.records` records, and the broker hands out whole
+/// producer batches past it, so a fetch can bring more than a poll takes. A poll that
+/// takes part of a fetch leaves the rest buffered in the client, which then sends that
+/// poll's acknowledgements in a request of their own instead of with the next fetch,
+/// and the exactly-once source writes a ledger intent per poll (decision 0025). A fetch
+/// brings at most what a member's partitions hold locked:
+/// `group.share.partition.max.record.locks` each, 2,000 by default.
+pub const WHOLE_FETCH_POLL_RECORDS: usize = 10_000;
+
 /// Settings of a [`KafkaShareConsumer`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]

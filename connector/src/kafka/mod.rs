@@ -38,7 +38,7 @@ mod transactions;
 
 pub use claims::Claimant;
 pub use client::{KafkaCluster, KafkaTransactionInfo, ShareGroupBacklog, TopicWriter};
-pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig};
+pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig, WHOLE_FETCH_POLL_RECORDS};
 pub use group::GroupIntent;
 pub use join_gate::{GatePassed, JoinGate};
 pub use ledger::LedgerRange;
