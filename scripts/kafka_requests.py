@@ -86,45 +86,52 @@ def windows(results: str) -> list[tuple[str, int, int]]:
     return runs
 
 
-def counts(samples_csv: str, start: int, end: int) -> collections.Counter:
-    with open(samples_csv, newline="") as f:
-        rows = [r for r in csv.reader(f)]
-    if len(rows) < 3:
-        fail(f"JmxTool wrote {len(rows)} lines to {samples_csv}; is JMX reachable on 127.0.0.1:{JMX_PORT}?")
-    header, data = rows[0], [r for r in rows[1:] if len(r) == len(rows[0]) and r[0].isdigit()]
-    if not any("request=ShareFetch," in h for h in header):
-        fail("the broker had served no ShareFetch when sampling began; run the script again (the bench's warm-up "
-             "creates the counters)")
-    times = [int(r[0]) for r in data]
-    if not data or start < times[0] or end > times[-1]:
-        fail(f"a run ({start}-{end} ms) lies outside the samples ({times[0] if data else '-'}-"
-             f"{times[-1] if data else '-'} ms); JmxTool stopped early or started late")
-    apis = [(m.group(1) if (m := re.search(r"request=([^,]+)", h)) else None) for h in header]
-    # FetchConsumer and FetchFollower count Fetch requests again, by who sent them.
-    apis = [None if api in ("FetchConsumer", "FetchFollower") else api for api in apis]
+class Samples:
+    """The counters JmxTool wrote, read once: a time (ms) and a row of counts per sample,
+    and the API of each column (None for columns that are not requests of their own)."""
 
-    # The last sample at or before the start, the first at or after the end.
-    before = data[max(bisect.bisect_right(times, start) - 1, 0)]
-    after = data[min(bisect.bisect_left(times, end), len(data) - 1)]
-    out: collections.Counter = collections.Counter()
-    for i, api in enumerate(apis):
-        if api is None:
-            continue
-        try:
-            out[api] += int(float(after[i]) - float(before[i]))
-        except ValueError:
-            continue
-    return out
+    def __init__(self, path: str) -> None:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if len(rows) < 3:
+            fail(f"JmxTool wrote {len(rows)} lines to {path}; is JMX reachable on 127.0.0.1:{JMX_PORT}?")
+        header = rows[0]
+        if not any("request=ShareFetch," in h for h in header):
+            fail("the broker had served no ShareFetch when sampling began; run the script again (the bench's "
+                 "warm-up creates the counters)")
+        self.data = [r for r in rows[1:] if len(r) == len(header) and r[0].isdigit()]
+        if not self.data:
+            fail(f"JmxTool wrote no samples to {path}")
+        self.times = [int(r[0]) for r in self.data]
+        apis = [(m.group(1) if (m := re.search(r"request=([^,]+)", h)) else None) for h in header]
+        # FetchConsumer and FetchFollower count Fetch requests again, by who sent them.
+        self.apis = [None if api in ("FetchConsumer", "FetchFollower") else api for api in apis]
+
+    def between(self, start: int, end: int) -> collections.Counter:
+        """Requests by API from the last sample at or before `start` to the first at or
+        after `end`."""
+        if start < self.times[0] or end > self.times[-1]:
+            fail(f"a run ({start}-{end} ms) lies outside the samples ({self.times[0]}-{self.times[-1]} ms); "
+                 "JmxTool stopped early or started late")
+        before = self.data[max(bisect.bisect_right(self.times, start) - 1, 0)]
+        after = self.data[min(bisect.bisect_left(self.times, end), len(self.data) - 1)]
+        out: collections.Counter = collections.Counter()
+        for i, api in enumerate(self.apis):
+            if api is None:
+                continue
+            try:
+                out[api] += int(float(after[i]) - float(before[i]))
+            except ValueError:
+                continue
+        return out
 
 
 def main() -> None:
-    global RECORDS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", nargs="?", type=int, default=1_000_000)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/shareflow-target"))
     parser.add_argument("--binary", default=os.path.join(target, "release", "examples", "kafka_bench"))
     args = parser.parse_args()
-    RECORDS = args.records
     if not os.access(args.binary, os.X_OK):
         fail(f"{args.binary} is not built: cargo build --release --features kafka --example kafka_bench")
     open_jmx(broker_pid())
@@ -132,7 +139,7 @@ def main() -> None:
         samples = os.path.join(tmp, "requests.csv")
         jmx_err = os.path.join(tmp, "jmx.err")
         env = dict(os.environ, SHAREFLOW_RESULTS_DIR=tmp)
-        bench = subprocess.Popen([args.binary, str(RECORDS), "1"], stdout=subprocess.PIPE, text=True, env=env)
+        bench = subprocess.Popen([args.binary, str(args.records), "1"], stdout=subprocess.PIPE, text=True, env=env)
         timer = threading.Timer(LIMIT_SECONDS, bench.kill)
         timer.start()
         jmx = None
@@ -155,9 +162,10 @@ def main() -> None:
             if jmx is not None and jmx.poll() is None:
                 jmx.terminate()
                 jmx.wait(timeout=30)
-        print(f"\n== broker requests by API during each run ({RECORDS} records; JMX sampled every 250 ms)")
+        print(f"\n== broker requests by API during each run ({args.records} records; JMX sampled every 250 ms)")
+        counters = Samples(samples)
         for name, start, end in windows(os.path.join(tmp, "kafka_bench.jsonl")):
-            c = counts(samples, start, end)
+            c = counters.between(start, end)
             listed = ", ".join(f"{api} {n}" for api, n in c.most_common() if n > 0)
             print(f"{name} ({(end - start) / 1000:.1f} s): {sum(c.values())} requests: {listed}")
 
@@ -171,8 +179,6 @@ def start_jmx(samples: str, errors: str) -> subprocess.Popen:
              "--object-name", OBJECT, "--attributes", "Count", "--reporting-interval", "250"],
             stdout=out, stderr=err)
 
-
-RECORDS = 0
 
 if __name__ == "__main__":
     main()
