@@ -403,7 +403,7 @@ async fn members_run(
         let polls = polls.clone();
         tasks.spawn(async move {
             let mut config = KafkaShareConsumerConfig::new(&g);
-            config.max_poll_records = PIPELINE_POLL_RECORDS;
+            config.fetch_max_records = PIPELINE_POLL_RECORDS;
             config.fetch_max_wait = DEFAULT_POLL_TIMEOUT;
             let mut m = KafkaShareConsumer::new(&c, config).await?;
             m.subscribe(&[topic.as_str()]).await?;

@@ -17,9 +17,10 @@ async fn topic_with(c: &KafkaCluster, partitions: i32, records: u64) -> String {
     topic
 }
 
-async fn member(c: &KafkaCluster, group: &str, topic: &str, max: usize) -> KafkaShareConsumer {
+/// A member of `group` reading `topic` in share fetches of up to `fetch` records.
+async fn member(c: &KafkaCluster, group: &str, topic: &str, fetch: usize) -> KafkaShareConsumer {
     let mut config = KafkaShareConsumerConfig::new(group);
-    config.max_poll_records = max;
+    config.fetch_max_records = fetch;
     let mut m = KafkaShareConsumer::new(c, config).await.expect("consumer");
     m.subscribe(&[topic]).await.expect("subscribe");
     m
@@ -234,6 +235,10 @@ async fn bad_use_gets_typed_errors() {
     let mut idle = KafkaShareConsumer::new(&c, KafkaShareConsumerConfig::new(&group)).await.expect("consumer");
     let err = idle.heartbeat_now().await.expect_err("heartbeat before subscribe");
     assert!(err.to_string().contains("subscribe to the topics first"), "{err}");
+    let mut zero = KafkaShareConsumerConfig::new(&group);
+    zero.fetch_max_records = 0;
+    let err = KafkaShareConsumer::new(&c, zero).await.expect_err("a fetch of no records");
+    assert!(err.to_string().contains("fetch_max_records"), "the error names the setting: {err}");
     let err = KafkaCluster::connect("").await.expect_err("empty bootstrap");
     assert!(err.to_string().contains("bootstrap.servers"), "{err}");
 }
@@ -342,8 +347,9 @@ async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back
         }
         let taken: BTreeSet<(i32, i64)> =
             got.iter().filter(|r| !kept.contains(&r.partition)).map(|r| (r.partition, r.offset)).collect();
-        assert_eq!(a.revoked_unsettled(), taken.len() as u64, "each record of a partition taken away is counted");
+        // The acknowledgements go to the client at the commit, and are counted there.
         a.commit().await.expect("commit");
+        assert_eq!(a.revoked_unsettled(), taken.len() as u64, "each record of a partition taken away is counted");
         if taken.is_empty() {
             assert!(attempt < 3, "four moves in a row took only partitions without unsettled records");
             a.close().await.expect("close");
@@ -376,4 +382,179 @@ async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back
         b.close().await.expect("close");
         return;
     }
+}
+
+/// Polls `m` for up to 30 s until it hands out records and holds more of the same fetch,
+/// accepting and giving back polls that bring everything they fetched (the first fetch
+/// of a new group can bring only part of a partition).
+async fn poll_holding(m: &mut KafkaShareConsumer, max: usize) -> Vec<Record> {
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = m.poll(max, Duration::from_millis(200)).await.expect("poll");
+        assert!(got.len() <= max, "a poll hands out at most its max_records: {} > {max}", got.len());
+        if !got.is_empty() && m.held() > 0 {
+            return got;
+        }
+        for r in &got {
+            m.acknowledge(r, AcknowledgeType::Release).await.expect("release");
+        }
+        assert!(tokio::time::Instant::now() < end, "no fetch brought more than {max} records in 30 s");
+    }
+}
+
+/// A fetch larger than a poll: the polls hand it out in order, at most their
+/// `max_records` each, the member fetches again only once it was all handed out and
+/// settled, and the acknowledgements kept meanwhile reach the broker with that fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_larger_than_a_poll_is_handed_out_over_several_polls_once_each() {
+    let Some(c) = cluster().await else { return };
+    let total = 600u64;
+    let topic = topic_with(&c, 1, total).await;
+    let group = group_with(&c, 15_000).await;
+    let mut a = member(&c, &group, &topic, 1_000).await;
+    let mut seen = BTreeSet::new();
+    let (mut polls, mut from_held) = (0u32, 0u32);
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while (seen.len() as u64) < total && tokio::time::Instant::now() < end {
+        let held_before = a.held();
+        let got = a.poll(50, Duration::from_millis(200)).await.expect("poll");
+        assert!(got.len() <= 50, "a poll hands out at most 50: {}", got.len());
+        if got.is_empty() {
+            continue;
+        }
+        polls += 1;
+        if held_before > 0 {
+            from_held += 1;
+            assert_eq!(a.held(), held_before - got.len(), "a poll of a held fetch hands out what it held, in order");
+        }
+        let offsets: Vec<i64> = got.iter().map(|r| r.offset).collect();
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "in fetch order: {offsets:?}");
+        for r in &got {
+            assert_eq!(r.delivery_count, 1, "nothing is redelivered: {r:?}");
+            assert!(seen.insert(r.offset), "{r:?} handed out twice");
+            a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+        }
+    }
+    assert_eq!(seen.len() as u64, total, "every record arrives");
+    assert!(from_held > 0, "some polls were served from a held fetch ({polls} polls)");
+    // The last polls' acknowledgements are still kept: a commit passes them on.
+    a.commit().await.expect("commit");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+}
+
+/// A commit passes the acknowledgements a member kept to the broker at once: the
+/// records it accepted never come back, while the locks of those it held and never
+/// handed out expire and another member gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
+    let Some(c) = cluster().await else { return };
+    let total = 200u64;
+    let topic = topic_with(&c, 1, total).await;
+    let group = group_with(&c, 2_000).await;
+    let mut a = member(&c, &group, &topic, 1_000).await;
+    let got = poll_holding(&mut a, 10).await;
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    assert!(a.held() > 0);
+    a.commit().await.expect("commit");
+    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+    // a holds the rest past its 2 s locks; b gets every other record, and none a accepted.
+    let mut b = member(&c, &group, &topic, 1_000).await;
+    let rest = total - accepted.len() as u64;
+    let mut again = BTreeSet::new();
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    while (again.len() as u64) < rest && tokio::time::Instant::now() < end {
+        for r in b.poll(500, Duration::from_millis(200)).await.expect("poll b") {
+            assert!(!accepted.contains(&r.offset), "{r:?} was accepted by a and committed");
+            again.insert(r.offset);
+            b.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+        }
+    }
+    assert_eq!(again.len() as u64, rest, "b got every record a did not accept");
+    b.commit().await.expect("commit");
+    wait_drained(&c, &group, &topic).await;
+    let _ = a.close().await;
+    b.close().await.expect("close");
+}
+
+/// A member that closes holding part of a fetch sends the acknowledgements it kept and
+/// releases the records it never handed out: another member gets them at once, well
+/// before their locks would expire, and never the records the first one accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_while_holding_a_fetch_accepts_what_was_settled_and_releases_the_rest() {
+    let Some(c) = cluster().await else { return };
+    let total = 200u64;
+    let topic = topic_with(&c, 1, total).await;
+    let group = group_with(&c, 60_000).await;
+    let mut a = member(&c, &group, &topic, 1_000).await;
+    let got = poll_holding(&mut a, 10).await;
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    let held = a.held();
+    assert!(held > 0);
+    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+    a.close().await.expect("close");
+    let closed_at = tokio::time::Instant::now();
+    let mut b = member(&c, &group, &topic, 1_000).await;
+    let rest = total - accepted.len() as u64;
+    let (mut again, mut redelivered) = (BTreeSet::new(), 0usize);
+    while (again.len() as u64) < rest && closed_at.elapsed() < Duration::from_secs(30) {
+        for r in b.poll(500, Duration::from_millis(200)).await.expect("poll b") {
+            assert!(!accepted.contains(&r.offset), "{r:?} was accepted by a before it closed");
+            redelivered += usize::from(r.delivery_count >= 2);
+            again.insert(r.offset);
+            b.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+        }
+    }
+    assert_eq!(again.len() as u64, rest, "b got every record a did not accept, before 60 s locks could expire");
+    assert!(redelivered >= held, "the {held} records a held came back released ({redelivered} redelivered)");
+    b.commit().await.expect("commit");
+    wait_drained(&c, &group, &topic).await;
+    b.close().await.expect("close");
+}
+
+/// A member whose assignment changed since a fetch (another member joined) gives back
+/// what it held of that fetch rather than handing it out: the partition may be the other
+/// member's now, or, after a fence, the locks gone. The records come back at once,
+/// delivery count raised, well before their locks would expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_fetch_goes_back_when_the_assignment_changes() {
+    let Some(c) = cluster().await else { return };
+    let total = 200u64;
+    let topic = topic_with(&c, 1, total).await;
+    let group = group_with(&c, 60_000).await;
+    let mut a = member(&c, &group, &topic, 1_000).await;
+    let got = poll_holding(&mut a, 10).await;
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    let (held, epoch) = (a.held(), a.member_epoch());
+    assert!(held > 0);
+    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+    let mut b = member(&c, &group, &topic, 1_000).await;
+    support::kafka::until(Duration::from_secs(15), || a.member_epoch() != epoch).await;
+    assert_ne!(a.member_epoch(), epoch, "b's join moved a to a new epoch");
+    let changed_at = tokio::time::Instant::now();
+    let rest = total - accepted.len() as u64;
+    let (mut seen, mut redelivered) = (BTreeSet::new(), 0usize);
+    while (seen.len() as u64) < rest && changed_at.elapsed() < Duration::from_secs(30) {
+        for m in [&mut a, &mut b] {
+            for r in m.poll(500, Duration::from_millis(100)).await.expect("poll") {
+                assert!(!accepted.contains(&r.offset), "{r:?} was accepted before the change");
+                assert!(seen.insert(r.offset), "{r:?} handed out twice");
+                redelivered += usize::from(r.delivery_count >= 2);
+                m.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+            }
+        }
+    }
+    assert_eq!(seen.len() as u64, rest, "every record not accepted arrives, before 60 s locks could expire");
+    assert!(redelivered >= held, "the {held} records a held went back and came again ({redelivered} redelivered)");
+    a.commit().await.expect("commit a");
+    b.commit().await.expect("commit b");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+    b.close().await.expect("close");
 }

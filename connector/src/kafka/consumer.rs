@@ -19,11 +19,10 @@ use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, Sha
 ///
 /// A share fetch asks for `max.poll.records` records, and the broker hands out whole
 /// producer batches past it, so a fetch can bring more than a poll takes. A poll that
-/// takes part of a fetch leaves the rest buffered in the client, which then sends that
-/// poll's acknowledgements in a request of their own instead of with the next fetch,
-/// and the exactly-once source writes a ledger intent per poll (decision 0025). A fetch
-/// brings at most what a member's partitions hold locked:
-/// `group.share.partition.max.record.locks` each, 2,000 by default.
+/// takes part of a fetch leaves the rest held for the next polls, and the exactly-once
+/// source writes a ledger intent per poll (decision 0025). A fetch brings at most what
+/// a member's partitions hold locked: `group.share.partition.max.record.locks` each,
+/// 2,000 by default.
 pub const WHOLE_FETCH_POLL_RECORDS: usize = 10_000;
 
 /// Settings of a [`KafkaShareConsumer`].
@@ -32,16 +31,23 @@ pub const WHOLE_FETCH_POLL_RECORDS: usize = 10_000;
 pub struct KafkaShareConsumerConfig {
     /// The share group.
     pub group: String,
-    /// Most records one fetch asks for (`max.poll.records`).
-    pub max_poll_records: usize,
+    /// Most records one share fetch asks for: the client's `max.poll.records`. The
+    /// broker finishes a producer batch past it, and a poll hands out at most its own
+    /// `max_records`: the consumer holds the rest for the next polls, still locked, and
+    /// fetches again once every record of the fetch was handed out and settled. The
+    /// acknowledgements of those polls then go with that fetch. Their locks run while
+    /// they are held, so a fetch must be handed out well within the lock duration (30 s
+    /// by default): no more than the job handles in a few seconds.
+    pub fetch_max_records: usize,
     /// How long the broker may hold a fetch open waiting for records.
     pub fetch_max_wait: Duration,
 }
 
 impl KafkaShareConsumerConfig {
-    /// Defaults: 500 records per poll, fetches held up to 100 ms.
+    /// Defaults: fetches of 500 records (Kafka's default `max.poll.records`), held up to
+    /// 100 ms.
     pub fn new(group: &str) -> Self {
-        Self { group: group.to_string(), max_poll_records: 500, fetch_max_wait: Duration::from_millis(100) }
+        Self { group: group.to_string(), fetch_max_records: 500, fetch_max_wait: Duration::from_millis(100) }
     }
 }
 
@@ -97,47 +103,93 @@ impl std::hash::Hasher for OffsetHasher {
     }
 }
 
-/// The records of the last poll, kept in the order the client returned them (never
-/// moved or copied), with a flag per record for "settled".
+/// How this member settled a record, before the acknowledgement goes to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Accept,
+    Release,
+    Reject,
+}
+
+/// Where a record of the last fetch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Not settled: not handed out yet, or handed out and not acknowledged.
+    Open,
+    /// Settled by this member; the acknowledgement is not passed to the client yet.
+    Pending(Settle),
+    /// Settled and passed to the client (or its lock is gone with its partition).
+    Done,
+}
+
+/// The records of the last share fetch, kept in the order the client returned them
+/// (never moved or copied), with where each stands ([`Held`]).
 ///
-/// A record is found by topic, partition and offset: first at the cursor, where the
-/// next record in poll order is (the source settles a poll's records in that order),
-/// and otherwise through a hash index of [`Key`]s built on the first lookup that
-/// misses there. A poll settled in order never hashes; one whose ledger-covered records
-/// are accepted before the fresh ones, or whose records are renewed first, builds the
-/// index once. Settled records stay until the next poll replaces them: one poll's
-/// records, whose values share the fetch's buffers with the records handed out.
+/// A fetch can bring more than a poll hands out: polls hand its records out in order,
+/// up to their `max_records` each, and the next fetch waits until every record was
+/// handed out and settled. Acknowledgements wait here until then ([`Held::Pending`]),
+/// and go to the client just before that fetch, which carries them, or at a commit or
+/// close.
+///
+/// A record handed out is found by topic, partition and offset: first at the cursor,
+/// where the next record in poll order is (the source settles a poll's records in that
+/// order), and otherwise through a hash index of [`Key`]s built on the first lookup
+/// that misses there. A poll settled in order never hashes; one whose ledger-covered
+/// records are accepted before the fresh ones, or whose records are renewed first,
+/// builds the index once per fetch.
 #[derive(Default)]
 struct Delivered {
     records: Vec<ConsumerRecord>,
-    settled: Vec<bool>,
+    held: Vec<Held>,
+    /// Records `..handed` were handed out (or skipped, settled).
+    handed: usize,
+    /// The member epoch of the fetch.
+    epoch: i32,
+    /// Records in [`Held::Pending`].
+    pending: usize,
     /// Where the record after the last one looked up is.
     cursor: usize,
     index: std::sync::OnceLock<HashMap<Key, usize, std::hash::BuildHasherDefault<OffsetHasher>>>,
 }
 
 impl Delivered {
-    /// Holds `records`, a new poll's, all unsettled. Call it only once every record of
-    /// the previous poll was settled.
-    fn replace(&mut self, records: Vec<ConsumerRecord>) {
-        self.settled.clear();
-        self.settled.resize(records.len(), false);
+    /// Holds `records`, a new fetch's, all open and none handed out. Call it only once
+    /// every record of the previous fetch was settled and passed on.
+    fn replace(&mut self, records: Vec<ConsumerRecord>, epoch: i32) {
+        self.held.clear();
+        self.held.resize(records.len(), Held::Open);
         self.records = records;
+        self.handed = 0;
+        self.epoch = epoch;
+        self.pending = 0;
         self.cursor = 0;
         self.index = std::sync::OnceLock::new();
     }
 
-    /// Records not settled yet.
-    fn len(&self) -> usize {
-        self.settled.iter().filter(|settled| !**settled).count()
+    /// Hands out the next open records, up to `max`, in fetch order.
+    fn hand_out(&mut self, max: usize) -> Vec<Record> {
+        let mut out = Vec::with_capacity(max.min(self.records.len() - self.handed));
+        while self.handed < self.records.len() && out.len() < max {
+            if self.held[self.handed] == Held::Open {
+                out.push(to_record(&self.records[self.handed]));
+            }
+            self.handed += 1;
+        }
+        out
     }
 
-    fn is_empty(&self) -> bool {
-        self.settled.iter().all(|settled| *settled)
+    /// Records of the fetch not handed out yet.
+    fn surplus(&self) -> usize {
+        self.records.len() - self.handed
     }
 
-    /// The position of the unsettled record at `offset` of `topic`'s `partition`, if
-    /// there is one.
+    /// Records handed out and not settled yet.
+    fn open(&self) -> usize {
+        self.held[..self.handed].iter().filter(|h| **h == Held::Open).count()
+    }
+
+    /// The position of the open record handed out at `offset` of `topic`'s
+    /// `partition`, if there is one.
     fn position(&self, topic: &Arc<str>, partition: i32, offset: i64) -> Option<usize> {
         let at_cursor = self
             .records
@@ -155,34 +207,59 @@ impl Delivered {
             });
             *index.get(&Key { topic: topic.clone(), partition, offset })?
         };
-        (!self.settled[i]).then_some(i)
+        (i < self.handed && self.held[i] == Held::Open).then_some(i)
     }
 
     fn get(&self, i: usize) -> &ConsumerRecord {
         &self.records[i]
     }
 
-    /// Marks the record at `i` as looked up; `settle` also marks it settled.
-    fn touched(&mut self, i: usize, settle: bool) {
+    /// Marks the record at `i` as looked up and moves it to `to`.
+    fn mark(&mut self, i: usize, to: Held) {
         self.cursor = i + 1;
-        self.settled[i] |= settle;
+        self.pending += usize::from(matches!(to, Held::Pending(_)));
+        self.held[i] = to;
     }
 
-    /// Takes the unsettled records out, leaving none.
-    fn drain_unsettled(&mut self) -> Vec<ConsumerRecord> {
-        let records = std::mem::take(&mut self.records);
-        let settled = std::mem::take(&mut self.settled);
-        self.replace(Vec::new());
-        records.into_iter().zip(settled).filter(|(_, s)| !s).map(|(r, _)| r).collect()
+    /// The acknowledgements not passed to the client yet, in fetch order, each marked
+    /// [`Held::Done`] as it is taken.
+    fn take_pending(&mut self) -> impl Iterator<Item = (&ConsumerRecord, Settle)> + '_ {
+        self.pending = 0;
+        self.records.iter().zip(self.held.iter_mut()).filter_map(|(r, h)| match *h {
+            Held::Pending(s) => {
+                *h = Held::Done;
+                Some((r, s))
+            }
+            _ => None,
+        })
+    }
+
+    /// Takes the open records out, leaving them done: from position `from` on, handed
+    /// out or not; none is left to hand out.
+    fn take_open(&mut self, from: usize) -> Vec<&ConsumerRecord> {
+        self.handed = self.records.len();
+        self.records[from..]
+            .iter()
+            .zip(self.held[from..].iter_mut())
+            .filter(|(_, h)| **h == Held::Open)
+            .map(|(r, h)| {
+                *h = Held::Done;
+                r
+            })
+            .collect()
     }
 }
 
 /// A share-group member on a real Kafka broker, in explicit acknowledgement mode.
 ///
 /// Kafka's rule holds: every record a poll returned must be settled (ACCEPT, RELEASE
-/// or REJECT) before the next poll; RENEW keeps the lock and leaves it unsettled.
-/// Acknowledgements ride on the next ShareFetch, or go at once with
-/// [`commit`](ShareConsumer::commit). KIP-1289 transactional acknowledgement does not
+/// or REJECT) before the next poll; RENEW keeps the lock and leaves it unsettled, and
+/// goes to the broker at once. A share fetch may bring more than a poll hands out
+/// (see [`KafkaShareConsumerConfig::fetch_max_records`]); ACCEPT, RELEASE and REJECT
+/// wait until every record of the fetch was handed out and settled, and ride on the
+/// next ShareFetch, or go at once with [`commit`](ShareConsumer::commit). A member
+/// that stops without [`close`](ShareConsumer::close) or a commit loses the
+/// acknowledgements it kept: their records come back when their locks expire. KIP-1289 transactional acknowledgement does not
 /// exist on stock brokers: [`acknowledge_batches_transactional`](ShareConsumer::acknowledge_batches_transactional)
 /// fails with a message saying so.
 pub struct KafkaShareConsumer {
@@ -201,7 +278,8 @@ impl std::fmt::Debug for KafkaShareConsumer {
         f.debug_struct("KafkaShareConsumer")
             .field("group", &self.config.group)
             .field("member", &self.member)
-            .field("unsettled", &self.delivered.len())
+            .field("unsettled", &self.delivered.open())
+            .field("held", &self.delivered.surplus())
             .finish_non_exhaustive()
     }
 }
@@ -209,11 +287,11 @@ impl std::fmt::Debug for KafkaShareConsumer {
 impl KafkaShareConsumer {
     /// A member of `config.group` on `cluster`. It joins on [`subscribe`](ShareConsumer::subscribe).
     pub async fn new(cluster: &KafkaCluster, config: KafkaShareConsumerConfig) -> Result<Self> {
-        if config.max_poll_records == 0 || config.max_poll_records > i32::MAX as usize {
+        if config.fetch_max_records == 0 || config.fetch_max_records > i32::MAX as usize {
             return Err(Error::InvalidConfig {
-                key: "max.poll.records".into(),
-                value: config.max_poll_records.to_string(),
-                rule: "must be at least 1".into(),
+                key: "fetch_max_records (max.poll.records)".into(),
+                value: config.fetch_max_records.to_string(),
+                rule: format!("must be between 1 and {}", i32::MAX),
             });
         }
         // Its own connections, as each Java client has: a share fetch waits up to
@@ -223,7 +301,7 @@ impl KafkaShareConsumer {
         let inner = client
             .share_consumer(config.group.clone())
             .acknowledgement_mode(KafkaAckMode::Explicit)
-            .max_poll_records(config.max_poll_records as i32)
+            .max_poll_records(config.fetch_max_records as i32)
             .fetch_max_wait(config.fetch_max_wait)
             .build()
             .await
@@ -243,9 +321,15 @@ impl KafkaShareConsumer {
         &self.config.group
     }
 
-    /// Records delivered and not settled yet.
+    /// Records handed out by the last poll and not settled yet.
     pub fn unsettled(&self) -> usize {
-        self.delivered.len()
+        self.delivered.open()
+    }
+
+    /// Records of the last fetch not handed out yet: the next polls hand them out
+    /// before the member fetches again.
+    pub fn held(&self) -> usize {
+        self.delivered.surplus()
     }
 
     /// The partitions the group's coordinator assigned this member, by topic: empty
@@ -264,10 +348,12 @@ impl KafkaShareConsumer {
     }
 
     /// Records delivered to this member whose partition the group then assigned
-    /// elsewhere before they were settled (another member joined, say). Their
-    /// acknowledgements cannot be sent any more: each one settled them locally, and the
-    /// broker gives them back to the group, delivery count raised, when their locks
-    /// expire. The exactly-once source covers them through its ledger.
+    /// elsewhere before their acknowledgements reached the client (another member
+    /// joined, say). Their acknowledgements cannot be sent any more: they settle
+    /// locally, are counted when they are passed on (at the next fetch, renewal, commit
+    /// or close), and the broker gives the records back to the group, delivery count
+    /// raised, when their locks expire. The exactly-once source covers them through its
+    /// ledger.
     pub fn revoked_unsettled(&self) -> u64 {
         self.revoked
     }
@@ -311,6 +397,7 @@ impl KafkaShareConsumer {
     /// acknowledgements the broker refused, with the reason (a lock that expired:
     /// INVALID_RECORD_STATE). Transport failures are errors.
     pub async fn commit_outcome(&mut self) -> Result<Vec<(String, i32, String)>> {
+        self.pass_on()?;
         let results = self
             .inner
             .commit()
@@ -325,7 +412,7 @@ impl KafkaShareConsumer {
         Ok(refused)
     }
 
-    /// True while `record`, delivered by the last poll, is not settled: not accepted,
+    /// True while `record`, handed out by the last poll, is not settled: not accepted,
     /// released or rejected, and its partition not taken away.
     pub fn is_unsettled(&self, record: &Record) -> bool {
         self.delivered.position(&record.topic, record.partition, record.offset).is_some()
@@ -338,13 +425,49 @@ impl KafkaShareConsumer {
     /// either (both fail as before). A fence and a rejoin to an assignment without the
     /// partition, all between this poll and this acknowledgement, cannot be told apart
     /// from a move.
-    fn revoked_partition(&self, record: &Record) -> bool {
+    fn revoked_partition(&self, topic: &str, partition: i32) -> bool {
         self.inner.member_epoch() > 0
-            && !self
-                .inner
-                .assignment()
-                .get(record.topic.as_ref())
-                .is_some_and(|partitions| partitions.contains(&record.partition))
+            && !self.inner.assignment().get(topic).is_some_and(|partitions| partitions.contains(&partition))
+    }
+
+    /// Counts a record whose partition was taken away before its acknowledgement
+    /// reached the client.
+    fn count_revoked(&mut self) {
+        self.revoked += 1;
+        self.revoked_since_poll += 1;
+    }
+
+    /// Passes the acknowledgements kept since the last fetch to the client, which sends
+    /// them with the next fetch or commit. Each is passed once, also after an error,
+    /// which is returned at the end: the first one, naming its record.
+    fn pass_on(&mut self) -> Result<()> {
+        if self.delivered.pending == 0 {
+            return Ok(());
+        }
+        let mut refused = Vec::new();
+        for (r, settle) in self.delivered.take_pending() {
+            let sent = match settle {
+                Settle::Accept => self.inner.ack(r),
+                Settle::Release => self.inner.release(r),
+                Settle::Reject => self.inner.reject(r),
+            };
+            match sent {
+                Ok(()) => {}
+                Err(e) => refused.push((r.topic.clone(), r.partition, r.offset, settle, e)),
+            }
+        }
+        let mut first_error = None;
+        for (topic, partition, offset, settle, e) in refused {
+            // The client forgets the unsettled records of a partition the group took
+            // away; nothing can settle them but their locks' expiry.
+            if matches!(e, krafka::KrafkaError::IllegalState { .. }) && self.revoked_partition(&topic, partition) {
+                self.count_revoked();
+            } else if first_error.is_none() {
+                let op = format!("{settle:?} {topic}-{partition}@{offset} in group {}", self.config.group);
+                first_error = Some(kafka_error(op, e));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -386,28 +509,49 @@ impl ShareConsumer for KafkaShareConsumer {
             );
             self.revoked_since_poll = 0;
         }
-        if !self.delivered.is_empty() {
+        let open = self.delivered.open();
+        if open > 0 {
             return Err(Error::InvalidRequest(format!(
-                "group {}: {} records of the previous poll are not settled; ACCEPT, RELEASE or REJECT each before polling again",
+                "group {}: {open} records of the previous poll are not settled; ACCEPT, RELEASE or REJECT each before \
+                 polling again",
                 self.config.group,
-                self.delivered.len()
             )));
         }
+        if self.delivered.surplus() > 0 {
+            if self.inner.member_epoch() == self.delivered.epoch {
+                let out = self.delivered.hand_out(max_records);
+                if !out.is_empty() {
+                    return Ok(out);
+                }
+            } else {
+                // The member's assignment changed since the fetch (or it was fenced and
+                // its locks are gone): what it holds goes back rather than out, since
+                // its partition may be another member's now. A record the client
+                // forgot with its partition is not this member's to release.
+                let handed = self.delivered.handed;
+                for r in self.delivered.take_open(handed) {
+                    let _ = self.inner.release(r);
+                }
+            }
+        }
+        // The acknowledgements kept since the last fetch ride on the next one.
+        self.pass_on()?;
         let got = self
             .inner
             .poll(timeout)
             .await
             .map_err(|e| kafka_error(format!("poll share group {}", self.config.group), e))?;
-        if max_records < got.len() {
-            tracing::debug!(max_records, got = got.len(), "poll returned more than asked; max.poll.records rules");
-        }
+        // Read as soon as the client hands the records over: it drops what it buffers
+        // when the member is fenced, so these were acquired at this epoch or before a
+        // fence that moves it on (to 0 first), and a later epoch gives them back. A
+        // first fetch waits for the first assignment, whose epoch this is.
+        let epoch = self.inner.member_epoch();
         let member = self.inner.member_id();
         if member != self.member.0 {
             self.member = MemberId(member);
         }
-        let out = got.iter().map(to_record).collect();
-        self.delivered.replace(got);
-        Ok(out)
+        self.delivered.replace(got, epoch);
+        Ok(self.delivered.hand_out(max_records))
     }
 
     async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()> {
@@ -417,32 +561,29 @@ impl ShareConsumer for KafkaShareConsumer {
                 self.config.group, record.topic, record.partition, record.offset
             )));
         };
-        let delivered = self.delivered.get(i);
-        let sent = match ack_type {
-            AcknowledgeType::Accept => self.inner.ack(delivered),
-            AcknowledgeType::Release => self.inner.release(delivered),
-            AcknowledgeType::Reject => self.inner.reject(delivered),
-            AcknowledgeType::Renew => self.inner.renew(delivered),
+        let to = match ack_type {
+            AcknowledgeType::Accept => Held::Pending(Settle::Accept),
+            AcknowledgeType::Release => Held::Pending(Settle::Release),
+            AcknowledgeType::Reject => Held::Pending(Settle::Reject),
+            AcknowledgeType::Renew => match self.inner.renew(self.delivered.get(i)) {
+                Ok(()) => Held::Open,
+                Err(krafka::KrafkaError::IllegalState { .. })
+                    if self.revoked_partition(&record.topic, record.partition) =>
+                {
+                    // The client forgot the records of a partition taken away.
+                    self.count_revoked();
+                    Held::Done
+                }
+                Err(e) => {
+                    let op = format!(
+                        "{ack_type} {}-{}@{} in group {}",
+                        record.topic, record.partition, record.offset, self.config.group
+                    );
+                    return Err(kafka_error(op, e));
+                }
+            },
         };
-        match sent {
-            Ok(()) => {}
-            // The client forgets the unsettled records of a partition the group took
-            // away; nothing can settle them but their locks' expiry.
-            Err(krafka::KrafkaError::IllegalState { .. }) if self.revoked_partition(record) => {
-                self.delivered.touched(i, true);
-                self.revoked += 1;
-                self.revoked_since_poll += 1;
-                return Ok(());
-            }
-            Err(e) => {
-                let op = format!(
-                    "{ack_type} {}-{}@{} in group {}",
-                    record.topic, record.partition, record.offset, self.config.group
-                );
-                return Err(kafka_error(op, e));
-            }
-        }
-        self.delivered.touched(i, ack_type != AcknowledgeType::Renew);
+        self.delivered.mark(i, to);
         Ok(())
     }
 
@@ -475,12 +616,18 @@ impl ShareConsumer for KafkaShareConsumer {
     }
 
     async fn close(&mut self) -> Result<()> {
-        // Unsettled records go back at once rather than waiting for their locks.
-        let unsettled = self.delivered.drain_unsettled();
-        for r in &unsettled {
+        // The kept acknowledgements go with the close; unsettled records, handed out or
+        // held, go back at once rather than waiting for their locks.
+        let passed = self.pass_on();
+        for r in self.delivered.take_open(0) {
             let _ = self.inner.release(r);
         }
-        self.inner.close().await.map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e))
+        let closed = self
+            .inner
+            .close()
+            .await
+            .map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e));
+        passed.and(closed)
     }
 }
 
@@ -531,57 +678,72 @@ mod tests {
         d.position(&k.topic, k.partition, k.offset)
     }
 
-    /// A `Delivered` holding [`poll`]'s records, and their keys in poll order.
+    /// A `Delivered` holding [`poll`]'s records, all handed out, and their keys in
+    /// poll order.
     fn holding_a_poll() -> (Delivered, Vec<Key>) {
         let mut d = Delivered::default();
         let records = poll();
         let keys = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
-        d.replace(records);
+        d.replace(records, 1);
+        assert_eq!(d.hand_out(100).len(), 7, "a poll of more than the fetch hands all of it out");
         (d, keys)
+    }
+
+    const ACCEPT: Held = Held::Pending(Settle::Accept);
+
+    fn names(records: &[&ConsumerRecord]) -> Vec<(String, i32, i64)> {
+        records.iter().map(|r| (r.topic.to_string(), r.partition, r.offset)).collect()
     }
 
     #[test]
     fn a_poll_settled_in_order_is_found_at_the_cursor_without_an_index() {
         let (mut d, keys) = holding_a_poll();
-        assert_eq!(d.len(), 7);
+        assert_eq!(d.open(), 7);
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(position(&d, k), Some(i), "{k:?}");
-            d.touched(i, true);
-            assert_eq!(d.len(), 6 - i);
+            d.mark(i, ACCEPT);
+            assert_eq!(d.open(), 6 - i);
         }
-        assert!(d.is_empty());
         assert!(d.index.get().is_none(), "settling in poll order must not build the hash index");
         for k in &keys {
             assert_eq!(position(&d, k), None, "{k:?} is settled already");
         }
+        assert_eq!(d.pending, 7, "kept until the next fetch");
+        assert_eq!(d.take_pending().filter(|(_, s)| *s == Settle::Accept).count(), 7);
+        assert_eq!(d.pending, 0);
+        assert_eq!(d.take_pending().count(), 0, "each acknowledgement is passed on once");
     }
 
     #[test]
     fn a_record_out_of_order_settled_twice_renewed_or_never_delivered() {
-        let mut d = Delivered::default();
-        d.replace(poll());
-        // Each step: the key, what position() finds, and whether the step settles it.
+        let (mut d, _) = holding_a_poll();
+        // Each step: the key, what position() finds, and where the step moves it.
         #[rustfmt::skip]
-        let steps: &[(&str, Key, Option<usize>, bool)] = &[
-            ("the last record first (out of order)",      key("payments", 0, 100), Some(6), true),
-            ("settled already",                          key("payments", 0, 100), None,    false),
-            ("partition 1, second offset",               key("orders", 1, 101),   Some(3), false),
-            ("renewed: still unsettled",                 key("orders", 1, 101),   Some(3), true),
-            ("an offset this poll did not deliver",      key("orders", 0, 103),   None,    false),
-            ("a partition this poll did not deliver",    key("orders", 2, 100),   None,    false),
-            ("a topic this poll did not deliver",        key("refunds", 0, 100),  None,    false),
-            ("the first record",                         key("orders", 0, 100),   Some(0), true),
+        let steps: &[(&str, Key, Option<usize>, Held)] = &[
+            ("the last record first (out of order)",      key("payments", 0, 100), Some(6), ACCEPT),
+            ("settled already",                          key("payments", 0, 100), None,    ACCEPT),
+            ("partition 1, second offset",               key("orders", 1, 101),   Some(3), Held::Open),
+            ("renewed: still unsettled",                 key("orders", 1, 101),   Some(3), Held::Pending(Settle::Reject)),
+            ("an offset this poll did not deliver",      key("orders", 0, 103),   None,    ACCEPT),
+            ("a partition this poll did not deliver",    key("orders", 2, 100),   None,    ACCEPT),
+            ("a topic this poll did not deliver",        key("refunds", 0, 100),  None,    ACCEPT),
+            ("the first record",                         key("orders", 0, 100),   Some(0), Held::Pending(Settle::Release)),
         ];
-        for (case, k, want, settle) in steps {
+        for (case, k, want, to) in steps {
             let got = position(&d, k);
             assert_eq!(got, *want, "{case}: {k:?}");
             if let Some(i) = got {
-                d.touched(i, *settle);
+                d.mark(i, *to);
             }
         }
-        assert_eq!(d.len(), 4, "7 delivered, 3 settled");
-        let rest: Vec<(String, i32, i64)> =
-            d.drain_unsettled().iter().map(|r| (r.topic.to_string(), r.partition, r.offset)).collect();
+        assert_eq!(d.open(), 4, "7 delivered, 3 settled");
+        let pending: Vec<(i64, Settle)> = d.take_pending().map(|(r, s)| (r.offset, s)).collect();
+        assert_eq!(
+            pending,
+            vec![(100, Settle::Release), (101, Settle::Reject), (100, Settle::Accept)],
+            "in fetch order, each as it was settled"
+        );
+        let rest = names(&d.take_open(0));
         assert_eq!(
             rest,
             vec![
@@ -591,38 +753,85 @@ mod tests {
                 ("orders".into(), 1, 102)
             ]
         );
-        assert!(d.is_empty(), "drained");
-        assert_eq!(position(&d, &key("orders", 1, 100)), None, "a drained record is not found again");
+        assert_eq!(d.open(), 0, "taken");
+        assert_eq!(position(&d, &key("orders", 1, 100)), None, "a taken record is not found again");
     }
 
     #[test]
-    fn a_new_poll_replaces_the_old_one_its_flags_and_its_index() {
-        let mut d = Delivered::default();
-        d.replace(poll());
+    fn a_new_fetch_replaces_the_old_one_its_flags_and_its_index() {
+        let (mut d, _) = holding_a_poll();
         assert_eq!(position(&d, &key("orders", 1, 102)), Some(5), "off the cursor: builds the index");
         for i in 0..7 {
-            d.touched(i, true);
+            d.mark(i, ACCEPT);
         }
-        assert!(d.is_empty());
-        // The same keys again, in another order: a redelivery in the next poll.
+        assert_eq!(d.take_pending().count(), 7);
+        // The same keys again, in another order: a redelivery in the next fetch.
         let mut again = poll();
         again.reverse();
-        d.replace(again);
-        assert_eq!(d.len(), 7, "a new poll's records are all unsettled");
+        d.replace(again, 1);
+        assert_eq!(d.hand_out(7).len(), 7);
+        assert_eq!(d.open(), 7, "a new fetch's records are all unsettled");
         assert_eq!(position(&d, &key("payments", 0, 100)), Some(0), "at the cursor");
-        assert_eq!(position(&d, &key("orders", 1, 102)), Some(1), "through a new index, not the old poll's (5)");
-        assert_eq!(position(&d, &key("orders", 0, 100)), Some(6), "not settled in this poll");
+        assert_eq!(position(&d, &key("orders", 1, 102)), Some(1), "through a new index, not the old fetch's (5)");
+        assert_eq!(position(&d, &key("orders", 0, 100)), Some(6), "not settled in this fetch");
     }
 
     #[test]
     fn the_cursor_resting_on_a_settled_record_does_not_find_it() {
         let (mut d, keys) = holding_a_poll();
         // Settle 4, then 3: the cursor comes to rest on 4, which is settled.
-        d.touched(position(&d, &keys[4]).expect("4"), true);
-        d.touched(position(&d, &keys[3]).expect("3"), true);
+        d.mark(position(&d, &keys[4]).expect("4"), ACCEPT);
+        d.mark(position(&d, &keys[3]).expect("3"), ACCEPT);
         assert_eq!(d.cursor, 4);
         assert_eq!(position(&d, &keys[4]), None, "settled, though at the cursor");
         assert_eq!(position(&d, &keys[5]), Some(5));
-        assert_eq!(d.len(), 5);
+        assert_eq!(d.open(), 5);
+    }
+
+    #[test]
+    fn a_fetch_larger_than_a_poll_is_handed_out_in_order_over_several_polls() {
+        let mut d = Delivered::default();
+        let records = poll();
+        let keys: Vec<Key> = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
+        d.replace(records, 1);
+        let mut handed = Vec::new();
+        for (want, settle) in [(3, Settle::Accept), (3, Settle::Release), (1, Settle::Reject)] {
+            let out = d.hand_out(3);
+            assert_eq!(out.len(), want);
+            let first = handed.len();
+            if let Some(next) = keys.get(first + want) {
+                assert_eq!(position(&d, next), None, "{next:?} is not handed out yet");
+            }
+            for r in &out {
+                let i = d.position(&r.topic, r.partition, r.offset).expect("a record handed out is found");
+                d.mark(i, Held::Pending(settle));
+                handed.push((r.partition, r.offset, settle));
+            }
+            assert_eq!(d.open(), 0);
+            if d.surplus() == 0 {
+                break;
+            }
+        }
+        assert!(d.hand_out(3).is_empty(), "the fetch is all handed out");
+        let passed: Vec<(i32, i64, Settle)> = d.take_pending().map(|(r, s)| (r.partition, r.offset, s)).collect();
+        assert_eq!(passed, handed, "every acknowledgement of the fetch, kept until it was all handed out");
+    }
+
+    #[test]
+    fn a_surplus_given_back_leaves_the_records_handed_out_open() {
+        let mut d = Delivered::default();
+        let records = poll();
+        d.replace(records, 1);
+        let out = d.hand_out(2);
+        assert_eq!(d.surplus(), 5);
+        let back = names(&d.take_open(2));
+        assert_eq!(back.len(), 5, "the records not handed out");
+        assert_eq!(back[0], ("orders".into(), 0, 101));
+        assert_eq!(d.surplus(), 0, "nothing left to hand out");
+        assert!(d.hand_out(10).is_empty());
+        assert_eq!(d.open(), 2, "the records handed out still wait for their acknowledgements");
+        for r in &out {
+            assert!(d.position(&r.topic, r.partition, r.offset).is_some(), "{r:?} is still found");
+        }
     }
 }

@@ -185,7 +185,7 @@ impl Source for KafkaShareSource {
         self.ledger = Some(self.txns.group().clone());
         self.take_replay().await?;
         let mut consumer_config = KafkaShareConsumerConfig::new(&self.config.group);
-        consumer_config.max_poll_records = self.config.max_poll_records;
+        consumer_config.fetch_max_records = self.config.max_poll_records;
         consumer_config.fetch_max_wait = self.config.poll_timeout;
         let mut consumer =
             KafkaShareConsumer::new(&self.cluster, consumer_config).await.map_err(|e| runtime_error(&self.task, e))?;
