@@ -44,11 +44,17 @@
 //!
 //! ```text
 //! ./scripts/kafka start && eval "$(./scripts/kafka env)"
-//! cargo run --release --features kafka --example kafka_bench [-- RECORDS [ROUNDS [PARALLELISM]]]
+//! cargo run --release --features kafka --example kafka_bench [-- RECORDS [ROUNDS [PARALLELISM [consumer]]]]
 //! ```
 //!
 //! The figures go to `docs/results/kafka_bench.jsonl` (or `$SHAREFLOW_RESULTS_DIR`), for
 //! `scripts/bench-summary`; the medians over the rounds are printed at the end.
+//!
+//! With `consumer`, it measures only our consumer against Kafka's tool, at each of the
+//! settings in `CONSUMER_SETTINGS` (Kafka's default of 500 records a fetch and a poll,
+//! whole fetches of 10,000 on both sides, and our polls of 500 from fetches of 10,000),
+//! and writes `kafka_consumer_bench.jsonl`: runs long enough for the Java tool's JIT to
+//! warm up (5,000,000 records) take minutes, not the hour the whole bench would.
 
 #[path = "../benches/support/results.rs"]
 mod results;
@@ -327,19 +333,22 @@ impl Watch {
     }
 }
 
-/// Records per second of our consumer, from creating it to the last record accepted.
-async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error> {
+/// Records per second of our consumer, from creating it to the last record accepted, in
+/// share fetches of up to `fetch` records and polls of up to `poll`.
+async fn ours(c: &KafkaCluster, topic: &str, records: u64, fetch: usize, poll: usize) -> Result<Rate, Error> {
     let g = group_ready(c, topic).await?;
     let seen = Arc::new(AtomicU64::new(0));
     let watch = Watch::start(records, {
         let seen = seen.clone();
         move || seen.load(Ordering::Relaxed)
     });
-    let mut m = KafkaShareConsumer::new(c, KafkaShareConsumerConfig::new(&g)).await?;
+    let mut config = KafkaShareConsumerConfig::new(&g);
+    config.fetch_max_records = fetch;
+    let mut m = KafkaShareConsumer::new(c, config).await?;
     m.subscribe(&[topic]).await?;
     let (mut redelivered, mut polls) = (0u64, 0u64);
     while seen.load(Ordering::Relaxed) < records {
-        let batch = m.poll(500, Duration::from_millis(500)).await?;
+        let batch = m.poll(poll, Duration::from_millis(500)).await?;
         polls += u64::from(!batch.is_empty());
         redelivered += batch.iter().filter(|r| r.is_redelivery()).count() as u64;
         for r in &batch {
@@ -360,6 +369,99 @@ async fn ours(c: &KafkaCluster, topic: &str, records: u64) -> Result<Rate, Error
 /// that a poll takes a whole share fetch. The raw consumer keeps 500, the default of
 /// Kafka's tool it is compared with.
 const PIPELINE_POLL_RECORDS: usize = WHOLE_FETCH_POLL_RECORDS;
+
+/// The raw consumer's share fetches and polls: Kafka's default `max.poll.records`, as
+/// the Java tool runs.
+const RAW_FETCH: usize = 500;
+const RAW_POLL: usize = 500;
+
+/// What `kafka_bench RECORDS ROUNDS PARALLELISM consumer` compares: our consumer at
+/// each setting (name, records a share fetch asks for, records a poll hands out)
+/// against Kafka's tool at the `max.poll.records` given (which sets both for it).
+const CONSUMER_SETTINGS: [(&str, usize, usize, usize); 3] = [
+    ("defaults: fetches and polls of 500", 500, 500, 500),
+    (
+        "whole fetches: fetches and polls of 10,000",
+        WHOLE_FETCH_POLL_RECORDS,
+        WHOLE_FETCH_POLL_RECORDS,
+        WHOLE_FETCH_POLL_RECORDS,
+    ),
+    ("polls of 500 from fetches of 10,000 (the tool at 500)", WHOLE_FETCH_POLL_RECORDS, 500, 500),
+];
+
+/// Our consumer against Kafka's tool at each of [`CONSUMER_SETTINGS`], `rounds` rounds
+/// on each topic, the runs of a round in a rotating order; each of the tool's runs is
+/// shared by the settings it is the reference of.
+async fn consumer_only(
+    c: &KafkaCluster,
+    bootstrap: &str,
+    broker: &str,
+    records: u64,
+    rounds: u32,
+    topics: &[(i32, String)],
+    out: &mut results::Results,
+) -> Result<(), Error> {
+    // (partitions, setting, ours, theirs)
+    let mut figures: Vec<(i32, &str, f64, f64)> = Vec::new();
+    let mut java_settings: Vec<usize> = CONSUMER_SETTINGS.iter().map(|s| s.3).collect();
+    java_settings.sort_unstable();
+    java_settings.dedup();
+    for round in 0..rounds {
+        for (partitions, topic) in topics {
+            // Runs: the tool at each max.poll.records, then ours at each setting.
+            let runs = java_settings.len() + CONSUMER_SETTINGS.len();
+            let mut order: Vec<usize> = (0..runs).collect();
+            order.rotate_left(round as usize % runs);
+            let mut theirs: Vec<(usize, Cost)> = Vec::new();
+            let mut mine: Vec<(usize, Cost)> = Vec::new();
+            for run in order {
+                settle().await;
+                if let Some(&max_poll) = java_settings.get(run) {
+                    let java_run = java(c, bootstrap, topic, records, Some(max_poll));
+                    theirs.push((max_poll, measured(broker, records, true, java_run).await?));
+                } else {
+                    let (_, fetch, poll, _) = CONSUMER_SETTINGS[run - java_settings.len()];
+                    let our_run = ours(c, topic, records, fetch, poll);
+                    mine.push((run - java_settings.len(), measured(broker, records, false, our_run).await?));
+                }
+            }
+            for (i, cost) in &mine {
+                let (name, fetch, poll, max_poll) = CONSUMER_SETTINGS[*i];
+                let java = theirs.iter().find(|(m, _)| *m == max_poll).map(|(_, c)| c).ok_or("no run of the tool")?;
+                println!(
+                    "round {round}: consumer, {partitions} partition(s), {name}: shareflow {:.0} rec/s, \
+                     kafka-share-consumer-perf-test {:.0} rec/s, ratio {:.2}",
+                    cost.rate(),
+                    java.rate(),
+                    cost.rate() / java.rate()
+                );
+                let mut row = against_java("consumer", round, *partitions, cost, java);
+                row["setting"] = name.into();
+                row["fetch_max_records"] = fetch.into();
+                row["poll_records"] = poll.into();
+                row["java_max_poll_records"] = max_poll.into();
+                row["shareflow_polls"] = cost.run.polls.into();
+                out.record(row);
+                figures.push((*partitions, name, cost.rate(), java.rate()));
+            }
+        }
+    }
+    println!("== medians (min-max) of {rounds} rounds, {records} records of 1 KiB");
+    for (partitions, _) in topics {
+        for (name, ..) in CONSUMER_SETTINGS {
+            let of: Vec<&(i32, &str, f64, f64)> =
+                figures.iter().filter(|f| f.0 == *partitions && f.1 == name).collect();
+            println!(
+                "consumer, {partitions} partition(s), {name}: shareflow {} rec/s | kafka-share-consumer-perf-test {} \
+                 rec/s | ratio {}",
+                spread(&of.iter().map(|f| f.2).collect::<Vec<_>>()),
+                spread(&of.iter().map(|f| f.3).collect::<Vec<_>>()),
+                ratio_spread(&of.iter().map(|f| f.2 / f.3).collect::<Vec<_>>()),
+            );
+        }
+    }
+    Ok(())
+}
 
 /// Records per second of `members` members of our share consumer that poll as the
 /// pipeline's source does (`PIPELINE_POLL_RECORDS` records, its default poll timeout),
@@ -458,8 +560,15 @@ async fn members_run(
     Ok(Rate { redelivered, polls, ..watch.rate(records, done - started).await })
 }
 
-/// Records per second the Java tool reports (its nMsg.sec column).
-async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> Result<Rate, Error> {
+/// Records per second the Java tool reports (its nMsg.sec column), at its default
+/// `max.poll.records` (500) or at `max_poll`.
+async fn java(
+    c: &KafkaCluster,
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    max_poll: Option<usize>,
+) -> Result<Rate, Error> {
     let lib =
         std::env::var("SHAREFLOW_KAFKA_LIB").map_err(|_| "set SHAREFLOW_KAFKA_LIB: eval \"$(./scripts/kafka env)\"")?;
     let g = group_ready(c, topic).await?;
@@ -467,6 +576,9 @@ async fn java(c: &KafkaCluster, bootstrap: &str, topic: &str, records: u64) -> R
         .args(["-cp", &format!("{lib}/*"), "org.apache.kafka.tools.ShareConsumerPerformance"])
         .args(["--bootstrap-server", bootstrap, "--topic", topic, "--group", &g])
         .args(["--num-records", &records.to_string(), "--timeout", "60000"])
+        .args(
+            max_poll.map(|n| ["--command-property".to_string(), format!("max.poll.records={n}")]).into_iter().flatten(),
+        )
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines().filter(|l| l.contains(','));
@@ -794,6 +906,12 @@ fn spread(v: &[f64]) -> String {
     format!("{:.1} k ({:.1}-{:.1} k)", median(v.to_vec()) / 1e3, lo / 1e3, hi / 1e3)
 }
 
+/// The median and min-max of ratios.
+fn ratio_spread(v: &[f64]) -> String {
+    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+    format!("{:.2} ({lo:.2}-{hi:.2})", median(v.to_vec()))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let bootstrap = std::env::var("SHAREFLOW_KAFKA_BOOTSTRAP")
@@ -805,12 +923,17 @@ async fn main() -> Result<(), Error> {
     if records == 0 || rounds == 0 || parallelism == 0 {
         return Err("RECORDS, ROUNDS and PARALLELISM must be at least 1".into());
     }
+    let consumer_settings = match args.next().as_deref() {
+        None => false,
+        Some("consumer") => true,
+        Some(other) => return Err(format!("unknown mode {other:?}: the only one is `consumer`").into()),
+    };
     let broker = broker_pid()?;
     cpu_seconds(&broker, false).map_err(|e| format!("cannot read the broker's CPU time: {e}"))?;
     let c = KafkaCluster::connect(&bootstrap).await?;
     let value = Bytes::from(vec![b'x'; 1024]);
     let mut out = results::Results::create(
-        "kafka_bench",
+        if consumer_settings { "kafka_consumer_bench" } else { "kafka_bench" },
         serde_json::json!({ "records": records, "rounds": rounds, "parallelism": parallelism }),
     );
 
@@ -823,10 +946,18 @@ async fn main() -> Result<(), Error> {
         topics.push((partitions, topic));
     }
     let input = topics[1].1.clone();
+    if consumer_settings {
+        // One unrecorded read warms up a freshly started broker.
+        ours(&c, &input, records, RAW_FETCH, RAW_POLL).await?;
+        let run = consumer_only(&c, &bootstrap, &broker, records, rounds, &topics, &mut out).await;
+        let names: Vec<&str> = topics.iter().map(|(_, t)| t.as_str()).collect();
+        c.delete_topics(&names).await?;
+        return run;
+    }
     // A broker just started runs its code interpreted at first: one unrecorded read, and
     // one unrecorded run of each pipeline variant (without them the broker's CPU per
     // record fell by half from the first round to the fifth).
-    ours(&c, &input, records).await?;
+    ours(&c, &input, records, RAW_FETCH, RAW_POLL).await?;
     for variant in Variant::ALL {
         let name = unique("bench-warmup");
         prepare_run(&c, &name, &input, variant).await?;
@@ -844,9 +975,9 @@ async fn main() -> Result<(), Error> {
     for round in 0..rounds {
         for (partitions, topic) in &topics {
             settle().await;
-            let theirs = measured(&broker, records, true, java(&c, &bootstrap, topic, records)).await?;
+            let theirs = measured(&broker, records, true, java(&c, &bootstrap, topic, records, None)).await?;
             settle().await;
-            let mine = measured(&broker, records, false, ours(&c, topic, records)).await?;
+            let mine = measured(&broker, records, false, ours(&c, topic, records, RAW_FETCH, RAW_POLL)).await?;
             println!(
                 "round {round}: consumer, {partitions} partition(s): shareflow {:.0} rec/s, kafka-share-consumer-perf-test {:.0} rec/s",
                 mine.rate(), theirs.rate()

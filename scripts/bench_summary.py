@@ -262,8 +262,31 @@ def first_build(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     ]
 
 
+def kafka_consumer_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    """Our consumer against Kafka's tool at each setting, on runs long enough for the
+    tool's JIT to warm up."""
+    args = header.get("args", {})
+    cmd = (f"cargo run --release --features kafka --example kafka_bench -- {args.get('records', '?')} "
+           f"{args.get('rounds', '?')} {args.get('parallelism', 2)} consumer")
+    by: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "consumer":
+            setting, partitions, _, _ = need(path, r, "setting", "partitions", "shareflow", "java")
+            by.setdefault((setting, int(partitions)), []).append(r)
+    out = []
+    for (setting, partitions), rs in by.items():
+        where = f"{partitions} partition(s), {setting}"
+        out.append(figure(f"Kafka, {args.get('records', '?')} records: our share consumer / "
+                          f"kafka-share-consumer-perf-test, {where}", cmd, "ratio",
+                          [value(path, r, lambda r=r: float(r["shareflow"]) / float(r["java"])) for r in rs], header))
+        for key, who in (("shareflow", "our share consumer"), ("java", "kafka-share-consumer-perf-test")):
+            out.append(figure(f"Kafka, {args.get('records', '?')} records: {who}, {where}", cmd, "records/s",
+                              [value(path, r, lambda r=r, key=key: float(r[key])) for r in rs], header))
+    return out
+
+
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
-               "broker_soak": broker_soak, "kafka_bench": kafka_bench}
+               "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench}
 
 
 def summarise(results: Path) -> list[dict]:
@@ -274,6 +297,8 @@ def summarise(results: Path) -> list[dict]:
         path = results / f"{bench}.jsonl"
         if not path.exists():
             writer = {"kafka_bench": "cargo run --release --features kafka --example kafka_bench",
+                      "kafka_consumer_bench":
+                          "cargo run --release --features kafka --example kafka_bench -- 5000000 5 2 consumer",
                       "first_build": "scripts/first-build"}.get(bench, f"cargo bench --bench {bench}")
             raise ResultsError(f"{path}: missing; `{writer}` writes it")
         run = load(path)
