@@ -441,6 +441,11 @@ async fn consumer_only(
                 row["poll_records"] = poll.into();
                 row["java_max_poll_records"] = max_poll.into();
                 row["shareflow_polls"] = cost.run.polls.into();
+                // Each run's span, for `scripts/kafka-requests --consumer`.
+                row["started_unix_ms"] = cost.started_unix_ms.into();
+                row["ended_unix_ms"] = cost.ended_unix_ms.into();
+                row["java_started_unix_ms"] = java.started_unix_ms.into();
+                row["java_ended_unix_ms"] = java.ended_unix_ms.into();
                 out.record(row);
                 figures.push((*partitions, name, cost.rate(), java.rate()));
             }
@@ -949,6 +954,7 @@ async fn main() -> Result<(), Error> {
     if consumer_settings {
         // One unrecorded read warms up a freshly started broker.
         ours(&c, &input, records, RAW_FETCH, RAW_POLL).await?;
+        println!("(warm-up done: one read, not recorded)");
         let run = consumer_only(&c, &bootstrap, &broker, records, rounds, &topics, &mut out).await;
         let names: Vec<&str> = topics.iter().map(|(_, t)| t.as_str()).collect();
         c.delete_topics(&names).await?;

@@ -10,11 +10,13 @@ when it starts), and prints for each measured run of the round how many requests
 each API the broker handled between the run's start and end, as the bench recorded
 them: the span it measures CPU over, which for some runs includes making their share
 group ready. The sampling JVM competes for the cores, so the rates the bench prints beside are
-not figures to keep. Standard library only.
+not figures to keep. With `--consumer` it runs the bench's consumer mode instead
+(`kafka_bench RECORDS 1 2 consumer`): our consumer at each setting and Kafka's tool at
+each `max.poll.records`, on 1 and 4 partitions. Standard library only.
 
     scripts/kafka start && eval "$(scripts/kafka env)"
     cargo build --release --features kafka --example kafka_bench
-    scripts/kafka-requests [RECORDS] [--binary PATH]
+    scripts/kafka-requests [RECORDS] [--consumer] [--binary PATH]
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ def windows(results: str) -> list[tuple[str, int, int]]:
             row = json.loads(line)
             if row.get("kind") == "pipeline" and "started_unix_ms" in row:
                 runs.append((row["variant"], int(row["started_unix_ms"]), int(row["ended_unix_ms"])))
+            elif row.get("kind") == "consumer" and "setting" in row and "started_unix_ms" in row:
+                where = f"{row['partitions']} partition(s)"
+                runs.append((f"shareflow, {where}, {row['setting']}",
+                             int(row["started_unix_ms"]), int(row["ended_unix_ms"])))
+                java = (f"kafka-share-consumer-perf-test, {where}, max.poll.records={row['java_max_poll_records']}",
+                        int(row["java_started_unix_ms"]), int(row["java_ended_unix_ms"]))
+                if java not in runs:
+                    runs.append(java)
     if not runs:
         fail(f"{results} has no run with its start and end times; rebuild kafka_bench "
              "(cargo build --release --features kafka --example kafka_bench)")
@@ -129,6 +139,8 @@ class Samples:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", nargs="?", type=int, default=1_000_000)
+    parser.add_argument("--consumer", action="store_true",
+                        help="count the runs of the bench's consumer mode (our consumer against Kafka's tool)")
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/shareflow-target"))
     parser.add_argument("--binary", default=os.path.join(target, "release", "examples", "kafka_bench"))
     args = parser.parse_args()
@@ -139,7 +151,9 @@ def main() -> None:
         samples = os.path.join(tmp, "requests.csv")
         jmx_err = os.path.join(tmp, "jmx.err")
         env = dict(os.environ, SHAREFLOW_RESULTS_DIR=tmp)
-        bench = subprocess.Popen([args.binary, str(args.records), "1"], stdout=subprocess.PIPE, text=True, env=env)
+        mode = ["2", "consumer"] if args.consumer else []
+        bench = subprocess.Popen([args.binary, str(args.records), "1", *mode], stdout=subprocess.PIPE, text=True,
+                                 env=env)
         timer = threading.Timer(LIMIT_SECONDS, bench.kill)
         timer.start()
         jmx = None
@@ -164,7 +178,8 @@ def main() -> None:
                 jmx.wait(timeout=30)
         print(f"\n== broker requests by API during each run ({args.records} records; JMX sampled every 250 ms)")
         counters = Samples(samples)
-        for name, start, end in windows(os.path.join(tmp, "kafka_bench.jsonl")):
+        results = "kafka_consumer_bench.jsonl" if args.consumer else "kafka_bench.jsonl"
+        for name, start, end in windows(os.path.join(tmp, results)):
             c = counters.between(start, end)
             listed = ", ".join(f"{api} {n}" for api, n in c.most_common() if n > 0)
             print(f"{name} ({(end - start) / 1000:.1f} s): {sum(c.values())} requests: {listed}")
