@@ -224,6 +224,8 @@ async fn bad_use_gets_typed_errors() {
     assert!(!got.is_empty());
     let err = a.poll(10, Duration::from_millis(10)).await.expect_err("unsettled records");
     assert!(err.to_string().contains("not settled"), "{err}");
+    let err = a.poll(0, Duration::from_millis(10)).await.expect_err("a poll of nothing");
+    assert!(err.to_string().contains("at least 1"), "{err}");
     let mut foreign = got[0].clone();
     foreign.offset += 1_000;
     let err = a.acknowledge(&foreign, AcknowledgeType::Accept).await.expect_err("never delivered");
@@ -437,8 +439,10 @@ async fn a_fetch_larger_than_a_poll_is_handed_out_over_several_polls_once_each()
     }
     assert_eq!(seen.len() as u64, total, "every record arrives");
     assert!(from_held > 0, "some polls were served from a held fetch ({polls} polls)");
-    // The last polls' acknowledgements are still kept: a commit passes them on.
-    a.commit().await.expect("commit");
+    // The last polls' acknowledgements are still kept: the next poll, which fetches,
+    // passes them on, without a commit.
+    let none = a.poll(50, Duration::from_millis(200)).await.expect("poll");
+    assert!(none.is_empty(), "nothing is left: {none:?}");
     wait_drained(&c, &group, &topic).await;
     a.close().await.expect("close");
 }
@@ -451,7 +455,7 @@ async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
     let Some(c) = cluster().await else { return };
     let total = 200u64;
     let topic = topic_with(&c, 1, total).await;
-    let group = group_with(&c, 2_000).await;
+    let group = group_with(&c, 4_000).await;
     let mut a = member(&c, &group, &topic, 1_000).await;
     let got = poll_holding(&mut a, 10).await;
     for r in &got {
@@ -460,7 +464,7 @@ async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
     assert!(a.held() > 0);
     a.commit().await.expect("commit");
     let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
-    // a holds the rest past its 2 s locks; b gets every other record, and none a accepted.
+    // a holds the rest past its 4 s locks; b gets every other record, and none a accepted.
     let mut b = member(&c, &group, &topic, 1_000).await;
     let rest = total - accepted.len() as u64;
     let mut again = BTreeSet::new();
@@ -479,9 +483,10 @@ async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
     b.close().await.expect("close");
 }
 
-/// A member that closes holding part of a fetch sends the acknowledgements it kept and
-/// releases the records it never handed out: another member gets them at once, well
-/// before their locks would expire, and never the records the first one accepted.
+/// A member that closes holding part of a fetch sends the acknowledgements it kept, and
+/// the records it never handed out go back (it releases them, and its share session's
+/// close releases what it still holds): another member gets them at once, well before
+/// their locks would expire, and never the records the first one accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_while_holding_a_fetch_accepts_what_was_settled_and_releases_the_rest() {
     let Some(c) = cluster().await else { return };
@@ -557,4 +562,41 @@ async fn a_held_fetch_goes_back_when_the_assignment_changes() {
     wait_drained(&c, &group, &topic).await;
     a.close().await.expect("close");
     b.close().await.expect("close");
+}
+
+/// What a member still holds half a lock duration after the fetch goes back instead of
+/// out: a record handed out has at least half its lock left, as the exactly-once
+/// source's intents need.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_fetch_older_than_half_the_lock_goes_back() {
+    let Some(c) = cluster().await else { return };
+    let total = 200u64;
+    let topic = topic_with(&c, 1, total).await;
+    let group = group_with(&c, 4_000).await;
+    let mut a = member(&c, &group, &topic, 1_000).await;
+    let got = poll_holding(&mut a, 10).await;
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    let held = a.held();
+    assert!(held > 0);
+    // Past half of the 4 s lock, before it expires.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+    let rest = total - accepted.len() as u64;
+    let (mut seen, mut redelivered) = (BTreeSet::new(), 0usize);
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    while (seen.len() as u64) < rest && tokio::time::Instant::now() < end {
+        for r in a.poll(500, Duration::from_millis(200)).await.expect("poll") {
+            assert!(!accepted.contains(&r.offset), "{r:?} was accepted before");
+            assert!(seen.insert(r.offset), "{r:?} handed out twice");
+            redelivered += usize::from(r.delivery_count >= 2);
+            a.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+        }
+    }
+    assert_eq!(seen.len() as u64, rest, "every record not accepted arrives");
+    assert!(redelivered >= held, "the {held} records held went back and came again ({redelivered} redelivered)");
+    a.commit().await.expect("commit");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
 }

@@ -25,6 +25,10 @@ use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, Sha
 /// 2,000 by default.
 pub const WHOLE_FETCH_POLL_RECORDS: usize = 10_000;
 
+/// Kafka's default acquisition lock (`group.share.record.lock.duration.ms`), for a
+/// member that has not learnt the broker's yet.
+const DEFAULT_LOCK: Duration = Duration::from_secs(30);
+
 /// Settings of a [`KafkaShareConsumer`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -36,8 +40,9 @@ pub struct KafkaShareConsumerConfig {
     /// `max_records`: the consumer holds the rest for the next polls, still locked, and
     /// fetches again once every record of the fetch was handed out and settled. The
     /// acknowledgements of those polls then go with that fetch. Their locks run while
-    /// they are held, so a fetch must be handed out well within the lock duration (30 s
-    /// by default): no more than the job handles in a few seconds.
+    /// they are held: what is still held half a lock duration (30 s by default) after
+    /// the fetch goes back to the group, delivery count raised, so size a fetch to what
+    /// the job handles in a few seconds.
     pub fetch_max_records: usize,
     /// How long the broker may hold a fetch open waiting for records.
     pub fetch_max_wait: Duration,
@@ -143,8 +148,11 @@ struct Delivered {
     held: Vec<Held>,
     /// Records `..handed` were handed out (or skipped, settled).
     handed: usize,
-    /// The member epoch of the fetch.
+    /// The member epoch of the fetch, or [`STALE_EPOCH`] when the membership moved
+    /// around it.
     epoch: i32,
+    /// When the fetch arrived.
+    fetched_at: Option<std::time::Instant>,
     /// Records in [`Held::Pending`].
     pending: usize,
     /// Where the record after the last one looked up is.
@@ -156,6 +164,7 @@ impl Delivered {
     /// Holds `records`, a new fetch's, all open and none handed out. Call it only once
     /// every record of the previous fetch was settled and passed on.
     fn replace(&mut self, records: Vec<ConsumerRecord>, epoch: i32) {
+        self.fetched_at = Some(std::time::Instant::now());
         self.held.clear();
         self.held.resize(records.len(), Held::Open);
         self.records = records;
@@ -249,6 +258,11 @@ impl Delivered {
             .collect()
     }
 }
+
+/// The epoch a fetch is stamped with when the membership moved around it (the member
+/// was fenced, or a new assignment came while it held partitions): no epoch equals it,
+/// so what the fetch left held goes back instead of out.
+const STALE_EPOCH: i32 = -1;
 
 /// A share-group member on a real Kafka broker, in explicit acknowledgement mode.
 ///
@@ -349,11 +363,11 @@ impl KafkaShareConsumer {
 
     /// Records delivered to this member whose partition the group then assigned
     /// elsewhere before their acknowledgements reached the client (another member
-    /// joined, say). Their acknowledgements cannot be sent any more: they settle
-    /// locally, are counted when they are passed on (at the next fetch, renewal, commit
-    /// or close), and the broker gives the records back to the group, delivery count
-    /// raised, when their locks expire. The exactly-once source covers them through its
-    /// ledger.
+    /// joined, say), or whose locks went with a fence. Their acknowledgements cannot be
+    /// sent any more: they settle locally, are counted when they are passed on (at the
+    /// next fetch, renewal, commit or close), and the broker gives the records back to
+    /// the group, delivery count raised, when their locks expire (at once after a
+    /// fence). The exactly-once source covers them through its ledger.
     pub fn revoked_unsettled(&self) -> u64 {
         self.revoked
     }
@@ -457,10 +471,15 @@ impl KafkaShareConsumer {
             }
         }
         let mut first_error = None;
+        // The membership moved since the fetch: a record the client forgot went with it.
+        let moved = self.inner.member_epoch() != self.delivered.epoch;
         for (topic, partition, offset, settle, e) in refused {
             // The client forgets the unsettled records of a partition the group took
-            // away; nothing can settle them but their locks' expiry.
-            if matches!(e, krafka::KrafkaError::IllegalState { .. }) && self.revoked_partition(&topic, partition) {
+            // away, or of every partition at a fence; nothing can settle them but their
+            // locks' expiry (or the fence, which released them).
+            if matches!(e, krafka::KrafkaError::IllegalState { .. })
+                && (moved || self.revoked_partition(&topic, partition))
+            {
                 self.count_revoked();
             } else if first_error.is_none() {
                 let op = format!("{settle:?} {topic}-{partition}@{offset} in group {}", self.config.group);
@@ -509,6 +528,12 @@ impl ShareConsumer for KafkaShareConsumer {
             );
             self.revoked_since_poll = 0;
         }
+        if max_records == 0 {
+            return Err(Error::InvalidRequest(format!(
+                "group {}: a poll of 0 records; ask for at least 1",
+                self.config.group
+            )));
+        }
         let open = self.delivered.open();
         if open > 0 {
             return Err(Error::InvalidRequest(format!(
@@ -518,16 +543,21 @@ impl ShareConsumer for KafkaShareConsumer {
             )));
         }
         if self.delivered.surplus() > 0 {
-            if self.inner.member_epoch() == self.delivered.epoch {
+            // Half the lock is what a record handed out has left at least, as the
+            // exactly-once source's intents need.
+            let lock = self.inner.acquisition_lock_timeout().unwrap_or(DEFAULT_LOCK);
+            let fresh = self.delivered.fetched_at.is_some_and(|at| at.elapsed() < lock / 2);
+            if fresh && self.inner.member_epoch() == self.delivered.epoch {
                 let out = self.delivered.hand_out(max_records);
                 if !out.is_empty() {
                     return Ok(out);
                 }
             } else {
                 // The member's assignment changed since the fetch (or it was fenced and
-                // its locks are gone): what it holds goes back rather than out, since
-                // its partition may be another member's now. A record the client
-                // forgot with its partition is not this member's to release.
+                // its locks are gone), or the fetch is old: what it holds goes back
+                // rather than out, since its partition may be another member's now, or
+                // its locks about to expire. A record the client forgot with its
+                // partition is not this member's to release.
                 let handed = self.delivered.handed;
                 for r in self.delivered.take_open(handed) {
                     let _ = self.inner.release(r);
@@ -536,16 +566,19 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         // The acknowledgements kept since the last fetch ride on the next one.
         self.pass_on()?;
+        let (before, held_partitions) = (self.inner.member_epoch(), !self.inner.assignment().is_empty());
         let got = self
             .inner
             .poll(timeout)
             .await
             .map_err(|e| kafka_error(format!("poll share group {}", self.config.group), e))?;
-        // Read as soon as the client hands the records over: it drops what it buffers
-        // when the member is fenced, so these were acquired at this epoch or before a
-        // fence that moves it on (to 0 first), and a later epoch gives them back. A
-        // first fetch waits for the first assignment, whose epoch this is.
-        let epoch = self.inner.member_epoch();
+        // Read as soon as the client hands the records over. A fetch is stale when the
+        // member was fenced (epoch 0 until it rejoins), or its epoch moved during the
+        // poll while it held partitions: records of a partition it lost, or acquired
+        // before a fence, may be among them. A first fetch waits for the member's first
+        // assignment, whose epoch this is.
+        let after = self.inner.member_epoch();
+        let epoch = if after <= 0 || (after != before && held_partitions) { STALE_EPOCH } else { after };
         let member = self.inner.member_id();
         if member != self.member.0 {
             self.member = MemberId(member);
