@@ -447,36 +447,63 @@ async fn a_fetch_larger_than_a_poll_is_handed_out_over_several_polls_once_each()
     a.close().await.expect("close");
 }
 
+/// A member of a new group on a topic of [`HELD_TOTAL`] records, holding part of a
+/// fetch: it accepted the poll it was handed, and holds `held` more.
+struct Holding {
+    topic: String,
+    group: String,
+    a: KafkaShareConsumer,
+    accepted: BTreeSet<i64>,
+    held: usize,
+}
+
+const HELD_TOTAL: u64 = 200;
+
+async fn holding(c: &KafkaCluster, lock_ms: u32) -> Holding {
+    let topic = topic_with(c, 1, HELD_TOTAL).await;
+    let group = group_with(c, lock_ms).await;
+    let mut a = member(c, &group, &topic, 1_000).await;
+    let got = poll_holding(&mut a, 10).await;
+    for r in &got {
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    let held = a.held();
+    assert!(held > 0);
+    Holding { topic, group, a, accepted: got.iter().map(|r| r.offset).collect(), held }
+}
+
+/// Polls `members` in turn, accepting every record, until they got every record of
+/// the topic but `accepted`, or 30 s passed. No record `accepted` comes, and none
+/// twice. Returns the records seen, and how many of them came redelivered.
+async fn the_rest(members: &mut [&mut KafkaShareConsumer], accepted: &BTreeSet<i64>) -> (BTreeSet<i64>, usize) {
+    let rest = HELD_TOTAL - accepted.len() as u64;
+    let (mut seen, mut redelivered) = (BTreeSet::new(), 0usize);
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    while (seen.len() as u64) < rest && tokio::time::Instant::now() < end {
+        for m in members.iter_mut() {
+            for r in m.poll(500, Duration::from_millis(100)).await.expect("poll") {
+                assert!(!accepted.contains(&r.offset), "{r:?} was accepted before");
+                assert!(seen.insert(r.offset), "{r:?} handed out twice");
+                redelivered += usize::from(r.delivery_count >= 2);
+                m.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+            }
+        }
+    }
+    assert_eq!(seen.len() as u64, rest, "every record not accepted arrives within 30 s");
+    (seen, redelivered)
+}
+
 /// A commit passes the acknowledgements a member kept to the broker at once: the
 /// records it accepted never come back, while the locks of those it held and never
 /// handed out expire and another member gets them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
     let Some(c) = cluster().await else { return };
-    let total = 200u64;
-    let topic = topic_with(&c, 1, total).await;
-    let group = group_with(&c, 4_000).await;
-    let mut a = member(&c, &group, &topic, 1_000).await;
-    let got = poll_holding(&mut a, 10).await;
-    for r in &got {
-        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
-    }
-    assert!(a.held() > 0);
+    let Holding { topic, group, mut a, accepted, .. } = holding(&c, 4_000).await;
     a.commit().await.expect("commit");
-    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
     // a holds the rest past its 4 s locks; b gets every other record, and none a accepted.
     let mut b = member(&c, &group, &topic, 1_000).await;
-    let rest = total - accepted.len() as u64;
-    let mut again = BTreeSet::new();
-    let end = tokio::time::Instant::now() + Duration::from_secs(30);
-    while (again.len() as u64) < rest && tokio::time::Instant::now() < end {
-        for r in b.poll(500, Duration::from_millis(200)).await.expect("poll b") {
-            assert!(!accepted.contains(&r.offset), "{r:?} was accepted by a and committed");
-            again.insert(r.offset);
-            b.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
-        }
-    }
-    assert_eq!(again.len() as u64, rest, "b got every record a did not accept");
+    the_rest(&mut [&mut b], &accepted).await;
     b.commit().await.expect("commit");
     wait_drained(&c, &group, &topic).await;
     let _ = a.close().await;
@@ -486,35 +513,14 @@ async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
 /// A member that closes holding part of a fetch sends the acknowledgements it kept, and
 /// the records it never handed out go back (it releases them, and its share session's
 /// close releases what it still holds): another member gets them at once, well before
-/// their locks would expire, and never the records the first one accepted.
+/// their 60 s locks would expire, and never the records the first one accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_while_holding_a_fetch_accepts_what_was_settled_and_releases_the_rest() {
     let Some(c) = cluster().await else { return };
-    let total = 200u64;
-    let topic = topic_with(&c, 1, total).await;
-    let group = group_with(&c, 60_000).await;
-    let mut a = member(&c, &group, &topic, 1_000).await;
-    let got = poll_holding(&mut a, 10).await;
-    for r in &got {
-        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
-    }
-    let held = a.held();
-    assert!(held > 0);
-    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+    let Holding { topic, group, mut a, accepted, held } = holding(&c, 60_000).await;
     a.close().await.expect("close");
-    let closed_at = tokio::time::Instant::now();
     let mut b = member(&c, &group, &topic, 1_000).await;
-    let rest = total - accepted.len() as u64;
-    let (mut again, mut redelivered) = (BTreeSet::new(), 0usize);
-    while (again.len() as u64) < rest && closed_at.elapsed() < Duration::from_secs(30) {
-        for r in b.poll(500, Duration::from_millis(200)).await.expect("poll b") {
-            assert!(!accepted.contains(&r.offset), "{r:?} was accepted by a before it closed");
-            redelivered += usize::from(r.delivery_count >= 2);
-            again.insert(r.offset);
-            b.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
-        }
-    }
-    assert_eq!(again.len() as u64, rest, "b got every record a did not accept, before 60 s locks could expire");
+    let (_, redelivered) = the_rest(&mut [&mut b], &accepted).await;
     assert!(redelivered >= held, "the {held} records a held came back released ({redelivered} redelivered)");
     b.commit().await.expect("commit");
     wait_drained(&c, &group, &topic).await;
@@ -524,38 +530,16 @@ async fn closing_while_holding_a_fetch_accepts_what_was_settled_and_releases_the
 /// A member whose assignment changed since a fetch (another member joined) gives back
 /// what it held of that fetch rather than handing it out: the partition may be the other
 /// member's now, or, after a fence, the locks gone. The records come back at once,
-/// delivery count raised, well before their locks would expire.
+/// delivery count raised, well before their 60 s locks would expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_fetch_goes_back_when_the_assignment_changes() {
     let Some(c) = cluster().await else { return };
-    let total = 200u64;
-    let topic = topic_with(&c, 1, total).await;
-    let group = group_with(&c, 60_000).await;
-    let mut a = member(&c, &group, &topic, 1_000).await;
-    let got = poll_holding(&mut a, 10).await;
-    for r in &got {
-        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
-    }
-    let (held, epoch) = (a.held(), a.member_epoch());
-    assert!(held > 0);
-    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+    let Holding { topic, group, mut a, accepted, held } = holding(&c, 60_000).await;
+    let epoch = a.member_epoch();
     let mut b = member(&c, &group, &topic, 1_000).await;
     support::kafka::until(Duration::from_secs(15), || a.member_epoch() != epoch).await;
     assert_ne!(a.member_epoch(), epoch, "b's join moved a to a new epoch");
-    let changed_at = tokio::time::Instant::now();
-    let rest = total - accepted.len() as u64;
-    let (mut seen, mut redelivered) = (BTreeSet::new(), 0usize);
-    while (seen.len() as u64) < rest && changed_at.elapsed() < Duration::from_secs(30) {
-        for m in [&mut a, &mut b] {
-            for r in m.poll(500, Duration::from_millis(100)).await.expect("poll") {
-                assert!(!accepted.contains(&r.offset), "{r:?} was accepted before the change");
-                assert!(seen.insert(r.offset), "{r:?} handed out twice");
-                redelivered += usize::from(r.delivery_count >= 2);
-                m.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
-            }
-        }
-    }
-    assert_eq!(seen.len() as u64, rest, "every record not accepted arrives, before 60 s locks could expire");
+    let (_, redelivered) = the_rest(&mut [&mut a, &mut b], &accepted).await;
     assert!(redelivered >= held, "the {held} records a held went back and came again ({redelivered} redelivered)");
     a.commit().await.expect("commit a");
     b.commit().await.expect("commit b");
@@ -570,31 +554,10 @@ async fn a_held_fetch_goes_back_when_the_assignment_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_fetch_older_than_half_the_lock_goes_back() {
     let Some(c) = cluster().await else { return };
-    let total = 200u64;
-    let topic = topic_with(&c, 1, total).await;
-    let group = group_with(&c, 4_000).await;
-    let mut a = member(&c, &group, &topic, 1_000).await;
-    let got = poll_holding(&mut a, 10).await;
-    for r in &got {
-        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
-    }
-    let held = a.held();
-    assert!(held > 0);
+    let Holding { topic, group, mut a, accepted, held } = holding(&c, 4_000).await;
     // Past half of the 4 s lock, before it expires.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let accepted: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
-    let rest = total - accepted.len() as u64;
-    let (mut seen, mut redelivered) = (BTreeSet::new(), 0usize);
-    let end = tokio::time::Instant::now() + Duration::from_secs(30);
-    while (seen.len() as u64) < rest && tokio::time::Instant::now() < end {
-        for r in a.poll(500, Duration::from_millis(200)).await.expect("poll") {
-            assert!(!accepted.contains(&r.offset), "{r:?} was accepted before");
-            assert!(seen.insert(r.offset), "{r:?} handed out twice");
-            redelivered += usize::from(r.delivery_count >= 2);
-            a.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
-        }
-    }
-    assert_eq!(seen.len() as u64, rest, "every record not accepted arrives");
+    let (_, redelivered) = the_rest(&mut [&mut a], &accepted).await;
     assert!(redelivered >= held, "the {held} records held went back and came again ({redelivered} redelivered)");
     a.commit().await.expect("commit");
     wait_drained(&c, &group, &topic).await;
