@@ -379,7 +379,7 @@ const RAW_POLL: usize = 500;
 /// each setting (name, records a share fetch asks for, records a poll hands out)
 /// against Kafka's tool at the `max.poll.records` given (which sets both for it).
 const CONSUMER_SETTINGS: [(&str, usize, usize, usize); 3] = [
-    ("defaults: fetches and polls of 500", 500, 500, 500),
+    ("defaults: fetches and polls of 500", RAW_FETCH, RAW_POLL, RAW_POLL),
     (
         "whole fetches: fetches and polls of 10,000",
         WHOLE_FETCH_POLL_RECORDS,
@@ -907,14 +907,19 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn spread(v: &[f64]) -> String {
-    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+    let (lo, hi) = min_max(v);
     format!("{:.1} k ({:.1}-{:.1} k)", median(v.to_vec()) / 1e3, lo / 1e3, hi / 1e3)
 }
 
 /// The median and min-max of ratios.
 fn ratio_spread(v: &[f64]) -> String {
-    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+    let (lo, hi) = min_max(v);
     format!("{:.2} ({lo:.2}-{hi:.2})", median(v.to_vec()))
+}
+
+/// The smallest and the largest of `v`.
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)))
 }
 
 #[tokio::main]

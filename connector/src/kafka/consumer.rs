@@ -153,8 +153,6 @@ struct Delivered {
     epoch: i32,
     /// When the fetch arrived.
     fetched_at: Option<std::time::Instant>,
-    /// Records in [`Held::Pending`].
-    pending: usize,
     /// Where the record after the last one looked up is.
     cursor: usize,
     index: std::sync::OnceLock<HashMap<Key, usize, std::hash::BuildHasherDefault<OffsetHasher>>>,
@@ -170,7 +168,6 @@ impl Delivered {
         self.records = records;
         self.handed = 0;
         self.epoch = epoch;
-        self.pending = 0;
         self.cursor = 0;
         self.index = std::sync::OnceLock::new();
     }
@@ -190,6 +187,12 @@ impl Delivered {
     /// Records of the fetch not handed out yet.
     fn surplus(&self) -> usize {
         self.records.len() - self.handed
+    }
+
+    /// Acknowledgements not passed to the client yet.
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        self.held.iter().filter(|h| matches!(h, Held::Pending(_))).count()
     }
 
     /// Records handed out and not settled yet.
@@ -226,14 +229,12 @@ impl Delivered {
     /// Marks the record at `i` as looked up and moves it to `to`.
     fn mark(&mut self, i: usize, to: Held) {
         self.cursor = i + 1;
-        self.pending += usize::from(matches!(to, Held::Pending(_)));
         self.held[i] = to;
     }
 
     /// The acknowledgements not passed to the client yet, in fetch order, each marked
     /// [`Held::Done`] as it is taken.
     fn take_pending(&mut self) -> impl Iterator<Item = (&ConsumerRecord, Settle)> + '_ {
-        self.pending = 0;
         self.records.iter().zip(self.held.iter_mut()).filter_map(|(r, h)| match *h {
             Held::Pending(s) => {
                 *h = Held::Done;
@@ -432,16 +433,23 @@ impl KafkaShareConsumer {
         self.delivered.position(&record.topic, record.partition, record.offset).is_some()
     }
 
-    /// True when `record`'s partition was taken from this member while it stayed a
-    /// member: its locks then stay held until they expire. A fenced member's locks are
-    /// released at once, so a fence must not pass for this: the member epoch is 0 until
-    /// it rejoins, and a rejoined member that holds the partition again is no match
-    /// either (both fail as before). A fence and a rejoin to an assignment without the
-    /// partition, all between this poll and this acknowledgement, cannot be told apart
-    /// from a move.
+    /// True when `topic`'s `partition` was taken from this member while it stayed a
+    /// member (its epoch is above 0, and its assignment lacks the partition): its locks
+    /// then stay held until they expire. A fence is told by the epoch moving instead
+    /// ([`forgotten`](Self::forgotten)).
     fn revoked_partition(&self, topic: &str, partition: i32) -> bool {
         self.inner.member_epoch() > 0
             && !self.inner.assignment().get(topic).is_some_and(|partitions| partitions.contains(&partition))
+    }
+
+    /// True when the client refused to acknowledge a record of `topic`'s `partition`
+    /// with `e` because it forgot the record: the client forgets the unsettled records
+    /// of a partition the group took away, or of every partition at a fence (the
+    /// membership moved since the fetch). Nothing can settle them but their locks'
+    /// expiry, or the fence, which released them.
+    fn forgotten(&self, e: &krafka::KrafkaError, topic: &str, partition: i32) -> bool {
+        matches!(e, krafka::KrafkaError::IllegalState { .. })
+            && (self.inner.member_epoch() != self.delivered.epoch || self.revoked_partition(topic, partition))
     }
 
     /// Counts a record whose partition was taken away before its acknowledgement
@@ -455,9 +463,6 @@ impl KafkaShareConsumer {
     /// them with the next fetch or commit. Each is passed once, also after an error,
     /// which is returned at the end: the first one, naming its record.
     fn pass_on(&mut self) -> Result<()> {
-        if self.delivered.pending == 0 {
-            return Ok(());
-        }
         let mut refused = Vec::new();
         for (r, settle) in self.delivered.take_pending() {
             let sent = match settle {
@@ -471,15 +476,8 @@ impl KafkaShareConsumer {
             }
         }
         let mut first_error = None;
-        // The membership moved since the fetch: a record the client forgot went with it.
-        let moved = self.inner.member_epoch() != self.delivered.epoch;
         for (topic, partition, offset, settle, e) in refused {
-            // The client forgets the unsettled records of a partition the group took
-            // away, or of every partition at a fence; nothing can settle them but their
-            // locks' expiry (or the fence, which released them).
-            if matches!(e, krafka::KrafkaError::IllegalState { .. })
-                && (moved || self.revoked_partition(&topic, partition))
-            {
+            if self.forgotten(&e, &topic, partition) {
                 self.count_revoked();
             } else if first_error.is_none() {
                 let op = format!("{settle:?} {topic}-{partition}@{offset} in group {}", self.config.group);
@@ -600,10 +598,7 @@ impl ShareConsumer for KafkaShareConsumer {
             AcknowledgeType::Reject => Held::Pending(Settle::Reject),
             AcknowledgeType::Renew => match self.inner.renew(self.delivered.get(i)) {
                 Ok(()) => Held::Open,
-                Err(krafka::KrafkaError::IllegalState { .. })
-                    if self.revoked_partition(&record.topic, record.partition) =>
-                {
-                    // The client forgot the records of a partition taken away.
+                Err(e) if self.forgotten(&e, &record.topic, record.partition) => {
                     self.count_revoked();
                     Held::Done
                 }
@@ -741,9 +736,9 @@ mod tests {
         for k in &keys {
             assert_eq!(position(&d, k), None, "{k:?} is settled already");
         }
-        assert_eq!(d.pending, 7, "kept until the next fetch");
+        assert_eq!(d.pending(), 7, "kept until the next fetch");
         assert_eq!(d.take_pending().filter(|(_, s)| *s == Settle::Accept).count(), 7);
-        assert_eq!(d.pending, 0);
+        assert_eq!(d.pending(), 0);
         assert_eq!(d.take_pending().count(), 0, "each acknowledgement is passed on once");
     }
 
