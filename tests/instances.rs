@@ -289,8 +289,10 @@ async fn a_slow_commit_does_not_get_a_live_instance_adopted() {
     ));
     let store: Arc<dyn ObjectStore> = faulty.clone();
     let a = instance_throttled(&broker, &store, "a", true, 0, Some(2_000));
-    // b runs until a has finished, so it watches a through the whole stall.
-    let b = instance(&broker, &store, "b", false);
+    // b runs until a has finished, so it watches a through the whole stall. It is
+    // throttled too: at full speed it could drain the input before a's second checkpoint,
+    // and a would stop without ever writing the manifest that stalls.
+    let b = instance_throttled(&broker, &store, "b", false, 0, Some(1_000));
     let stop_b = b.stop_handle();
     let (ra, rb) = tokio::join!(
         async {
