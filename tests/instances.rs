@@ -53,7 +53,9 @@ fn instance_throttled(
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
     let mut source = SourceSettings::new(GROUP, &[INPUT]);
     source.stop_when_drained = until_drained;
-    source.max_poll_records = 100;
+    // A throttled poll waits until its records are due: polls of 10 ms of input keep
+    // that wait, which holds a checkpoint's barrier, far inside the checkpoint timeout.
+    source.max_poll_records = rate.map_or(100, |r| (r / 100).max(1) as usize);
     source.poll_timeout = Duration::from_millis(5);
     source.max_records_per_second = rate;
     let job = eos::pipeline(broker, &txns, source, share_config(), 2, Arc::new(SourceMetrics::default()));
@@ -292,7 +294,7 @@ async fn a_slow_commit_does_not_get_a_live_instance_adopted() {
     // b runs until a has finished, so it watches a through the whole stall. It is
     // throttled too: at full speed it could drain the input before a's second checkpoint,
     // and a would stop without ever writing the manifest that stalls.
-    let b = instance_throttled(&broker, &store, "b", false, 0, Some(1_000));
+    let b = instance_throttled(&broker, &store, "b", false, 3, Some(1_000));
     let stop_b = b.stop_handle();
     let (ra, rb) = tokio::join!(
         async {
