@@ -56,11 +56,14 @@ fn job(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str, rest
     source.poll_timeout = Duration::from_millis(2);
     let job = eos::pipeline(broker, &txns, source, share_config(), 1, Arc::new(SourceMetrics::default()));
     let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
-    let config = JobConfig::new(storage, GROUP, prefix)
+    let mut config = JobConfig::new(storage, GROUP, prefix)
         .checkpoint_interval(Duration::from_millis(10))
         .checkpoint_timeout(Duration::from_millis(150))
         .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(5) })
         .instance(InstanceConfig::new(ADOPTION));
+    // A checkpoint late on a loaded machine is not one of the schedule's crashes: it must
+    // not use up the survivor's restarts.
+    config.tolerable_checkpoint_failures = 3;
     job.build(config).unwrap()
 }
 
