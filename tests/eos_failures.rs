@@ -63,9 +63,9 @@ async fn a_corrupt_latest_manifest_falls_back_with_nothing_lost() {
     let mut run = Run::new(broker, storage.clone());
     run.restarts = 0;
     run.interval = Duration::from_millis(2);
-    // Throttled (at least 50 ms for the input), so the run takes several checkpoints and
+    // Throttled (at least 250 ms for the input), so the run takes several checkpoints and
     // never drains within its first.
-    run.max_rate = Some(20_000);
+    run.max_rate = Some(4_000);
     // Stop after the manifest of the second checkpoint is written, before its commit.
     let (result, _) = run.run(vec![(points::COMMIT_BEFORE.to_string(), 1)]).await;
     assert!(result.is_err());
@@ -122,6 +122,9 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
         let mut source = SourceSettings::new(GROUP, &[INPUT]);
         source.stop_when_drained = true;
         source.max_poll_records = 100;
+        // An idle poll holds a barrier back: short ones keep every checkpoint but the
+        // stalled one well inside its 250 ms.
+        source.poll_timeout = Duration::from_millis(5);
         let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let job = JobBuilder::new();
         job.source(
@@ -143,7 +146,8 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
         let config = JobConfig::new(memory_storage("timeout"), GROUP, "slow")
             .checkpoint_interval(Duration::from_millis(20))
             .checkpoint_timeout(checkpoint_timeout)
-            .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(10) });
+            // The stall takes one restart; a slow machine may take a few more.
+            .restart(RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(10) });
         job.build(config)
     };
     let refused = match build(Duration::from_secs(5)) {
@@ -197,10 +201,12 @@ async fn a_prepared_transaction_survives_its_timeout_and_is_committed_by_recover
     let mut run = Run::new(broker.clone(), memory_storage("prepared"));
     run.restarts = 0;
     run.interval = Duration::from_millis(2);
-    run.txn_timeout = Duration::from_millis(200);
+    // Long enough for a loaded machine to prepare a transaction in time, short enough
+    // to wait out.
+    run.txn_timeout = Duration::from_secs(2);
     let (result, _) = run.run(vec![(points::AFTER_MANIFEST.to_string(), 0)]).await;
     assert!(result.is_err());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
     broker.tick().await.unwrap();
     let prepared: Vec<_> = broker
         .transactions()
@@ -270,7 +276,7 @@ async fn a_manifest_written_after_recovery_aborted_its_checkpoint_is_never_resto
     let mut run = Run::new(broker.clone(), storage.clone());
     run.restarts = 0;
     run.interval = Duration::from_millis(2);
-    run.max_rate = Some(20_000);
+    run.max_rate = Some(4_000);
     // The incarnation that will "pause": T(n) prepared and its state written, no manifest.
     let (result, _) = run.run(vec![(points::AFTER_STATE_BEFORE_MANIFEST.to_string(), 1)]).await;
     assert!(result.is_err());
