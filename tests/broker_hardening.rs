@@ -127,20 +127,23 @@ async fn a_read_only_open_changes_nothing_and_refuses_writes() {
 async fn txn_list_in_a_loop_beside_a_live_broker_loses_no_commit() {
     let dir = tempfile::tempdir().unwrap();
     let mut f = Fixture::on_local_dir(dir.path(), 1, config(Transactional)).await;
+    // At least 40 commits, and more until `txn list` ran twice beside them: one run of
+    // the binary can outlast 40 commits on a loaded machine.
     const COMMITS: u64 = 40;
-    f.produce(0, COMMITS as usize).await;
+    const INPUT: u64 = 2_000;
+    f.produce(0, INPUT as usize).await;
     let coord = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
     let mut c = f.consumer(Transactional).await;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let lister = {
-        let stop = stop.clone();
+        let (stop, runs) = (stop.clone(), runs.clone());
         let dir = dir.path().to_path_buf();
         std::thread::spawn(move || {
-            let mut runs = 0;
             let started = std::time::Instant::now();
             while !stop.load(std::sync::atomic::Ordering::Relaxed)
-                && runs < 200
+                && runs.load(std::sync::atomic::Ordering::Relaxed) < 200
                 && started.elapsed() < Duration::from_secs(60)
             {
                 let out = std::process::Command::new(env!("CARGO_BIN_EXE_shareflow"))
@@ -149,24 +152,30 @@ async fn txn_list_in_a_loop_beside_a_live_broker_loses_no_commit() {
                     .output()
                     .unwrap();
                 assert!(out.status.success(), "txn list failed: {}", String::from_utf8_lossy(&out.stderr));
-                runs += 1;
+                runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            runs
         })
     };
-    for id in 1..=COMMITS {
-        commit_one(&f, &coord, &mut c, id).await;
+    let started = std::time::Instant::now();
+    let mut commits = 0;
+    while commits < INPUT
+        && (commits < COMMITS || runs.load(std::sync::atomic::Ordering::Relaxed) < 2)
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        commits += 1;
+        commit_one(&f, &coord, &mut c, commits).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let runs = lister.join().unwrap();
-    assert!(runs >= 2, "txn list ran only {runs} times beside the live broker");
+    lister.join().unwrap();
+    let runs = runs.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(runs >= 2, "txn list ran only {runs} times beside the live broker ({commits} commits)");
 
     f.restart().await;
     let out = f.broker.fetch_all(&out_tp(), IsolationLevel::ReadCommitted).await.unwrap();
-    assert_eq!(out.len() as u64, COMMITS, "every acknowledged commit survives ({runs} concurrent txn list runs)");
+    assert_eq!(out.len() as u64, commits, "every acknowledged commit survives ({runs} concurrent txn list runs)");
     let committed = f.broker.transactions().await.unwrap();
-    assert_eq!(committed.iter().filter(|t| t.state == TransactionState::Committed).count() as u64, COMMITS);
+    assert_eq!(committed.iter().filter(|t| t.state == TransactionState::Committed).count() as u64, commits);
 }
 
 fn tree(dir: &std::path::Path) -> Vec<(String, u64)> {
