@@ -75,6 +75,12 @@ async fn members_of_one_group_split_the_work_and_every_record_arrives_once() {
     let group = group_with(&c, 15_000).await;
     let mut a = member(&c, &group, &topic, 100).await;
     let mut b = member(&c, &group, &topic, 100).await;
+    // Both pass the join gate first, as the source's subtasks do: a member that got both
+    // partitions before the other joined would lose one at its next heartbeat, and the
+    // acknowledgements it kept for that partition with it.
+    let gate = JoinGate::new(2, Duration::from_secs(20));
+    let (pa, pb) = tokio::join!(gate.settle(0, &mut a), gate.settle(1, &mut b));
+    assert!(pa.expect("gate a").settled && pb.expect("gate b").settled, "both members hold a partition");
     let mut seen = BTreeSet::new();
     let (mut by_a, mut by_b, mut dup) = (0u64, 0u64, 0u64);
     let end = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -156,9 +162,11 @@ async fn renew_keeps_the_lock_past_its_duration() {
     let topic = topic_with(&c, 1, 1).await;
     let group = group_with(&c, 2_000).await;
     let mut a = member(&c, &group, &topic, 10).await;
+    // b joins before a takes the record (it fetches only when it polls), so that its
+    // join does not eat into the 2 s lock before the first renewal.
+    let mut b = member(&c, &group, &topic, 10).await;
     let got = poll_some(&mut a, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1);
-    let mut b = member(&c, &group, &topic, 10).await;
     // Hold it for 2.5 lock durations, renewing every ~600 ms; b must never see it.
     let end = tokio::time::Instant::now() + Duration::from_secs(5);
     while tokio::time::Instant::now() < end {
@@ -314,7 +322,7 @@ async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back
     for attempt in 0..4 {
         // Locks outlast the wait for the new assignment (a heartbeat interval, 2 s on
         // the test broker), and expire soon enough for the taken records to come back.
-        let group = group_with(&c, 8_000).await;
+        let group = group_with(&c, 15_000).await;
         c.set_group_configs(&group, &[("share.delivery.count.limit", "10")]).await.expect("delivery limit");
         let mut a = member(&c, &group, &topic, 500).await;
         until_holding(&a, &topic, 4).await;
@@ -340,8 +348,9 @@ async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back
         assert!(got.iter().all(|r| a.is_unsettled(r)), "a poll's records are unsettled");
         let polled_at = tokio::time::Instant::now();
         let mut b = member(&c, &group, &topic, 500).await;
-        support::kafka::until(Duration::from_secs(6), || a.assignment().get(&topic).is_some_and(|p| p.len() < 4)).await;
-        assert!(polled_at.elapsed() < Duration::from_secs(7), "the move came before the locks could expire");
+        support::kafka::until(Duration::from_secs(12), || a.assignment().get(&topic).is_some_and(|p| p.len() < 4))
+            .await;
+        assert!(polled_at.elapsed() < Duration::from_secs(13), "the move came before the locks could expire");
         let kept = a.assignment().get(&topic).cloned().unwrap_or_default();
         assert!(kept.len() < 4, "the group moved partitions to the new member: {:?}", a.assignment());
         for r in &got {
