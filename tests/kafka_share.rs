@@ -342,6 +342,9 @@ async fn records_of_a_partition_taken_away_settle_without_an_error_and_come_back
             for r in &got {
                 a.acknowledge(r, AcknowledgeType::Release).await.expect("release");
             }
+            // At once: released with the next fetch, the broker would leave them out of
+            // that fetch, and the polls would alternate between the same partitions.
+            a.commit().await.expect("release");
             got.clear();
         }
         assert!(!got.is_empty(), "no poll brought records of every partition in 8 tries");
@@ -568,6 +571,34 @@ async fn a_held_fetch_older_than_half_the_lock_goes_back() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let redelivered = the_rest(&mut [&mut a], &accepted).await;
     assert!(redelivered >= held, "the {held} records held went back and came again ({redelivered} redelivered)");
+    a.commit().await.expect("commit");
+    wait_drained(&c, &group, &topic).await;
+    a.close().await.expect("close");
+}
+
+/// A poll dropped while its fetch waits on the broker loses nothing: the fetch goes on
+/// on the member's client thread, and the next poll hands out what it brought, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_dropped_while_its_fetch_waits_loses_no_record() {
+    let Some(c) = cluster().await else { return };
+    let total = 300u64;
+    let topic = topic_with(&c, 1, 0).await;
+    let group = group_with(&c, 15_000).await;
+    let mut a = member(&c, &group, &topic, 500).await;
+    // The topic is empty: the poll waits on its fetch until it is dropped.
+    let dropped = tokio::time::timeout(Duration::from_millis(300), a.poll(500, Duration::from_secs(20))).await;
+    assert!(dropped.is_err(), "an empty topic's poll is still waiting: {dropped:?}");
+    c.produce(&topic, numbered(total)).await.expect("produce");
+    let mut seen = BTreeSet::new();
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while (seen.len() as u64) < total && tokio::time::Instant::now() < end {
+        for r in a.poll(500, Duration::from_millis(500)).await.expect("a poll after a dropped one") {
+            assert_eq!(r.delivery_count, 1, "nothing is redelivered: {r:?}");
+            assert!(seen.insert(r.offset), "{} came twice", r.offset);
+            a.acknowledge(&r, AcknowledgeType::Accept).await.expect("accept");
+        }
+    }
+    assert_eq!(seen.len() as u64, total, "every record arrives");
     a.commit().await.expect("commit");
     wait_drained(&c, &group, &topic).await;
     a.close().await.expect("close");

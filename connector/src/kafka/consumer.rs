@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use krafka::share_consumer::{AcknowledgementMode as KafkaAckMode, ShareConsumer as Inner};
 use krafka::ConsumerRecord;
 
+use super::client_thread::ClientThread;
 use super::{kafka_error, KafkaCluster};
 use crate::error::{Error, ErrorKind, Result};
 use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
@@ -172,6 +173,15 @@ impl Delivered {
         self.index = std::sync::OnceLock::new();
     }
 
+    /// Takes every record of the fetch out with where it stands, leaving nothing held:
+    /// for the client's thread to give back the open ones and pass on the settled ones.
+    fn take_fetch(&mut self) -> (Vec<ConsumerRecord>, Vec<Held>) {
+        self.handed = 0;
+        self.cursor = 0;
+        self.index = std::sync::OnceLock::new();
+        (std::mem::take(&mut self.records), std::mem::take(&mut self.held))
+    }
+
     /// Hands out the next open records, up to `max`, in fetch order.
     fn hand_out(&mut self, max: usize) -> Vec<Record> {
         let mut out = Vec::with_capacity(max.min(self.records.len() - self.handed));
@@ -280,6 +290,12 @@ const STALE_EPOCH: i32 = -1;
 pub struct KafkaShareConsumer {
     config: KafkaShareConsumerConfig,
     inner: Inner,
+    /// Where the client lives, and where each fetch runs with what goes before it.
+    client: ClientThread,
+    /// The fetch under way on the client's thread: set while a poll waits for it, and
+    /// left by a poll dropped before it ended, for the next poll (or the commit or close)
+    /// to take its records.
+    fetching: Option<tokio::task::JoinHandle<Fetched>>,
     member: MemberId,
     delivered: Delivered,
     /// Records whose partition the group took from this member before they were
@@ -312,18 +328,26 @@ impl KafkaShareConsumer {
         // Its own connections, as each Java client has: a share fetch waits up to
         // `fetch_max_wait` for records, and on the job's shared socket the intent
         // writes and the sink's produces would queue behind it.
-        let client = cluster.dedicated_client().await?;
+        let client = ClientThread::start(&config.group)?;
+        let (cluster, settings) = (cluster.clone(), config.clone());
         let inner = client
-            .share_consumer(config.group.clone())
-            .acknowledgement_mode(KafkaAckMode::Explicit)
-            .max_poll_records(config.fetch_max_records as i32)
-            .fetch_max_wait(config.fetch_max_wait)
-            .build()
-            .await
-            .map_err(|e| kafka_error(format!("create share consumer of group {}", config.group), e))?;
+            .run(async move {
+                let kafka = cluster.dedicated_client().await?;
+                kafka
+                    .share_consumer(settings.group.clone())
+                    .acknowledgement_mode(KafkaAckMode::Explicit)
+                    .max_poll_records(settings.fetch_max_records as i32)
+                    .fetch_max_wait(settings.fetch_max_wait)
+                    .build()
+                    .await
+                    .map_err(|e| kafka_error(format!("create share consumer of group {}", settings.group), e))
+            })
+            .await??;
         Ok(Self {
             config,
             inner,
+            client,
+            fetching: None,
             member: MemberId(String::new()),
             delivered: Delivered::default(),
             revoked: 0,
@@ -397,9 +421,10 @@ impl KafkaShareConsumer {
         // Subscribing again to the same topics sends the joining heartbeat with the
         // current member id and epoch: the coordinator answers with the member's
         // current assignment, and the group epoch does not change.
-        self.inner
-            .subscribe(topics.iter())
-            .await
+        let inner = self.inner.clone();
+        self.client
+            .run(async move { inner.subscribe(topics.iter()).await })
+            .await?
             .map_err(|e| kafka_error(format!("heartbeat in group {}", self.config.group), e))
     }
 
@@ -412,11 +437,13 @@ impl KafkaShareConsumer {
     /// acknowledgements the broker refused, with the reason (a lock that expired:
     /// INVALID_RECORD_STATE). Transport failures are errors.
     pub async fn commit_outcome(&mut self) -> Result<Vec<(String, i32, String)>> {
+        self.finish_fetch().await?;
         self.pass_on()?;
+        let inner = self.inner.clone();
         let results = self
-            .inner
-            .commit()
-            .await
+            .client
+            .run(async move { inner.commit().await })
+            .await?
             .map_err(|e| kafka_error(format!("acknowledge in group {}", self.config.group), e))?;
         let mut refused = Vec::new();
         for (tp, r) in results {
@@ -433,23 +460,13 @@ impl KafkaShareConsumer {
         self.delivered.position(&record.topic, record.partition, record.offset).is_some()
     }
 
-    /// True when `topic`'s `partition` was taken from this member while it stayed a
-    /// member (its epoch is above 0, and its assignment lacks the partition): its locks
-    /// then stay held until they expire. A fence is told by the epoch moving instead
-    /// ([`forgotten`](Self::forgotten)).
-    fn revoked_partition(&self, topic: &str, partition: i32) -> bool {
-        self.inner.member_epoch() > 0
-            && !self.inner.assignment().get(topic).is_some_and(|partitions| partitions.contains(&partition))
-    }
-
     /// True when the client refused to acknowledge a record of `topic`'s `partition`
     /// with `e` because it forgot the record: the client forgets the unsettled records
     /// of a partition the group took away, or of every partition at a fence (the
     /// membership moved since the fetch). Nothing can settle them but their locks'
     /// expiry, or the fence, which released them.
     fn forgotten(&self, e: &krafka::KrafkaError, topic: &str, partition: i32) -> bool {
-        matches!(e, krafka::KrafkaError::IllegalState { .. })
-            && (self.inner.member_epoch() != self.delivered.epoch || self.revoked_partition(topic, partition))
+        forgotten(&self.inner, self.delivered.epoch, e, topic, partition)
     }
 
     /// Counts a record whose partition was taken away before its acknowledgement
@@ -457,6 +474,37 @@ impl KafkaShareConsumer {
     fn count_revoked(&mut self) {
         self.revoked += 1;
         self.revoked_since_poll += 1;
+    }
+
+    /// Waits for the fetch under way on the client's thread, if there is one, and holds
+    /// its records. Cancel safe: dropped, the fetch stays under way for the next call.
+    async fn finish_fetch(&mut self) -> Result<()> {
+        let Some(task) = self.fetching.as_mut() else { return Ok(()) };
+        let joined = self.client.joined(task).await;
+        self.fetching = None;
+        let fetched = joined?;
+        let mut first_error = None;
+        for Refused { record: r, settle, error, forgotten } in fetched.refused {
+            if forgotten {
+                self.count_revoked();
+            } else if first_error.is_none() {
+                let op = format!("{settle:?} {}-{}@{} in group {}", r.topic, r.partition, r.offset, self.config.group);
+                first_error = Some(kafka_error(op, error));
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let got = match fetched.polled {
+            Some(Ok(got)) => got,
+            Some(Err(e)) => return Err(kafka_error(format!("poll share group {}", self.config.group), e)),
+            None => Vec::new(),
+        };
+        if fetched.member != self.member.0 {
+            self.member = MemberId(fetched.member);
+        }
+        self.delivered.replace(got, fetched.epoch);
+        Ok(())
     }
 
     /// Passes the acknowledgements kept since the last fetch to the client, which sends
@@ -488,6 +536,87 @@ impl KafkaShareConsumer {
     }
 }
 
+/// True when `topic`'s `partition` was taken from the member of `inner` while it stayed a
+/// member (its epoch is above 0, and its assignment lacks the partition): its locks then
+/// stay held until they expire. A fence is told by the epoch moving instead
+/// ([`forgotten`]).
+fn revoked_partition(inner: &Inner, topic: &str, partition: i32) -> bool {
+    inner.member_epoch() > 0 && !inner.assignment().get(topic).is_some_and(|partitions| partitions.contains(&partition))
+}
+
+/// True when the client refused to acknowledge a record of `topic`'s `partition`, from a
+/// fetch of member epoch `fetch_epoch`, with `e` because it forgot the record: the client
+/// forgets the unsettled records of a partition the group took away, or of every
+/// partition at a fence (the membership moved since the fetch). Nothing can settle them
+/// but their locks' expiry, or the fence, which released them.
+fn forgotten(inner: &Inner, fetch_epoch: i32, e: &krafka::KrafkaError, topic: &str, partition: i32) -> bool {
+    matches!(e, krafka::KrafkaError::IllegalState { .. })
+        && (inner.member_epoch() != fetch_epoch || revoked_partition(inner, topic, partition))
+}
+
+/// An acknowledgement the client refused on the client's thread.
+struct Refused {
+    record: ConsumerRecord,
+    settle: Settle,
+    error: krafka::KrafkaError,
+    /// The client forgot the record ([`forgotten`]): counted, not an error.
+    forgotten: bool,
+}
+
+/// What a fetch on the client's thread did.
+struct Fetched {
+    refused: Vec<Refused>,
+    /// The poll's records; `None` when a refused acknowledgement stopped it.
+    polled: Option<std::result::Result<Vec<ConsumerRecord>, krafka::KrafkaError>>,
+    /// The member epoch the records are stamped with ([`STALE_EPOCH`] if the membership
+    /// moved around the poll).
+    epoch: i32,
+    member: String,
+}
+
+/// On the client's thread, in this order and with nothing else running there between
+/// them: gives back the open records of the last fetch, passes its settled ones on, and
+/// polls, so that the client's request manager finds them all when it plans the fetch
+/// and sends them with it. A refused acknowledgement that is not a forgotten record
+/// stops it before the poll.
+async fn settle_and_fetch(
+    inner: Inner,
+    (records, held): (Vec<ConsumerRecord>, Vec<Held>),
+    fetch_epoch: i32,
+    timeout: Duration,
+) -> Fetched {
+    let mut refused = Vec::new();
+    for (r, h) in records.into_iter().zip(held) {
+        let (settle, sent) = match h {
+            // Only what was never handed out is open here: it goes back rather than
+            // out. A record the client forgot with its partition is not this member's
+            // to release.
+            Held::Open => {
+                let _ = inner.release(&r);
+                continue;
+            }
+            Held::Done => continue,
+            Held::Pending(Settle::Accept) => (Settle::Accept, inner.ack(&r)),
+            Held::Pending(Settle::Release) => (Settle::Release, inner.release(&r)),
+            Held::Pending(Settle::Reject) => (Settle::Reject, inner.reject(&r)),
+        };
+        if let Err(error) = sent {
+            let forgotten = forgotten(&inner, fetch_epoch, &error, &r.topic, r.partition);
+            refused.push(Refused { record: r, settle, error, forgotten });
+        }
+    }
+    let (before, held_partitions) = (inner.member_epoch(), !inner.assignment().is_empty());
+    let polled = if refused.iter().all(|r| r.forgotten) { Some(inner.poll(timeout).await) } else { None };
+    // Read as soon as the client hands the records over. A fetch is stale when the
+    // member was fenced (epoch 0 until it rejoins), or its epoch moved during the poll
+    // while it held partitions: records of a partition it lost, or acquired before a
+    // fence, may be among them. A first fetch waits for the member's first assignment,
+    // whose epoch this is.
+    let after = inner.member_epoch();
+    let epoch = if after <= 0 || (after != before && held_partitions) { STALE_EPOCH } else { after };
+    Fetched { refused, polled, epoch, member: inner.member_id() }
+}
+
 fn to_record(r: &ConsumerRecord) -> Record {
     Record {
         // The fetch's own topic name: every record of it shares the one allocation.
@@ -508,9 +637,10 @@ impl ShareConsumer for KafkaShareConsumer {
     }
 
     async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
-        self.inner
-            .subscribe(topics.iter().copied())
-            .await
+        let (inner, names): (Inner, Vec<String>) = (self.inner.clone(), topics.iter().map(|t| t.to_string()).collect());
+        self.client
+            .run(async move { inner.subscribe(names).await })
+            .await?
             .map_err(|e| kafka_error(format!("subscribe group {} to {topics:?}", self.config.group), e))?;
         self.member = MemberId(self.inner.member_id());
         Ok(())
@@ -540,9 +670,13 @@ impl ShareConsumer for KafkaShareConsumer {
                 self.config.group,
             )));
         }
-        if self.delivered.surplus() > 0 {
+        if self.fetching.is_none() && self.delivered.surplus() > 0 {
             // Half the lock is what a record handed out has left at least, as the
-            // exactly-once source's intents need.
+            // exactly-once source's intents need. Otherwise the member's assignment
+            // changed since the fetch (or it was fenced and its locks are gone), or the
+            // fetch is old: what it holds goes back with the next fetch rather than out,
+            // since its partition may be another member's now, or its locks about to
+            // expire.
             let lock = self.inner.acquisition_lock_timeout().unwrap_or(DEFAULT_LOCK);
             let fresh = self.delivered.fetched_at.is_some_and(|at| at.elapsed() < lock / 2);
             if fresh && self.inner.member_epoch() == self.delivered.epoch {
@@ -550,38 +684,14 @@ impl ShareConsumer for KafkaShareConsumer {
                 if !out.is_empty() {
                     return Ok(out);
                 }
-            } else {
-                // The member's assignment changed since the fetch (or it was fenced and
-                // its locks are gone), or the fetch is old: what it holds goes back
-                // rather than out, since its partition may be another member's now, or
-                // its locks about to expire. A record the client forgot with its
-                // partition is not this member's to release.
-                let handed = self.delivered.handed;
-                for r in self.delivered.take_open(handed) {
-                    let _ = self.inner.release(r);
-                }
             }
         }
-        // The acknowledgements kept since the last fetch ride on the next one.
-        self.pass_on()?;
-        let (before, held_partitions) = (self.inner.member_epoch(), !self.inner.assignment().is_empty());
-        let got = self
-            .inner
-            .poll(timeout)
-            .await
-            .map_err(|e| kafka_error(format!("poll share group {}", self.config.group), e))?;
-        // Read as soon as the client hands the records over. A fetch is stale when the
-        // member was fenced (epoch 0 until it rejoins), or its epoch moved during the
-        // poll while it held partitions: records of a partition it lost, or acquired
-        // before a fence, may be among them. A first fetch waits for the member's first
-        // assignment, whose epoch this is.
-        let after = self.inner.member_epoch();
-        let epoch = if after <= 0 || (after != before && held_partitions) { STALE_EPOCH } else { after };
-        let member = self.inner.member_id();
-        if member != self.member.0 {
-            self.member = MemberId(member);
+        if self.fetching.is_none() {
+            let (inner, epoch) = (self.inner.clone(), self.delivered.epoch);
+            let fetch = self.delivered.take_fetch();
+            self.fetching = Some(self.client.spawn(settle_and_fetch(inner, fetch, epoch, timeout)));
         }
-        self.delivered.replace(got, epoch);
+        self.finish_fetch().await?;
         Ok(self.delivered.hand_out(max_records))
     }
 
@@ -644,18 +754,19 @@ impl ShareConsumer for KafkaShareConsumer {
     }
 
     async fn close(&mut self) -> Result<()> {
-        // The kept acknowledgements go with the close; unsettled records, handed out or
-        // held, go back at once rather than waiting for their locks.
+        // A fetch under way ends first, so that its records go back too. The kept
+        // acknowledgements go with the close; unsettled records, handed out or held, go
+        // back at once rather than waiting for their locks.
+        let fetched = self.finish_fetch().await;
         let passed = self.pass_on();
         for r in self.delivered.take_open(0) {
             let _ = self.inner.release(r);
         }
-        let closed = self
-            .inner
-            .close()
-            .await
-            .map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e));
-        passed.and(closed)
+        let inner = self.inner.clone();
+        let closed = self.client.run(async move { inner.close().await }).await.and_then(|closed| {
+            closed.map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e))
+        });
+        fetched.and(passed).and(closed)
     }
 }
 

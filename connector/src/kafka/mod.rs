@@ -25,6 +25,7 @@
 
 mod claims;
 mod client;
+mod client_thread;
 mod consumer;
 mod error;
 mod group;
