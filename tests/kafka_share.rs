@@ -267,6 +267,10 @@ async fn renewing_an_expired_lock_is_refused() {
     let again = poll_some(&mut b, Duration::from_secs(30)).await;
     assert_eq!(again.len(), 1, "the lock expired and b holds the record now");
     a.acknowledge(&got[0], AcknowledgeType::Renew).await.expect("queued");
+    // However long after the renewal the commit comes: the renewal goes with it, so the
+    // commit waits for its answer (sent at once, it could be answered before the
+    // commit began to wait, and its refusal would go unseen).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let refused = a.commit_outcome().await.expect("outcome");
     assert_eq!(refused.len(), 1, "renewing a lock a owns no more must be refused: {refused:?}");
     b.acknowledge(&again[0], AcknowledgeType::Accept).await.expect("accept");

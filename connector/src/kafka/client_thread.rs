@@ -32,16 +32,27 @@ impl ClientThread {
                 ErrorKind::Unavailable,
             )
         };
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(failed)?;
-        let handle = runtime.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // The runtime is built on its thread and never leaves it: dropped on the
+        // caller's, inside the job's runtime, it would panic.
+        let (started, start) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("shareflow-share-client".into())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
+            .spawn(move || match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => {
+                    let _ = started.send(Ok(runtime.handle().clone()));
+                    runtime.block_on(async {
+                        let _ = stopped.await;
+                    });
+                }
+                Err(e) => {
+                    let _ = started.send(Err(e));
+                }
             })
+            .map_err(failed)?;
+        let handle = start
+            .recv()
+            .map_err(|_| failed(std::io::Error::other("the thread ended before its runtime started")))?
             .map_err(failed)?;
         Ok(Self { handle, _stop: stop, group: group.to_string() })
     }

@@ -154,6 +154,8 @@ struct Delivered {
     epoch: i32,
     /// When the fetch arrived.
     fetched_at: Option<std::time::Instant>,
+    /// Records renewed since the last commit: the renewals go with it.
+    renewing: Vec<usize>,
     /// Where the record after the last one looked up is.
     cursor: usize,
     index: std::sync::OnceLock<HashMap<Key, usize, std::hash::BuildHasherDefault<OffsetHasher>>>,
@@ -162,8 +164,9 @@ struct Delivered {
 impl Delivered {
     /// Holds `records`, a new fetch's, all open and none handed out. Call it only once
     /// every record of the previous fetch was settled and passed on.
-    fn replace(&mut self, records: Vec<ConsumerRecord>, epoch: i32) {
-        self.fetched_at = Some(std::time::Instant::now());
+    fn replace(&mut self, records: Vec<ConsumerRecord>, epoch: i32, fetched_at: std::time::Instant) {
+        self.fetched_at = Some(fetched_at);
+        self.renewing.clear();
         self.held.clear();
         self.held.resize(records.len(), Held::Open);
         self.records = records;
@@ -176,6 +179,7 @@ impl Delivered {
     /// Takes every record of the fetch out with where it stands, leaving nothing held:
     /// for the client's thread to give back the open ones and pass on the settled ones.
     fn take_fetch(&mut self) -> (Vec<ConsumerRecord>, Vec<Held>) {
+        self.renewing.clear();
         self.handed = 0;
         self.cursor = 0;
         self.index = std::sync::OnceLock::new();
@@ -232,10 +236,6 @@ impl Delivered {
         (i < self.handed && self.held[i] == Held::Open).then_some(i)
     }
 
-    fn get(&self, i: usize) -> &ConsumerRecord {
-        &self.records[i]
-    }
-
     /// Marks the record at `i` as looked up and moves it to `to`.
     fn mark(&mut self, i: usize, to: Held) {
         self.cursor = i + 1;
@@ -279,7 +279,8 @@ const STALE_EPOCH: i32 = -1;
 ///
 /// Kafka's rule holds: every record a poll returned must be settled (ACCEPT, RELEASE
 /// or REJECT) before the next poll; RENEW keeps the lock and leaves it unsettled, and
-/// goes to the broker at once. A share fetch may bring more than a poll hands out
+/// goes to the broker with the next commit, which reports a renewal the broker refused
+/// (a lock that expired). A share fetch may bring more than a poll hands out
 /// (see [`KafkaShareConsumerConfig::fetch_max_records`]); ACCEPT, RELEASE and REJECT
 /// wait until every record of the fetch was handed out and settled, and ride on the
 /// next ShareFetch, or go at once with [`commit`](ShareConsumer::commit). A member
@@ -438,13 +439,39 @@ impl KafkaShareConsumer {
     /// INVALID_RECORD_STATE). Transport failures are errors.
     pub async fn commit_outcome(&mut self) -> Result<Vec<(String, i32, String)>> {
         self.finish_fetch().await?;
-        self.pass_on()?;
-        let inner = self.inner.clone();
-        let results = self
+        // The renewals and acknowledgements kept since the last fetch or commit go to
+        // the client on its thread, with the commit: it waits for every one of them.
+        // Handed over from here, the client's request manager could send and settle
+        // some before the commit began waiting, and their refusals would go unseen.
+        let mut renewing = std::mem::take(&mut self.delivered.renewing);
+        renewing.sort_unstable();
+        renewing.dedup();
+        let renew: Vec<(usize, ConsumerRecord)> = renewing
+            .into_iter()
+            .filter(|&i| self.delivered.held[i] == Held::Open)
+            .map(|i| (i, self.delivered.records[i].clone()))
+            .collect();
+        let settle: Vec<(ConsumerRecord, Settle)> =
+            self.delivered.take_pending().map(|(r, settle)| (r.clone(), settle)).collect();
+        let (inner, epoch) = (self.inner.clone(), self.delivered.epoch);
+        let (refused, results) = self
             .client
-            .run(async move { inner.commit().await })
-            .await?
-            .map_err(|e| kafka_error(format!("acknowledge in group {}", self.config.group), e))?;
+            .run(async move {
+                let mut refused = Vec::new();
+                for (i, r) in renew {
+                    if let Err(error) = inner.renew(&r) {
+                        let forgotten = forgotten(&inner, epoch, &error, &r.topic, r.partition);
+                        refused.push(Refused { record: r, action: "Renew", at: Some(i), error, forgotten });
+                    }
+                }
+                for (r, s) in settle {
+                    refused.extend(pass(&inner, epoch, r, s));
+                }
+                (refused, inner.commit().await)
+            })
+            .await?;
+        self.refusals(refused)?;
+        let results = results.map_err(|e| kafka_error(format!("acknowledge in group {}", self.config.group), e))?;
         let mut refused = Vec::new();
         for (tp, r) in results {
             if let Err(e) = r {
@@ -483,18 +510,7 @@ impl KafkaShareConsumer {
         let joined = self.client.joined(task).await;
         self.fetching = None;
         let fetched = joined?;
-        let mut first_error = None;
-        for Refused { record: r, settle, error, forgotten } in fetched.refused {
-            if forgotten {
-                self.count_revoked();
-            } else if first_error.is_none() {
-                let op = format!("{settle:?} {}-{}@{} in group {}", r.topic, r.partition, r.offset, self.config.group);
-                first_error = Some(kafka_error(op, error));
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+        self.refusals(fetched.refused)?;
         let got = match fetched.polled {
             Some(Ok(got)) => got,
             Some(Err(e)) => return Err(kafka_error(format!("poll share group {}", self.config.group), e)),
@@ -503,8 +519,26 @@ impl KafkaShareConsumer {
         if fetched.member != self.member.0 {
             self.member = MemberId(fetched.member);
         }
-        self.delivered.replace(got, fetched.epoch);
+        self.delivered.replace(got, fetched.epoch, fetched.at);
         Ok(())
+    }
+
+    /// Counts the records the client refused because it forgot them (settling a
+    /// renewed one), and returns the first other refusal as an error naming its record.
+    fn refusals(&mut self, refused: Vec<Refused>) -> Result<()> {
+        let mut first_error = None;
+        for Refused { record: r, action, at, error, forgotten } in refused {
+            if forgotten {
+                self.count_revoked();
+                if let Some(i) = at {
+                    self.delivered.held[i] = Held::Done;
+                }
+            } else if first_error.is_none() {
+                let op = format!("{action} {}-{}@{} in group {}", r.topic, r.partition, r.offset, self.config.group);
+                first_error = Some(kafka_error(op, error));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Passes the acknowledgements kept since the last fetch to the client, which sends
@@ -513,12 +547,7 @@ impl KafkaShareConsumer {
     fn pass_on(&mut self) -> Result<()> {
         let mut refused = Vec::new();
         for (r, settle) in self.delivered.take_pending() {
-            let sent = match settle {
-                Settle::Accept => self.inner.ack(r),
-                Settle::Release => self.inner.release(r),
-                Settle::Reject => self.inner.reject(r),
-            };
-            match sent {
+            match settle.send(&self.inner, r) {
                 Ok(()) => {}
                 Err(e) => refused.push((r.topic.clone(), r.partition, r.offset, settle, e)),
             }
@@ -557,7 +586,10 @@ fn forgotten(inner: &Inner, fetch_epoch: i32, e: &krafka::KrafkaError, topic: &s
 /// An acknowledgement the client refused on the client's thread.
 struct Refused {
     record: ConsumerRecord,
-    settle: Settle,
+    /// What was refused: `Accept`, `Release`, `Reject` or `Renew`.
+    action: &'static str,
+    /// A renewed record's place in the fetch, to settle it if the client forgot it.
+    at: Option<usize>,
     error: krafka::KrafkaError,
     /// The client forgot the record ([`forgotten`]): counted, not an error.
     forgotten: bool,
@@ -572,6 +604,34 @@ struct Fetched {
     /// moved around the poll).
     epoch: i32,
     member: String,
+    /// When the client handed the records over.
+    at: std::time::Instant,
+}
+
+impl Settle {
+    fn name(self) -> &'static str {
+        match self {
+            Settle::Accept => "Accept",
+            Settle::Release => "Release",
+            Settle::Reject => "Reject",
+        }
+    }
+
+    /// Hands this acknowledgement of `r` to the client.
+    fn send(self, inner: &Inner, r: &ConsumerRecord) -> std::result::Result<(), krafka::KrafkaError> {
+        match self {
+            Settle::Accept => inner.ack(r),
+            Settle::Release => inner.release(r),
+            Settle::Reject => inner.reject(r),
+        }
+    }
+}
+
+/// Hands `settle` of `r` to the client, returning what it refused, if anything.
+fn pass(inner: &Inner, fetch_epoch: i32, r: ConsumerRecord, settle: Settle) -> Option<Refused> {
+    let error = settle.send(inner, &r).err()?;
+    let forgotten = forgotten(inner, fetch_epoch, &error, &r.topic, r.partition);
+    Some(Refused { record: r, action: settle.name(), at: None, error, forgotten })
 }
 
 /// On the client's thread, in this order and with nothing else running there between
@@ -587,22 +647,15 @@ async fn settle_and_fetch(
 ) -> Fetched {
     let mut refused = Vec::new();
     for (r, h) in records.into_iter().zip(held) {
-        let (settle, sent) = match h {
+        match h {
             // Only what was never handed out is open here: it goes back rather than
             // out. A record the client forgot with its partition is not this member's
             // to release.
             Held::Open => {
                 let _ = inner.release(&r);
-                continue;
             }
-            Held::Done => continue,
-            Held::Pending(Settle::Accept) => (Settle::Accept, inner.ack(&r)),
-            Held::Pending(Settle::Release) => (Settle::Release, inner.release(&r)),
-            Held::Pending(Settle::Reject) => (Settle::Reject, inner.reject(&r)),
-        };
-        if let Err(error) = sent {
-            let forgotten = forgotten(&inner, fetch_epoch, &error, &r.topic, r.partition);
-            refused.push(Refused { record: r, settle, error, forgotten });
+            Held::Done => {}
+            Held::Pending(settle) => refused.extend(pass(&inner, fetch_epoch, r, settle)),
         }
     }
     let (before, held_partitions) = (inner.member_epoch(), !inner.assignment().is_empty());
@@ -612,9 +665,10 @@ async fn settle_and_fetch(
     // while it held partitions: records of a partition it lost, or acquired before a
     // fence, may be among them. A first fetch waits for the member's first assignment,
     // whose epoch this is.
+    let at = std::time::Instant::now();
     let after = inner.member_epoch();
     let epoch = if after <= 0 || (after != before && held_partitions) { STALE_EPOCH } else { after };
-    Fetched { refused, polled, epoch, member: inner.member_id() }
+    Fetched { refused, polled, epoch, member: inner.member_id(), at }
 }
 
 fn to_record(r: &ConsumerRecord) -> Record {
@@ -706,20 +760,10 @@ impl ShareConsumer for KafkaShareConsumer {
             AcknowledgeType::Accept => Held::Pending(Settle::Accept),
             AcknowledgeType::Release => Held::Pending(Settle::Release),
             AcknowledgeType::Reject => Held::Pending(Settle::Reject),
-            AcknowledgeType::Renew => match self.inner.renew(self.delivered.get(i)) {
-                Ok(()) => Held::Open,
-                Err(e) if self.forgotten(&e, &record.topic, record.partition) => {
-                    self.count_revoked();
-                    Held::Done
-                }
-                Err(e) => {
-                    let op = format!(
-                        "{ack_type} {}-{}@{} in group {}",
-                        record.topic, record.partition, record.offset, self.config.group
-                    );
-                    return Err(kafka_error(op, e));
-                }
-            },
+            AcknowledgeType::Renew => {
+                self.delivered.renewing.push(i);
+                Held::Open
+            }
         };
         self.delivered.mark(i, to);
         Ok(())
@@ -823,7 +867,7 @@ mod tests {
         let mut d = Delivered::default();
         let records = poll();
         let keys = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
-        d.replace(records, 1);
+        d.replace(records, 1, std::time::Instant::now());
         assert_eq!(d.hand_out(100).len(), 7, "a poll of more than the fetch hands all of it out");
         (d, keys)
     }
@@ -907,7 +951,7 @@ mod tests {
         // The same keys again, in another order: a redelivery in the next fetch.
         let mut again = poll();
         again.reverse();
-        d.replace(again, 1);
+        d.replace(again, 1, std::time::Instant::now());
         assert_eq!(d.hand_out(7).len(), 7);
         assert_eq!(d.open(), 7, "a new fetch's records are all unsettled");
         assert_eq!(position(&d, &key("payments", 0, 100)), Some(0), "at the cursor");
@@ -932,7 +976,7 @@ mod tests {
         let mut d = Delivered::default();
         let records = poll();
         let keys: Vec<Key> = records.iter().map(|r| key(&r.topic, r.partition, r.offset)).collect();
-        d.replace(records, 1);
+        d.replace(records, 1, std::time::Instant::now());
         let mut handed = Vec::new();
         for (want, settle) in [(3, Settle::Accept), (3, Settle::Release), (1, Settle::Reject)] {
             let out = d.hand_out(3);
@@ -960,7 +1004,7 @@ mod tests {
     fn a_surplus_given_back_leaves_the_records_handed_out_open() {
         let mut d = Delivered::default();
         let records = poll();
-        d.replace(records, 1);
+        d.replace(records, 1, std::time::Instant::now());
         let out = d.hand_out(2);
         assert_eq!(d.surplus(), 5);
         let back = names(&d.take_open(2));
