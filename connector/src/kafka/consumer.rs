@@ -253,21 +253,6 @@ impl Delivered {
             _ => None,
         })
     }
-
-    /// Takes the open records out, leaving them done: from position `from` on, handed
-    /// out or not; none is left to hand out.
-    fn take_open(&mut self, from: usize) -> Vec<&ConsumerRecord> {
-        self.handed = self.records.len();
-        self.records[from..]
-            .iter()
-            .zip(self.held[from..].iter_mut())
-            .filter(|(_, h)| **h == Held::Open)
-            .map(|(r, h)| {
-                *h = Held::Done;
-                r
-            })
-            .collect()
-    }
 }
 
 /// The epoch a fetch is stamped with when the membership moved around it (the member
@@ -457,16 +442,10 @@ impl KafkaShareConsumer {
         let (refused, results) = self
             .client
             .run(async move {
-                let mut refused = Vec::new();
-                for (i, r) in renew {
-                    if let Err(error) = inner.renew(&r) {
-                        let forgotten = forgotten(&inner, epoch, &error, &r.topic, r.partition);
-                        refused.push(Refused { record: r, action: "Renew", at: Some(i), error, forgotten });
-                    }
-                }
-                for (r, s) in settle {
-                    refused.extend(pass(&inner, epoch, r, s));
-                }
+                let renewals = renew.into_iter().map(|(i, r)| (r, Ack::Renew(i)));
+                let settled = settle.into_iter().map(|(r, s)| (r, Ack::Settle(s)));
+                let refused: Vec<Refused> =
+                    renewals.chain(settled).filter_map(|(r, what)| pass(&inner, epoch, r, what)).collect();
                 (refused, inner.commit().await)
             })
             .await?;
@@ -485,15 +464,6 @@ impl KafkaShareConsumer {
     /// released or rejected, and its partition not taken away.
     pub fn is_unsettled(&self, record: &Record) -> bool {
         self.delivered.position(&record.topic, record.partition, record.offset).is_some()
-    }
-
-    /// True when the client refused to acknowledge a record of `topic`'s `partition`
-    /// with `e` because it forgot the record: the client forgets the unsettled records
-    /// of a partition the group took away, or of every partition at a fence (the
-    /// membership moved since the fetch). Nothing can settle them but their locks'
-    /// expiry, or the fence, which released them.
-    fn forgotten(&self, e: &krafka::KrafkaError, topic: &str, partition: i32) -> bool {
-        forgotten(&self.inner, self.delivered.epoch, e, topic, partition)
     }
 
     /// Counts a record whose partition was taken away before its acknowledgement
@@ -527,38 +497,19 @@ impl KafkaShareConsumer {
     /// renewed one), and returns the first other refusal as an error naming its record.
     fn refusals(&mut self, refused: Vec<Refused>) -> Result<()> {
         let mut first_error = None;
-        for Refused { record: r, action, at, error, forgotten } in refused {
+        for Refused { record: r, what, error, forgotten } in refused {
             if forgotten {
                 self.count_revoked();
-                if let Some(i) = at {
+                if let Ack::Renew(i) = what {
                     self.delivered.held[i] = Held::Done;
                 }
             } else if first_error.is_none() {
-                let op = format!("{action} {}-{}@{} in group {}", r.topic, r.partition, r.offset, self.config.group);
+                let what = match what {
+                    Ack::Settle(settle) => format!("{settle:?}"),
+                    Ack::Renew(_) => "Renew".into(),
+                };
+                let op = format!("{what} {}-{}@{} in group {}", r.topic, r.partition, r.offset, self.config.group);
                 first_error = Some(kafka_error(op, error));
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
-    /// Passes the acknowledgements kept since the last fetch to the client, which sends
-    /// them with the next fetch or commit. Each is passed once, also after an error,
-    /// which is returned at the end: the first one, naming its record.
-    fn pass_on(&mut self) -> Result<()> {
-        let mut refused = Vec::new();
-        for (r, settle) in self.delivered.take_pending() {
-            match settle.send(&self.inner, r) {
-                Ok(()) => {}
-                Err(e) => refused.push((r.topic.clone(), r.partition, r.offset, settle, e)),
-            }
-        }
-        let mut first_error = None;
-        for (topic, partition, offset, settle, e) in refused {
-            if self.forgotten(&e, &topic, partition) {
-                self.count_revoked();
-            } else if first_error.is_none() {
-                let op = format!("{settle:?} {topic}-{partition}@{offset} in group {}", self.config.group);
-                first_error = Some(kafka_error(op, e));
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -583,13 +534,20 @@ fn forgotten(inner: &Inner, fetch_epoch: i32, e: &krafka::KrafkaError, topic: &s
         && (inner.member_epoch() != fetch_epoch || revoked_partition(inner, topic, partition))
 }
 
+/// An acknowledgement handed to the client: a settlement, or the renewal of the record
+/// at a place in the fetch.
+#[derive(Debug, Clone, Copy)]
+enum Ack {
+    Settle(Settle),
+    /// The renewal of the record at this place in the fetch, to settle it if the
+    /// client forgot it.
+    Renew(usize),
+}
+
 /// An acknowledgement the client refused on the client's thread.
 struct Refused {
     record: ConsumerRecord,
-    /// What was refused: `Accept`, `Release`, `Reject` or `Renew`.
-    action: &'static str,
-    /// A renewed record's place in the fetch, to settle it if the client forgot it.
-    at: Option<usize>,
+    what: Ack,
     error: krafka::KrafkaError,
     /// The client forgot the record ([`forgotten`]): counted, not an error.
     forgotten: bool,
@@ -609,14 +567,6 @@ struct Fetched {
 }
 
 impl Settle {
-    fn name(self) -> &'static str {
-        match self {
-            Settle::Accept => "Accept",
-            Settle::Release => "Release",
-            Settle::Reject => "Reject",
-        }
-    }
-
     /// Hands this acknowledgement of `r` to the client.
     fn send(self, inner: &Inner, r: &ConsumerRecord) -> std::result::Result<(), krafka::KrafkaError> {
         match self {
@@ -627,11 +577,32 @@ impl Settle {
     }
 }
 
-/// Hands `settle` of `r` to the client, returning what it refused, if anything.
-fn pass(inner: &Inner, fetch_epoch: i32, r: ConsumerRecord, settle: Settle) -> Option<Refused> {
-    let error = settle.send(inner, &r).err()?;
+/// Hands `what` of `r` to the client, returning what it refused, if anything.
+fn pass(inner: &Inner, fetch_epoch: i32, r: ConsumerRecord, what: Ack) -> Option<Refused> {
+    let sent = match what {
+        Ack::Settle(settle) => settle.send(inner, &r),
+        Ack::Renew(_) => inner.renew(&r),
+    };
+    let error = sent.err()?;
     let forgotten = forgotten(inner, fetch_epoch, &error, &r.topic, r.partition);
-    Some(Refused { record: r, action: settle.name(), at: None, error, forgotten })
+    Some(Refused { record: r, what, error, forgotten })
+}
+
+/// Gives back the open records of a fetch taken out of [`Delivered`] and passes its
+/// settled ones on, returning what the client refused. A record the client forgot with
+/// its partition is not this member's to release.
+fn settle_fetch(inner: &Inner, (records, held): (Vec<ConsumerRecord>, Vec<Held>), fetch_epoch: i32) -> Vec<Refused> {
+    let mut refused = Vec::new();
+    for (r, h) in records.into_iter().zip(held) {
+        match h {
+            Held::Open => {
+                let _ = inner.release(&r);
+            }
+            Held::Done => {}
+            Held::Pending(settle) => refused.extend(pass(inner, fetch_epoch, r, Ack::Settle(settle))),
+        }
+    }
+    refused
 }
 
 /// On the client's thread, in this order and with nothing else running there between
@@ -641,23 +612,13 @@ fn pass(inner: &Inner, fetch_epoch: i32, r: ConsumerRecord, settle: Settle) -> O
 /// stops it before the poll.
 async fn settle_and_fetch(
     inner: Inner,
-    (records, held): (Vec<ConsumerRecord>, Vec<Held>),
+    fetch: (Vec<ConsumerRecord>, Vec<Held>),
     fetch_epoch: i32,
     timeout: Duration,
 ) -> Fetched {
-    let mut refused = Vec::new();
-    for (r, h) in records.into_iter().zip(held) {
-        match h {
-            // Only what was never handed out is open here: it goes back rather than
-            // out. A record the client forgot with its partition is not this member's
-            // to release.
-            Held::Open => {
-                let _ = inner.release(&r);
-            }
-            Held::Done => {}
-            Held::Pending(settle) => refused.extend(pass(&inner, fetch_epoch, r, settle)),
-        }
-    }
+    // Only what was never handed out is open here (a poll refuses to start while a
+    // record handed out is open): it goes back rather than out.
+    let refused = settle_fetch(&inner, fetch, fetch_epoch);
     let (before, held_partitions) = (inner.member_epoch(), !inner.assignment().is_empty());
     let polled = if refused.iter().all(|r| r.forgotten) { Some(inner.poll(timeout).await) } else { None };
     // Read as soon as the client hands the records over. A fetch is stale when the
@@ -802,14 +763,17 @@ impl ShareConsumer for KafkaShareConsumer {
         // acknowledgements go with the close; unsettled records, handed out or held, go
         // back at once rather than waiting for their locks.
         let fetched = self.finish_fetch().await;
-        let passed = self.pass_on();
-        for r in self.delivered.take_open(0) {
-            let _ = self.inner.release(r);
-        }
-        let inner = self.inner.clone();
-        let closed = self.client.run(async move { inner.close().await }).await.and_then(|closed| {
-            closed.map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e))
-        });
+        let (inner, epoch) = (self.inner.clone(), self.delivered.epoch);
+        let fetch = self.delivered.take_fetch();
+        let (refused, closed) = self
+            .client
+            .run(async move {
+                let refused = settle_fetch(&inner, fetch, epoch);
+                (refused, inner.close().await)
+            })
+            .await?;
+        let passed = self.refusals(refused);
+        let closed = closed.map_err(|e| kafka_error(format!("close member of group {}", self.config.group), e));
         fetched.and(passed).and(closed)
     }
 }
@@ -874,8 +838,16 @@ mod tests {
 
     const ACCEPT: Held = Held::Pending(Settle::Accept);
 
-    fn names(records: &[&ConsumerRecord]) -> Vec<(String, i32, i64)> {
-        records.iter().map(|r| (r.topic.to_string(), r.partition, r.offset)).collect()
+    /// Takes the fetch out of `d`, as a fetch or close does, and names its open
+    /// records: those the client's thread gives back.
+    fn open_names(d: &mut Delivered) -> Vec<(String, i32, i64)> {
+        let (records, held) = d.take_fetch();
+        records
+            .iter()
+            .zip(held)
+            .filter(|(_, h)| *h == Held::Open)
+            .map(|(r, _)| (r.topic.to_string(), r.partition, r.offset))
+            .collect()
     }
 
     #[test]
@@ -926,7 +898,7 @@ mod tests {
             vec![(100, Settle::Release), (101, Settle::Reject), (100, Settle::Accept)],
             "in fetch order, each as it was settled"
         );
-        let rest = names(&d.take_open(0));
+        let rest = open_names(&mut d);
         assert_eq!(
             rest,
             vec![
@@ -1001,20 +973,24 @@ mod tests {
     }
 
     #[test]
-    fn a_surplus_given_back_leaves_the_records_handed_out_open() {
+    fn a_fetch_taken_out_gives_back_what_was_never_handed_out() {
         let mut d = Delivered::default();
         let records = poll();
         d.replace(records, 1, std::time::Instant::now());
         let out = d.hand_out(2);
         assert_eq!(d.surplus(), 5);
-        let back = names(&d.take_open(2));
+        for r in &out {
+            let i = d.position(&r.topic, r.partition, r.offset).expect("handed out");
+            d.mark(i, ACCEPT);
+        }
+        let back = open_names(&mut d);
         assert_eq!(back.len(), 5, "the records not handed out");
         assert_eq!(back[0], ("orders".into(), 0, 101));
         assert_eq!(d.surplus(), 0, "nothing left to hand out");
         assert!(d.hand_out(10).is_empty());
-        assert_eq!(d.open(), 2, "the records handed out still wait for their acknowledgements");
+        assert_eq!(d.open(), 0);
         for r in &out {
-            assert!(d.position(&r.topic, r.partition, r.offset).is_some(), "{r:?} is still found");
+            assert!(d.position(&r.topic, r.partition, r.offset).is_none(), "{r:?} is taken out with the fetch");
         }
     }
 }
