@@ -489,9 +489,16 @@ async fn holding(c: &KafkaCluster, lock_ms: u32) -> Holding {
 }
 
 /// Polls `members` in turn, accepting every record, until they got every record of
-/// the topic but `accepted`, or 30 s passed. No record `accepted` comes, and none
-/// twice. Returns how many came redelivered.
-async fn the_rest(members: &mut [&mut KafkaShareConsumer], accepted: &BTreeSet<i64>) -> usize {
+/// `topic` but `accepted`, or 30 s passed; then commits each, waits until `group`
+/// drained the topic, and closes each. No record `accepted` comes, and none twice.
+/// Returns how many came redelivered.
+async fn the_rest(
+    c: &KafkaCluster,
+    group: &str,
+    topic: &str,
+    members: &mut [&mut KafkaShareConsumer],
+    accepted: &BTreeSet<i64>,
+) -> usize {
     let rest = HELD_TOTAL - accepted.len() as u64;
     let (mut seen, mut redelivered) = (BTreeSet::new(), 0usize);
     let end = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -506,6 +513,13 @@ async fn the_rest(members: &mut [&mut KafkaShareConsumer], accepted: &BTreeSet<i
         }
     }
     assert_eq!(seen.len() as u64, rest, "every record not accepted arrives within 30 s");
+    for m in members.iter_mut() {
+        m.commit().await.expect("commit");
+    }
+    wait_drained(c, group, topic).await;
+    for m in members.iter_mut() {
+        m.close().await.expect("close");
+    }
     redelivered
 }
 
@@ -519,11 +533,8 @@ async fn a_commit_sends_the_acknowledgements_kept_while_a_fetch_is_held() {
     a.commit().await.expect("commit");
     // a holds the rest past its 4 s locks; b gets every other record, and none a accepted.
     let mut b = member(&c, &group, &topic, 1_000).await;
-    the_rest(&mut [&mut b], &accepted).await;
-    b.commit().await.expect("commit");
-    wait_drained(&c, &group, &topic).await;
+    the_rest(&c, &group, &topic, &mut [&mut b], &accepted).await;
     let _ = a.close().await;
-    b.close().await.expect("close");
 }
 
 /// A member that closes holding part of a fetch sends the acknowledgements it kept, and
@@ -536,11 +547,8 @@ async fn closing_while_holding_a_fetch_accepts_what_was_settled_and_releases_the
     let Holding { topic, group, mut a, accepted, held } = holding(&c, 60_000).await;
     a.close().await.expect("close");
     let mut b = member(&c, &group, &topic, 1_000).await;
-    let redelivered = the_rest(&mut [&mut b], &accepted).await;
+    let redelivered = the_rest(&c, &group, &topic, &mut [&mut b], &accepted).await;
     assert!(redelivered >= held, "the {held} records a held came back released ({redelivered} redelivered)");
-    b.commit().await.expect("commit");
-    wait_drained(&c, &group, &topic).await;
-    b.close().await.expect("close");
 }
 
 /// A member whose assignment changed since a fetch (another member joined) gives back
@@ -555,13 +563,8 @@ async fn a_held_fetch_goes_back_when_the_assignment_changes() {
     let mut b = member(&c, &group, &topic, 1_000).await;
     support::kafka::until(Duration::from_secs(15), || a.member_epoch() != epoch).await;
     assert_ne!(a.member_epoch(), epoch, "b's join moved a to a new epoch");
-    let redelivered = the_rest(&mut [&mut a, &mut b], &accepted).await;
+    let redelivered = the_rest(&c, &group, &topic, &mut [&mut a, &mut b], &accepted).await;
     assert!(redelivered >= held, "the {held} records a held went back and came again ({redelivered} redelivered)");
-    a.commit().await.expect("commit a");
-    b.commit().await.expect("commit b");
-    wait_drained(&c, &group, &topic).await;
-    a.close().await.expect("close");
-    b.close().await.expect("close");
 }
 
 /// What a member still holds half a lock duration after the fetch goes back instead of
@@ -573,11 +576,8 @@ async fn a_held_fetch_older_than_half_the_lock_goes_back() {
     let Holding { topic, group, mut a, accepted, held } = holding(&c, 4_000).await;
     // Past half of the 4 s lock, before it expires.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let redelivered = the_rest(&mut [&mut a], &accepted).await;
+    let redelivered = the_rest(&c, &group, &topic, &mut [&mut a], &accepted).await;
     assert!(redelivered >= held, "the {held} records held went back and came again ({redelivered} redelivered)");
-    a.commit().await.expect("commit");
-    wait_drained(&c, &group, &topic).await;
-    a.close().await.expect("close");
 }
 
 /// A poll dropped while its fetch waits on the broker loses nothing: the fetch goes on
