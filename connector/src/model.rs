@@ -223,7 +223,7 @@ impl ModelBroker {
     /// Values visible to a `read_committed` reader, from offset 0.
     pub fn read_committed(&self, tp: &TopicPartition) -> Vec<Vec<u8>> {
         self.state
-            .read(tp, 0, usize::MAX, IsolationLevel::ReadCommitted)
+            .read(tp, 0, usize::MAX, IsolationLevel::ReadCommitted, &crate::broker::state::load_inline)
             .map(|(records, _)| {
                 records.into_iter().map(|(_, r)| r.value.as_ref().map(|v| v.to_vec()).unwrap_or_default()).collect()
             })
@@ -237,7 +237,12 @@ impl ModelBroker {
         let Ok(log) = self.state.log(tp) else { return Vec::new() };
         log.batches_from(0)
             .filter(|b| b.txn.is_none() && !b.aborted)
-            .flat_map(|b| b.records.iter().map(|r| r.value.as_ref().map(|v| v.to_vec()).unwrap_or_default()))
+            .filter_map(|b| crate::broker::state::load_inline(tp, b).ok())
+            .flat_map(|data| {
+                crate::broker::batch::records(&data)
+                    .map(|r| r.ok().and_then(|r| r.value).map(|v| v.to_vec()).unwrap_or_default())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 

@@ -13,10 +13,11 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use tokio::sync::Notify;
 
+use super::batch::{self, BatchRecord};
 use super::clock::{Clock, SystemClock};
+use super::fault::Faults;
 use super::journal::{Durability, Journal, JournalCore};
-use super::log::LogRecord;
-use super::log::Retention;
+use super::log::{LogRecord, Retention};
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::share_partition::MemberKey;
 use super::state::{BrokerState, Command, Entry, Outcome, RecordStatus};
@@ -38,7 +39,11 @@ pub struct BrokerOptions {
     default_config: ShareConfig,
     retention: Retention,
     topic_retention: BTreeMap<String, Retention>,
+    faults: Faults,
 }
+
+/// Kafka's default `log.retention.ms`: 7 days.
+pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 impl BrokerOptions {
     /// A journal in a fresh in-memory store: nothing survives the process.
@@ -54,9 +59,18 @@ impl BrokerOptions {
             local: None,
             clock: Arc::new(SystemClock),
             default_config: ShareConfig::default(),
-            retention: Retention::default(),
+            retention: Retention { ms: Some(DEFAULT_RETENTION_MS), bytes: None },
             topic_retention: BTreeMap::new(),
+            faults: Faults::from_env(),
         }
+    }
+
+    /// Arms a fault point of [`fault`](super::fault): the journal step there fails once,
+    /// leaving the directory as a crash at that moment would. For crash tests.
+    #[doc(hidden)]
+    pub fn fail_at(self, point: &'static str) -> Self {
+        self.faults.arm(point);
+        self
     }
 
     /// A journal in a local directory (created if missing). Writes append to segment
@@ -132,7 +146,9 @@ impl BrokerOptions {
     }
 
     /// How long and how much every topic's log keeps (Kafka's broker keys
-    /// `log.retention.ms` and `log.retention.bytes`; default: everything, forever).
+    /// `log.retention.ms` and `log.retention.bytes`; default Kafka's: 7 days
+    /// ([`DEFAULT_RETENTION_MS`]) and no byte limit; `Retention::default()` keeps
+    /// everything, forever).
     /// Retention deletes whole batches from the start of a partition, about once a
     /// second, and never a record of an open producer transaction or one a share group
     /// has ACQUIRED or LOCKED. A share partition's start offset advances past what it
@@ -164,8 +180,8 @@ pub struct FetchedRecord {
 }
 
 impl FetchedRecord {
-    fn new(offset: i64, r: &LogRecord) -> Self {
-        Self { offset, key: r.key.clone(), value: r.value.clone(), timestamp_ms: r.timestamp_ms }
+    fn new(offset: i64, r: BatchRecord) -> Self {
+        Self { offset, key: r.key, value: r.value, timestamp_ms: r.timestamp_ms }
     }
 }
 
@@ -428,7 +444,7 @@ impl EmbeddedBroker {
     async fn recover(options: BrokerOptions, dir_lock: Option<DirLock>, read_only: bool) -> Result<Self> {
         let fresh = BrokerState::new(options.default_config.clone());
         let (journal, recovered) =
-            JournalCore::recover(options.store, options.root, options.local, fresh, read_only).await?;
+            JournalCore::recover(options.store, options.root, options.local, fresh, read_only, options.faults).await?;
         if let Some(tail) = &recovered.truncated_tail {
             tracing::warn!(%tail, read_only, "embedded broker recovered after cutting back a torn journal tail");
         }
@@ -483,7 +499,14 @@ impl EmbeddedBroker {
             // others' entries not yet durable (a no-op commit after another caller's
             // commit): it waits for them too, which costs nothing once they are.
             let (mut lsn, mut wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
-                (self.inner.journal.append(&entry)?, true)
+                let lsn = self.inner.journal.append(&entry)?;
+                if let (Command::Append { tp, .. }, Ok(Outcome::Produced { base_offset })) = (&entry.command, &result) {
+                    if self.inner.journal.stores_records() {
+                        // The journal has the buffer now: the state keeps where it lies.
+                        st.store_batch(tp, *base_offset, lsn);
+                    }
+                }
+                (lsn, true)
             } else if expired {
                 (self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?, true)
             } else {
@@ -660,7 +683,9 @@ impl EmbeddedBroker {
         let mut out = vec![(TopicPartition::new("", 0), 0); total];
         for (tp, recs, idx) in batches {
             let txn = txn.map(|h| (h.id.clone(), h.epoch));
-            match self.execute(Command::Produce { tp: tp.clone(), records: recs, txn }).await? {
+            let batch = batch::encode(&recs);
+            drop(recs);
+            match self.execute(Command::Append { tp: tp.clone(), txn, batch }).await? {
                 Outcome::Produced { base_offset } => {
                     for (k, i) in idx.into_iter().enumerate() {
                         out[i] = (tp.clone(), base_offset + k as i64);
@@ -685,8 +710,9 @@ impl EmbeddedBroker {
         max: usize,
         isolation: IsolationLevel,
     ) -> Result<Vec<FetchedRecord>> {
+        let journal = &self.inner.journal;
         self.read(|st| {
-            let (records, _) = st.read(tp, offset, max, isolation)?;
+            let (records, _) = st.read(tp, offset, max, isolation, &|tp, b| journal.load_batch(tp, b))?;
             Ok(records.into_iter().map(|(offset, r)| FetchedRecord::new(offset, r)).collect())
         })
         .await?
@@ -1030,8 +1056,9 @@ impl ShareConsumer for EmbeddedShareConsumer {
                 let mut records = Vec::with_capacity(max_records.min(4096));
                 {
                     let st = self.broker.state()?;
+                    let journal = &self.broker.inner.journal;
                     for (tp, range) in &ranges {
-                        st.delivered_records(tp, range, &mut records);
+                        st.delivered_records(tp, range, &|tp, b| journal.load_batch(tp, b), &mut records)?;
                     }
                 }
                 if self.mode == AcknowledgementMode::Implicit {

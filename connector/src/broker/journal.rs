@@ -32,17 +32,34 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use shareflow_checkpoint::envelope::{self, Magic};
 use tokio::sync::watch;
 
-use super::state::{BrokerState, Entry};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::fault::{self, Faults};
+use super::log::{BatchData, LogBatch};
+use super::state::{BrokerState, Command, Entry};
 use crate::error::{Error, Result};
+use crate::share::TopicPartition;
 
 const ENTRY_MAGIC: Magic = Magic(*b"SFJE");
 const SNAPSHOT_MAGIC: Magic = Magic(*b"SFJS");
 /// 2: transaction keys never reused, retention, members with a mode (decision 0002).
-/// 3: `Trim` entries of topic retention. Versions 2 and 3 read alike.
-const FORMAT_VERSION: u16 = 3;
-/// A snapshot cut into frames (see [`snapshot_frames`]). Readers accept the single
-/// frame of versions 2 and 3 too.
+/// 3: `Trim` entries of topic retention. 4: `Append` entries, whose batch buffers stay
+/// in the segments (decision 0020). Versions 2-4 read alike.
+const FORMAT_VERSION: u16 = 4;
+/// A snapshot cut into frames (see [`snapshot_frames`]), with its records inline.
+/// Readers accept the single frame of versions 2 and 3 too.
 const SNAPSHOT_FRAMES_VERSION: u16 = 4;
+/// A framed snapshot of metadata only: the state, whose batches point into segments,
+/// and the record index that says where (decision 0020).
+const SNAPSHOT_META_VERSION: u16 = 5;
+/// A snapshot starts at the latest once this many journal bytes were written since the
+/// last one, records included: it bounds what a reopen replays.
+const REPLAY_BOUND_BYTES: u64 = 256 << 20;
+/// The batches read from segments that are kept in memory for the next reads.
+const READ_CACHE_BYTES: usize = 64 << 20;
 /// The largest frame of a snapshot's payload.
 const SNAPSHOT_FRAME_BYTES: usize = 64 << 20;
 
@@ -59,8 +76,34 @@ struct Buffered {
     /// (first, last) lsn of each segment written since the last snapshot.
     segments: Vec<(Lsn, Lsn)>,
     bytes_since_snapshot: u64,
+    /// Of those, the bytes of batch buffers that stay in the segments.
+    record_bytes_since_snapshot: u64,
     last_snapshot_bytes: u64,
+    /// The lsn of the last snapshot (0: none).
+    last_snapshot_lsn: Lsn,
     snapshotting: bool,
+    /// Batch buffers in `bytes`: (lsn, position in `bytes`, length).
+    blobs: Vec<(Lsn, usize, u32)>,
+}
+
+/// Where a stored batch buffer lies: `len` bytes from byte `pos` of the segment whose
+/// first lsn is `segment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Loc {
+    pub(crate) segment: Lsn,
+    pub(crate) pos: u64,
+    pub(crate) len: u32,
+}
+
+/// The record index: where each stored batch lies, the buffers not written yet, open
+/// segment files and a bounded cache of batches read.
+#[derive(Debug, Default)]
+struct RecordIndex {
+    locs: BTreeMap<Lsn, Loc>,
+    pending: BTreeMap<Lsn, Bytes>,
+    files: HashMap<Lsn, Arc<std::fs::File>>,
+    cache: VecDeque<(Lsn, Bytes)>,
+    cache_bytes: usize,
 }
 
 /// How far a local journal write goes before the call returns.
@@ -86,6 +129,7 @@ struct Appender {
     roll: bool,
     /// The broker closed: no byte may reach the directory after its lock is released.
     closed: bool,
+    faults: Faults,
 }
 
 /// Makes a file's creation, rename or removal in `dir` durable.
@@ -95,8 +139,8 @@ fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
 
 impl Appender {
     /// Appends `bytes` (entries `first..`) and returns the first lsn of the segment that
-    /// holds them, and whether that segment is new.
-    fn append(&mut self, first: Lsn, bytes: &[u8]) -> std::io::Result<(Lsn, bool)> {
+    /// holds them, the byte they start at in it, and whether that segment is new.
+    fn append(&mut self, first: Lsn, bytes: &[u8]) -> std::io::Result<(Lsn, u64, bool)> {
         use std::io::Write;
         if self.closed {
             return Err(std::io::Error::other("the broker is closed"));
@@ -126,16 +170,24 @@ impl Appender {
             self.active = Some((first, file, 0));
             self.roll = false;
             created = true;
+            self.faults.hit(fault::SEGMENT_ROLL).map_err(std::io::Error::other)?;
         }
         let Some((segment, file, size)) = self.active.as_mut() else {
             return Err(std::io::Error::other("no active journal segment"));
         };
-        file.write_all(bytes)?;
-        if self.durability == Durability::Fsync {
-            file.sync_data()?;
+        let at = *size;
+        if let Err(e) = file.write_all(bytes).and_then(|()| match self.durability {
+            Durability::Fsync => file.sync_data(),
+            Durability::ProcessCrash => Ok(()),
+        }) {
+            // Part of the group may be on disk: cut it off, so that the segment ends at
+            // its last whole entry (a full disk leaves no torn frame behind), and roll.
+            let _ = file.set_len(at);
+            self.roll = true;
+            return Err(e);
         }
         *size += bytes.len() as u64;
-        Ok((*segment, created))
+        Ok((*segment, at, created))
     }
 }
 
@@ -160,15 +212,15 @@ impl Journal {
                     let first = b.first_lsn;
                     let last = b.next_lsn - 1;
                     b.first_lsn = b.next_lsn;
-                    Some((first, last, std::mem::take(&mut b.bytes)))
+                    Some((first, last, std::mem::take(&mut b.bytes), std::mem::take(&mut b.blobs)))
                 } else {
                     None
                 }
             };
             match job {
-                Some((first, last, bytes)) => {
+                Some((first, last, bytes, blobs)) => {
                     let core = self.core.clone();
-                    tokio::spawn(async move { core.write_segment(first, last, bytes).await })
+                    tokio::spawn(async move { core.write_segment(first, last, bytes, blobs).await })
                         .await
                         .map_err(|e| Error::Internal(format!("journal writer task failed: {e}")))??
                 }
@@ -191,11 +243,15 @@ impl Journal {
         let journal = self.clone();
         tokio::spawn(async move {
             let result = async {
-                let bytes = tokio::task::spawn_blocking(move || JournalCore::encode_state(&state))
+                // Every batch of the state is durable once `lsn` is, and only then does
+                // the record index know where each one lies.
+                journal.sync(lsn).await?;
+                let (index, referenced) = journal.core.snapshot_index(&state)?;
+                let stores = journal.core.stores_records();
+                let bytes = tokio::task::spawn_blocking(move || JournalCore::encode_snapshot(&state, &index, stores))
                     .await
                     .map_err(|e| Error::Internal(format!("journal snapshot encoder failed: {e}")))??;
-                journal.sync(lsn).await?;
-                journal.core.write_snapshot(lsn, bytes).await
+                journal.core.write_snapshot(lsn, bytes, referenced).await
             }
             .await;
             if let Err(e) = result {
@@ -232,6 +288,8 @@ pub(crate) struct JournalCore {
     local: Option<(PathBuf, Durability)>,
     /// Opened for inspection: recovery repairs nothing and nothing is written.
     read_only: bool,
+    records: Mutex<RecordIndex>,
+    faults: Faults,
 }
 
 /// What [`Journal::recover`] found.
@@ -296,6 +354,7 @@ impl JournalCore {
         local: Option<(PathBuf, Durability)>,
         fresh: BrokerState,
         read_only: bool,
+        faults: Faults,
     ) -> Result<(Journal, Recovered)> {
         let appender = local.clone().filter(|_| !read_only).map(|(dir, durability)| {
             Arc::new(Mutex::new(Appender {
@@ -304,6 +363,7 @@ impl JournalCore {
                 active: None,
                 roll: false,
                 closed: false,
+                faults: faults.clone(),
             }))
         });
         let journal = JournalCore {
@@ -320,10 +380,15 @@ impl JournalCore {
                 failed: None,
                 segments: Vec::new(),
                 bytes_since_snapshot: 0,
+                record_bytes_since_snapshot: 0,
                 last_snapshot_bytes: 0,
+                last_snapshot_lsn: 0,
                 snapshotting: false,
+                blobs: Vec::new(),
             }),
             durable: watch::Sender::new(0),
+            records: Mutex::new(RecordIndex::default()),
+            faults,
         };
         if !read_only {
             journal.remove_unfinished_uploads().await?;
@@ -426,6 +491,11 @@ impl JournalCore {
     }
 
     async fn list(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path)>> {
+        Ok(self.list_sized(dir, suffix).await?.into_iter().map(|(lsn, path, _)| (lsn, path)).collect())
+    }
+
+    /// [`list`](Self::list), with each file's size.
+    async fn list_sized(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path, u64)>> {
         let prefix = self.root.clone().join(dir);
         let metas: Vec<_> = self
             .store
@@ -442,7 +512,7 @@ impl JournalCore {
             let lsn = name.strip_suffix(suffix).and_then(|n| n.parse::<Lsn>().ok()).ok_or_else(|| {
                 Error::corrupt(&meta.location, format!("unexpected file in the journal; expected <20 digits>{suffix}"))
             })?;
-            out.push((lsn, meta.location));
+            out.push((lsn, meta.location, meta.size));
         }
         out.sort();
         Ok(out)
@@ -458,25 +528,37 @@ impl JournalCore {
         // after a newer snapshot exists, so this order never sees a gap between the
         // snapshot it reads and the segments it listed; a segment deleted after the
         // listing is a NotFound, which the read-only open retries.
-        let segments = self.list("wal", ".seg").await?;
+        let segments = self.list_sized("wal", ".seg").await?;
         let mut state = fresh;
         let mut snapshot_lsn = 0;
         if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
             let bytes = self.get(&path).await?;
-            let payload = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
-            state = postcard::from_bytes(&payload)
-                .map_err(|e| Error::corrupt(&path, format!("snapshot does not decode: {e}")))?;
+            let (version, payload) = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+            let index;
+            (state, index) = decode_snapshot(version, &payload).map_err(|e| Error::corrupt(&path, e))?;
+            self.check_index(&state, &index, &segments)?;
+            crate::common::sync::lock(&self.records).locs = index.into_iter().collect();
             snapshot_lsn = lsn;
             if let Ok(mut b) = self.lock() {
                 b.last_snapshot_bytes = bytes.len() as u64;
+                b.last_snapshot_lsn = lsn;
             }
         }
         let mut next = snapshot_lsn + 1;
         let mut kept = Vec::new();
         let mut truncated_tail = None;
         let count = segments.len();
-        for (i, (first, path)) in segments.into_iter().enumerate() {
+        let firsts: Vec<Lsn> = segments.iter().map(|(first, _, _)| *first).collect();
+        for (i, (first, path, _)) in segments.into_iter().enumerate() {
             let is_last = i + 1 == count;
+            // A segment whose entries the snapshot covers stays only while batches
+            // point into it: it is not read again, so a reopen reads no records.
+            if let Some(&following) = firsts.get(i + 1) {
+                if following <= next {
+                    kept.push((first, following - 1));
+                    continue;
+                }
+            }
             let bytes = self.get(&path).await?;
             if bytes.is_empty() && is_last {
                 // A kill between creating the segment and writing its first entry.
@@ -510,6 +592,7 @@ impl JournalCore {
                         ))
                     }
                 };
+                let frame_start = pos;
                 pos += frame.len;
                 let (entry_lsn, entry): (Lsn, Entry) = postcard::from_bytes(frame.payload).map_err(|e| {
                     Error::corrupt(&path, format!("entry at byte {} does not decode: {e}", pos - frame.len))
@@ -527,9 +610,20 @@ impl JournalCore {
                 if entry_lsn > next {
                     return Err(Error::corrupt(&path, format!("journal entries {next}..{entry_lsn} are missing")));
                 }
-                state.apply(&entry).0.map_err(|e| {
+                let outcome = state.apply(&entry).0.map_err(|e| {
                     Error::corrupt(&path, format!("entry {entry_lsn} does not apply to the recovered state: {e}"))
                 })?;
+                if let (Command::Append { tp, batch, .. }, super::state::Outcome::Produced { base_offset }) =
+                    (&entry.command, &outcome)
+                {
+                    if self.stores_records() {
+                        // The buffer is the frame's last bytes (see `Command::Append`).
+                        let end = frame_start + envelope::HEADER_LEN + frame.payload.len();
+                        let loc = Loc { segment: first, pos: (end - batch.len()) as u64, len: batch.len() as u32 };
+                        state.store_batch(tp, *base_offset, entry_lsn);
+                        crate::common::sync::lock(&self.records).locs.insert(entry_lsn, loc);
+                    }
+                }
                 state.events = Default::default();
                 next += 1;
             }
@@ -538,6 +632,153 @@ impl JournalCore {
             }
         }
         Ok(Recovered { state, next_lsn: next, segments: kept, truncated_tail })
+    }
+
+    /// Checks that every batch of a snapshot's state that lies in a segment has its
+    /// place in the index, and that the segment is there and long enough. A missing or
+    /// short segment is named, with the offsets it held.
+    fn check_index(&self, state: &BrokerState, index: &[(Lsn, Loc)], segments: &[(Lsn, Path, u64)]) -> Result<()> {
+        let sizes: HashMap<Lsn, u64> = segments.iter().map(|(first, _, size)| (*first, *size)).collect();
+        let locs: HashMap<Lsn, Loc> = index.iter().copied().collect();
+        for (tp, log) in state.logs() {
+            for b in log.batches() {
+                let BatchData::Stored(lsn) = b.data else { continue };
+                let what = || format!("offsets {}..={} of {tp} (journal entry {lsn})", b.base_offset, b.last_offset());
+                let Some(loc) = locs.get(&lsn) else {
+                    return Err(Error::corrupt(
+                        self.root.clone().join("snapshot"),
+                        format!("the snapshot's record index does not say where {} lie; the broker directory is damaged: restore it from a copy, or start a new directory", what()),
+                    ));
+                };
+                let path = self.segment_path(loc.segment);
+                match sizes.get(&loc.segment) {
+                    None => {
+                        return Err(Error::corrupt(
+                            &path,
+                            format!("the segment is missing, and it holds {}; restore the broker directory from a copy, or start a new directory", what()),
+                        ))
+                    }
+                    Some(&size) if loc.pos + u64::from(loc.len) > size => {
+                        return Err(Error::corrupt(
+                            &path,
+                            format!(
+                                "the segment is {size} bytes, cut short: {} lie at bytes {}..{}; restore the broker directory from a copy, or start a new directory",
+                                what(),
+                                loc.pos,
+                                loc.pos + u64::from(loc.len)
+                            ),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether batch buffers stay in the journal's segments (a local directory), not in
+    /// memory and snapshots (object stores: a segment per group commit would keep a
+    /// great many small objects alive).
+    pub(crate) fn stores_records(&self) -> bool {
+        self.local.is_some()
+    }
+
+    /// A batch's buffer, checked, wherever it lives: memory, not yet written, the read
+    /// cache, or its segment (read from the OS page cache).
+    pub(crate) fn load_batch(&self, tp: &TopicPartition, batch: &LogBatch) -> Result<Bytes> {
+        let lsn = match &batch.data {
+            BatchData::Inline(data) => return Ok(data.clone()),
+            BatchData::Stored(lsn) => *lsn,
+        };
+        let mut index = crate::common::sync::lock(&self.records);
+        if let Some(data) = index.pending.get(&lsn) {
+            return Ok(data.clone());
+        }
+        if let Some((_, data)) = index.cache.iter().rev().find(|(l, _)| *l == lsn) {
+            return Ok(data.clone());
+        }
+        let what = || format!("offsets {}..={} of {tp} (journal entry {lsn})", batch.base_offset, batch.last_offset());
+        let Some(loc) = index.locs.get(&lsn).copied() else {
+            return Err(Error::Internal(format!("the record index does not say where {} lie", what())));
+        };
+        let path = self.segment_path(loc.segment);
+        let Some(file_path) = self.local_file(&path) else {
+            return Err(Error::Internal(format!(
+                "{} lie in a segment, and the journal is not a local directory",
+                what()
+            )));
+        };
+        let file = match index.files.get(&loc.segment) {
+            Some(f) => f.clone(),
+            None => {
+                let f = Arc::new(std::fs::File::open(&file_path).map_err(|e| {
+                    Error::corrupt(
+                        &path,
+                        format!("cannot open the segment that holds {} ({e}); restore the broker directory from a copy, or start a new directory", what()),
+                    )
+                })?);
+                index.files.insert(loc.segment, f.clone());
+                f
+            }
+        };
+        let mut buf = vec![0u8; loc.len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, loc.pos).map_err(|e| {
+            Error::corrupt(
+                &path,
+                format!(
+                    "cannot read bytes {}..{} of the segment, which hold {} ({e}); restore the broker directory from a copy, or start a new directory",
+                    loc.pos,
+                    loc.pos + u64::from(loc.len),
+                    what()
+                ),
+            )
+        })?;
+        let data = Bytes::from(buf);
+        super::batch::verify(&data).map_err(|e| {
+            Error::corrupt(
+                &path,
+                format!(
+                    "bytes {}..{} of the segment, which hold {}, are damaged ({e}); restore the broker directory from a copy, or start a new directory",
+                    loc.pos,
+                    loc.pos + u64::from(loc.len),
+                    what()
+                ),
+            )
+        })?;
+        index.cache_bytes += data.len();
+        index.cache.push_back((lsn, data.clone()));
+        while index.cache_bytes > READ_CACHE_BYTES {
+            match index.cache.pop_front() {
+                Some((_, old)) => index.cache_bytes -= old.len(),
+                None => break,
+            }
+        }
+        Ok(data)
+    }
+
+    /// The record index a snapshot of `state` needs (where each of its stored batches
+    /// lies), and the segments those batches point into: those must outlive the
+    /// snapshot. Call once every entry of `state` is durable.
+    fn snapshot_index(&self, state: &BrokerState) -> Result<(Vec<(Lsn, Loc)>, HashSet<Lsn>)> {
+        let index = crate::common::sync::lock(&self.records);
+        let mut out = Vec::new();
+        let mut segments = HashSet::new();
+        for (tp, log) in state.logs() {
+            for b in log.batches() {
+                let BatchData::Stored(lsn) = b.data else { continue };
+                let loc = index.locs.get(&lsn).ok_or_else(|| {
+                    Error::Internal(format!(
+                        "the record index does not say where offsets {}..={} of {tp} (journal entry {lsn}) lie",
+                        b.base_offset,
+                        b.last_offset()
+                    ))
+                })?;
+                segments.insert(loc.segment);
+                out.push((lsn, *loc));
+            }
+        }
+        out.sort_unstable_by_key(|(lsn, _)| *lsn);
+        Ok((out, segments))
     }
 
     /// Adds an entry to the next group commit and returns its lsn. Call under the state
@@ -563,11 +804,20 @@ impl JournalCore {
             }
         };
         envelope::encode_into(&mut b.bytes, ENTRY_MAGIC, FORMAT_VERSION, &payload);
+        if let Command::Append { batch, .. } = &entry.command {
+            if self.stores_records() {
+                // The buffer is the entry's last field, so the frame ends with it.
+                let at = b.bytes.len() - batch.len();
+                debug_assert_eq!(&b.bytes[at..], &batch[..]);
+                b.blobs.push((lsn, at, batch.len() as u32));
+                crate::common::sync::lock(&self.records).pending.insert(lsn, batch.clone());
+            }
+        }
         b.next_lsn += 1;
         Ok(lsn)
     }
 
-    async fn write_segment(&self, first: Lsn, last: Lsn, bytes: Vec<u8>) -> Result<()> {
+    async fn write_segment(&self, first: Lsn, last: Lsn, bytes: Vec<u8>, blobs: Vec<(Lsn, usize, u32)>) -> Result<()> {
         let len = bytes.len() as u64;
         let result = match &self.appender {
             Some(appender) => {
@@ -598,16 +848,26 @@ impl JournalCore {
         match result {
             Ok(appended) => {
                 match appended {
-                    Some((segment, false)) => {
+                    Some((segment, _, false)) => {
                         if let Some(entry) = b.segments.iter_mut().rev().find(|(f, _)| *f == segment) {
                             entry.1 = last;
                         }
                     }
-                    Some((segment, true)) => b.segments.push((segment, last)),
+                    Some((segment, _, true)) => b.segments.push((segment, last)),
                     None => b.segments.push((first, last)),
                 }
                 b.bytes_since_snapshot += len;
+                b.record_bytes_since_snapshot += blobs.iter().map(|(_, _, n)| u64::from(*n)).sum::<u64>();
                 drop(b);
+                if let (Some((segment, at, _)), false) = (appended, blobs.is_empty()) {
+                    // Where each buffer landed; before the durable lsn moves, so a reader
+                    // that sees the entry finds its records (here, or still pending).
+                    let mut index = crate::common::sync::lock(&self.records);
+                    for (lsn, pos, n) in blobs {
+                        index.locs.insert(lsn, Loc { segment, pos: at + pos as u64, len: n });
+                        index.pending.remove(&lsn);
+                    }
+                }
                 // Two writers can finish out of order (one drops the lock, the next
                 // writes and reports first): the durable lsn only moves forward.
                 self.durable.send_if_modified(|durable| {
@@ -632,11 +892,22 @@ impl JournalCore {
     /// Whether to take a snapshot now: once the journal written since the last one
     /// outgrows that snapshot (so the journal costs at most about twice the state), or
     /// once it spans 4096 objects (so recovery reads a bounded number of them).
+    ///
+    /// When batch buffers stay in the segments, a snapshot does not hold them, so only
+    /// the other bytes count against it; a snapshot also starts once the journal since
+    /// the last one reaches [`REPLAY_BOUND_BYTES`], which bounds what a reopen replays,
+    /// and lets segments that only deleted batches held go.
     pub(crate) fn wants_snapshot(&self) -> bool {
+        let stores = self.stores_records();
         self.lock().is_ok_and(|b| {
+            let grown =
+                if stores { b.bytes_since_snapshot - b.record_bytes_since_snapshot } else { b.bytes_since_snapshot };
+            let new_segments = b.segments.iter().filter(|(first, _)| *first > b.last_snapshot_lsn).count();
             !b.snapshotting
                 && b.failed.is_none()
-                && (b.bytes_since_snapshot >= (4 << 20).max(b.last_snapshot_bytes) || b.segments.len() >= 4096)
+                && (grown >= (4 << 20).max(b.last_snapshot_bytes)
+                    || (stores && b.bytes_since_snapshot >= REPLAY_BOUND_BYTES)
+                    || new_segments >= 4096)
         })
     }
 
@@ -653,15 +924,22 @@ impl JournalCore {
     }
 
     /// Writes `state`, which reflects every entry up to `lsn` (already durable), then
-    /// drops the segments and snapshots it makes redundant.
-    async fn write_snapshot(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
-        let result = self.write_snapshot_inner(lsn, state_bytes).await;
+    /// drops the segments and snapshots it makes redundant: never a segment in
+    /// `referenced`, which its batches point into.
+    async fn write_snapshot(&self, lsn: Lsn, state_bytes: (u16, Vec<u8>), referenced: HashSet<Lsn>) -> Result<()> {
+        let result = self.write_snapshot_inner(lsn, state_bytes, referenced).await;
         self.abandon_snapshot();
         result
     }
 
-    async fn write_snapshot_inner(&self, lsn: Lsn, state_bytes: Vec<u8>) -> Result<()> {
-        let frames = snapshot_frames(bytes::Bytes::from(state_bytes), SNAPSHOT_FRAME_BYTES);
+    async fn write_snapshot_inner(
+        &self,
+        lsn: Lsn,
+        (version, state_bytes): (u16, Vec<u8>),
+        referenced: HashSet<Lsn>,
+    ) -> Result<()> {
+        self.faults.hit(fault::SNAPSHOT_BEFORE_WRITE)?;
+        let frames = snapshot_frames(bytes::Bytes::from(state_bytes), SNAPSHOT_FRAME_BYTES, version);
         let size = frames.iter().map(|f| f.len() as u64).sum();
         let path = self.snapshot_path(lsn);
         self.store
@@ -670,6 +948,7 @@ impl JournalCore {
             .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
         // The segments it covers are deleted next: it must be on disk first.
         self.sync_local(&path)?;
+        self.faults.hit(fault::SNAPSHOT_BEFORE_GC)?;
         // A closed journal's directory may belong to a new broker already.
         self.check_healthy()?;
         // The open segment may hold only entries the snapshot covers; it must not be
@@ -684,18 +963,35 @@ impl JournalCore {
         let obsolete: Vec<(Lsn, Lsn)> = {
             let mut b = self.lock()?;
             b.last_snapshot_bytes = size;
-            let (old, keep): (Vec<_>, Vec<_>) =
-                b.segments.iter().partition(|(first, last)| *last <= lsn && Some(*first) != active);
+            b.last_snapshot_lsn = lsn;
+            let (old, keep): (Vec<_>, Vec<_>) = b
+                .segments
+                .iter()
+                .partition(|(first, last)| *last <= lsn && Some(*first) != active && !referenced.contains(first));
             b.segments = keep;
             b.bytes_since_snapshot = 0;
+            b.record_bytes_since_snapshot = 0;
             old
         };
-        for (first, _) in obsolete {
+        {
+            // Forget where deleted batches lay: the index keeps what the snapshot points
+            // at and what came after it.
+            let mut index = crate::common::sync::lock(&self.records);
+            index.locs.retain(|l, loc| *l > lsn || referenced.contains(&loc.segment));
+            for (first, _) in &obsolete {
+                index.files.remove(first);
+            }
+        }
+        for (i, (first, _)) in obsolete.into_iter().enumerate() {
+            if i == 1 {
+                self.faults.hit(fault::GC_BETWEEN_DELETES)?;
+            }
             let p = self.segment_path(first);
             if let Err(e) = self.store.delete(&p).await {
                 tracing::warn!(path = %p, error = %e, "cannot delete an obsolete journal segment; it is skipped on recovery");
             }
         }
+        self.faults.hit(fault::GC_BEFORE_OLD_SNAPSHOTS)?;
         for (old, p) in self.list("snapshot", ".snap").await? {
             if old < lsn {
                 if let Err(e) = self.store.delete(&p).await {
@@ -706,8 +1002,16 @@ impl JournalCore {
         Ok(())
     }
 
-    pub(crate) fn encode_state(state: &BrokerState) -> Result<Vec<u8>> {
-        postcard::to_allocvec(state).map_err(|e| Error::Internal(format!("cannot encode broker snapshot: {e}")))
+    /// A snapshot's payload and its frames' version: the state and the record index
+    /// (version 5, metadata only), or, when batches stay in memory, the state alone with
+    /// its records inline (version 4).
+    fn encode_snapshot(state: &BrokerState, index: &[(Lsn, Loc)], stores_records: bool) -> Result<(u16, Vec<u8>)> {
+        let encoded = if stores_records {
+            postcard::to_allocvec(&(state, index)).map(|b| (SNAPSHOT_META_VERSION, b))
+        } else {
+            postcard::to_allocvec(state).map(|b| (SNAPSHOT_FRAMES_VERSION, b))
+        };
+        encoded.map_err(|e| Error::Internal(format!("cannot encode broker snapshot: {e}")))
     }
 
     /// The lsn the next entry will get.
@@ -750,19 +1054,19 @@ impl JournalCore {
 /// and the number of frames after it (u32 LE), then `state` in frames of at most
 /// `frame_bytes`, each with its own header and checksum. The parts slice `state`
 /// without copying it, so the store writes them as they are.
-fn snapshot_frames(state: bytes::Bytes, frame_bytes: usize) -> Vec<bytes::Bytes> {
+fn snapshot_frames(state: bytes::Bytes, frame_bytes: usize, version: u16) -> Vec<bytes::Bytes> {
     let frame_bytes = frame_bytes.clamp(1, envelope::MAX_PAYLOAD_LEN);
     let count = state.len().div_ceil(frame_bytes);
     let mut first = Vec::with_capacity(envelope::HEADER_LEN + 12);
     let mut lengths = [0u8; 12];
     lengths[..8].copy_from_slice(&(state.len() as u64).to_le_bytes());
     lengths[8..].copy_from_slice(&(count as u32).to_le_bytes());
-    envelope::encode_into(&mut first, SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &lengths);
+    envelope::encode_into(&mut first, SNAPSHOT_MAGIC, version, &lengths);
     let mut parts = Vec::with_capacity(1 + 2 * count);
     parts.push(bytes::Bytes::from(first));
     for i in 0..count {
         let piece = state.slice(i * frame_bytes..((i + 1) * frame_bytes).min(state.len()));
-        parts.push(bytes::Bytes::copy_from_slice(&envelope::header(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &piece)));
+        parts.push(bytes::Bytes::copy_from_slice(&envelope::header(SNAPSHOT_MAGIC, version, &piece)));
         parts.push(piece);
     }
     parts
@@ -771,14 +1075,15 @@ fn snapshot_frames(state: bytes::Bytes, frame_bytes: usize) -> Vec<bytes::Bytes>
 /// The state bytes of a snapshot file, checking every frame: the framed form of
 /// [`snapshot_frames`], or the single frame older brokers wrote. The message says what
 /// is wrong; the caller names the file.
-fn snapshot_payload(file: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8]>, String> {
-    let first = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, file).map_err(|e| e.to_string())?;
-    if first.version < SNAPSHOT_FRAMES_VERSION {
+fn snapshot_payload(file: &[u8]) -> std::result::Result<(u16, std::borrow::Cow<'_, [u8]>), String> {
+    let first = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_META_VERSION, file).map_err(|e| e.to_string())?;
+    let version = first.version;
+    if version < SNAPSHOT_FRAMES_VERSION {
         // One frame holds the whole state (versions 2 and 3), already checked.
         if first.len != file.len() {
             return Err(format!("{} bytes follow the snapshot's single frame", file.len() - first.len));
         }
-        return Ok(std::borrow::Cow::Borrowed(first.payload));
+        return Ok((version, std::borrow::Cow::Borrowed(first.payload)));
     }
     let lengths: [u8; 12] = first
         .payload
@@ -790,8 +1095,15 @@ fn snapshot_payload(file: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8
     let mut state = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(file.len()));
     let mut pos = first.len;
     for i in 0..count {
-        let frame = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &file[pos..])
+        let frame = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_META_VERSION, &file[pos..])
             .map_err(|e| format!("snapshot frame {} of {count}: {e}", i + 1))?;
+        if frame.version != version {
+            return Err(format!(
+                "snapshot frame {} of {count} has version {}, the first {version}",
+                i + 1,
+                frame.version
+            ));
+        }
         state.extend_from_slice(frame.payload);
         pos += frame.len;
     }
@@ -801,7 +1113,19 @@ fn snapshot_payload(file: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8
     if state.len() as u64 != total {
         return Err(format!("the snapshot's frames hold {} bytes, its header says {total}", state.len()));
     }
-    Ok(std::borrow::Cow::Owned(state))
+    Ok((version, std::borrow::Cow::Owned(state)))
+}
+
+/// The state and record index in a snapshot's payload of `version`: from version 5 the
+/// state with batches that point into segments, and the index that says where; before
+/// it, the state with every batch's records inline, and no index.
+fn decode_snapshot(version: u16, payload: &[u8]) -> std::result::Result<(BrokerState, Vec<(Lsn, Loc)>), String> {
+    let decoded = if version >= SNAPSHOT_META_VERSION {
+        postcard::from_bytes(payload)
+    } else {
+        super::log::with_legacy_batches(|| postcard::from_bytes(payload)).map(|state| (state, Vec::new()))
+    };
+    decoded.map_err(|e| format!("snapshot does not decode: {e}"))
 }
 
 #[cfg(test)]
@@ -817,17 +1141,17 @@ mod tests {
         let state: Vec<u8> = (0..1_000u32).map(|i| (i * 7 % 251) as u8).collect();
         // (state length, frame size) -> frames after the first
         for (len, frame, frames) in [(0, 64, 0), (1, 64, 1), (1_000, 1_000, 1), (1_000, 999, 2), (1_000, 7, 143)] {
-            let parts = snapshot_frames(bytes::Bytes::from(state[..len].to_vec()), frame);
+            let parts = snapshot_frames(bytes::Bytes::from(state[..len].to_vec()), frame, SNAPSHOT_FRAMES_VERSION);
             assert_eq!(parts.len(), 1 + 2 * frames, "len {len}, frame {frame}");
             let f = file(&parts);
-            assert_eq!(&*snapshot_payload(&f).unwrap(), &state[..len], "len {len}, frame {frame}");
+            assert_eq!(&*snapshot_payload(&f).unwrap().1, &state[..len], "len {len}, frame {frame}");
         }
     }
 
     #[test]
     fn a_snapshot_of_the_single_frame_format_still_reads() {
         let old = envelope::encode(SNAPSHOT_MAGIC, 3, b"state of a version 3 broker");
-        assert_eq!(&*snapshot_payload(&old).unwrap(), b"state of a version 3 broker");
+        assert_eq!(&*snapshot_payload(&old).unwrap().1, b"state of a version 3 broker");
         let mut longer = old.clone();
         longer.push(0);
         assert!(snapshot_payload(&longer).unwrap_err().contains("1 bytes follow the snapshot's single frame"));
@@ -836,7 +1160,7 @@ mod tests {
     #[test]
     fn damage_anywhere_in_a_framed_snapshot_is_refused_with_where() {
         let state: Vec<u8> = (0..100u8).collect();
-        let good = file(&snapshot_frames(bytes::Bytes::from(state), 30));
+        let good = file(&snapshot_frames(bytes::Bytes::from(state), 30, SNAPSHOT_META_VERSION));
         // A flipped payload byte in the third data frame.
         let mut flipped = good.clone();
         let third = (envelope::HEADER_LEN + 12) + 2 * (envelope::HEADER_LEN + 30) + envelope::HEADER_LEN + 5;
@@ -850,7 +1174,7 @@ mod tests {
         longer.push(0);
         assert!(snapshot_payload(&longer).unwrap_err().contains("1 bytes follow"));
         // A header that claims more than the frames hold.
-        let mut parts = snapshot_frames(bytes::Bytes::from(vec![1u8; 10]), 30);
+        let mut parts = snapshot_frames(bytes::Bytes::from(vec![1u8; 10]), 30, SNAPSHOT_FRAMES_VERSION);
         let mut lengths = [0u8; 12];
         lengths[..8].copy_from_slice(&11u64.to_le_bytes());
         lengths[8..].copy_from_slice(&1u32.to_le_bytes());

@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::txn::TxnKey;
 
-/// One stored record; its offset is implied by its batch.
+/// One record as a producer hands it over (and as journals of format 3 and snapshots of
+/// versions 2-4 hold it); stored, it becomes part of a batch buffer (see [`super::batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LogRecord {
     pub(crate) key: Option<Bytes>,
@@ -17,24 +17,130 @@ pub(crate) struct LogRecord {
     pub(crate) timestamp_ms: i64,
 }
 
-/// Records appended together; all in one producer transaction or none.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Where a batch's records are: in memory, or in the journal entry that appended them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum BatchData {
+    /// The batch buffer itself (brokers on object stores, and batches whose journal
+    /// entry is not written yet or came from an older format).
+    Inline(Bytes),
+    /// In the `Append` journal entry of this lsn, on disk; the journal's record index
+    /// says where.
+    Stored(u64),
+}
+
+/// Records appended together; all in one producer transaction or none. Only metadata
+/// lives here when the records sit on disk ([`BatchData::Stored`]).
+#[derive(Debug, Clone)]
 pub(crate) struct LogBatch {
     pub(crate) base_offset: i64,
-    /// Never changed once appended, and shared: cloning the broker state for a snapshot
-    /// copies no records (it serializes as the sequence a `Vec` would).
-    pub(crate) records: Arc<[LogRecord]>,
+    pub(crate) count: u32,
+    pub(crate) max_timestamp_ms: i64,
+    /// Bytes of keys and values (what `retention.bytes` counts).
+    pub(crate) bytes: u64,
+    /// Never changed once appended but for where it lives, which is not state: two
+    /// batches that differ only there are equal.
+    pub(crate) data: BatchData,
     /// The producer transaction it was written in, while undecided.
     pub(crate) txn: Option<TxnKey>,
     /// Its transaction aborted: read_committed readers skip it. Kept in the batch so
     /// that it outlives the transaction, which retention removes.
-    #[serde(default)]
     pub(crate) aborted: bool,
 }
 
+impl PartialEq for LogBatch {
+    fn eq(&self, o: &Self) -> bool {
+        (self.base_offset, self.count, self.max_timestamp_ms, self.bytes, self.txn, self.aborted)
+            == (o.base_offset, o.count, o.max_timestamp_ms, o.bytes, o.txn, o.aborted)
+    }
+}
+
+impl Eq for LogBatch {}
+
 impl LogBatch {
     pub(crate) fn last_offset(&self) -> i64 {
-        self.base_offset + self.records.len() as i64 - 1
+        self.base_offset + i64::from(self.count) - 1
+    }
+}
+
+/// A batch as snapshots of version 5 hold it.
+#[derive(Serialize, Deserialize)]
+struct BatchRepr {
+    base_offset: i64,
+    count: u32,
+    max_timestamp_ms: i64,
+    bytes: u64,
+    data: BatchData,
+    txn: Option<TxnKey>,
+    aborted: bool,
+}
+
+/// A batch as snapshots of versions 2-4 hold it: its records inline.
+#[derive(Deserialize)]
+struct LegacyBatch {
+    base_offset: i64,
+    records: Vec<LogRecord>,
+    txn: Option<TxnKey>,
+    aborted: bool,
+}
+
+thread_local! {
+    static LEGACY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (a snapshot's decoding) reading batches in the layout of snapshot versions
+/// 2-4, with their records inline; they load as [`BatchData::Inline`].
+pub(crate) fn with_legacy_batches<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            LEGACY.with(|l| l.set(self.0));
+        }
+    }
+    let _reset = Reset(LEGACY.with(|l| l.replace(true)));
+    f()
+}
+
+impl Serialize for LogBatch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        BatchRepr {
+            base_offset: self.base_offset,
+            count: self.count,
+            max_timestamp_ms: self.max_timestamp_ms,
+            bytes: self.bytes,
+            data: self.data.clone(),
+            txn: self.txn,
+            aborted: self.aborted,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for LogBatch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        if LEGACY.with(|l| l.get()) {
+            let b = LegacyBatch::deserialize(d)?;
+            let data = super::batch::encode(&b.records);
+            let meta = super::batch::meta(&data).map_err(serde::de::Error::custom)?;
+            return Ok(LogBatch {
+                base_offset: b.base_offset,
+                count: meta.count,
+                max_timestamp_ms: meta.max_timestamp_ms,
+                bytes: meta.bytes,
+                data: BatchData::Inline(data),
+                txn: b.txn,
+                aborted: b.aborted,
+            });
+        }
+        let r = BatchRepr::deserialize(d)?;
+        Ok(LogBatch {
+            base_offset: r.base_offset,
+            count: r.count,
+            max_timestamp_ms: r.max_timestamp_ms,
+            bytes: r.bytes,
+            data: r.data,
+            txn: r.txn,
+            aborted: r.aborted,
+        })
     }
 }
 
@@ -93,13 +199,8 @@ fn uncounted() -> ByteCount {
     ByteCount(AtomicU64::new(UNCOUNTED))
 }
 
-/// The bytes retention counts for one record: its key and value.
-fn record_bytes(r: &LogRecord) -> u64 {
-    (r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())) as u64
-}
-
 fn batch_bytes(b: &LogBatch) -> u64 {
-    b.records.iter().map(record_bytes).sum()
+    b.bytes
 }
 
 /// One partition of a topic. Retention deletes whole batches from its start.
@@ -160,7 +261,7 @@ impl PartitionLog {
             if b.last_offset() >= keep_from || b.txn.is_some() {
                 break;
             }
-            let newest = b.records.iter().map(|r| r.timestamp_ms).max().unwrap_or(i64::MIN);
+            let newest = b.max_timestamp_ms;
             let too_old = cutoff.is_some_and(|c| newest < c);
             let too_big = matches!((left, retention.bytes), (Some(l), Some(max)) if l > max);
             if !(too_old || too_big) {
@@ -184,7 +285,7 @@ impl PartitionLog {
         for g in &gone {
             self.open_txn_batches.remove(&g.base_offset);
         }
-        gone.iter().map(|b| b.records.len() as u64).sum()
+        gone.iter().map(|b| u64::from(b.count)).sum()
     }
 
     /// The last stable offset: no read_committed reader passes it.
@@ -192,18 +293,41 @@ impl PartitionLog {
         self.open_txn_batches.keys().next().copied().unwrap_or(self.end)
     }
 
-    /// Appends records, returning the base offset.
-    pub(crate) fn append(&mut self, records: Vec<LogRecord>, txn: Option<TxnKey>) -> i64 {
+    /// Appends a batch buffer (see [`super::batch`]) whose header is `meta`, returning
+    /// the base offset.
+    pub(crate) fn append(&mut self, data: Bytes, meta: super::batch::BatchMeta, txn: Option<TxnKey>) -> i64 {
         let base_offset = self.end;
-        self.end += records.len() as i64;
+        self.end += i64::from(meta.count);
         if let Some(b) = self.bytes.get() {
-            self.bytes.set(b + records.iter().map(record_bytes).sum::<u64>());
+            self.bytes.set(b + meta.bytes);
         }
         if let Some(t) = txn {
             self.open_txn_batches.insert(base_offset, t);
         }
-        self.batches.push(LogBatch { base_offset, records: records.into(), txn, aborted: false });
+        self.batches.push(LogBatch {
+            base_offset,
+            count: meta.count,
+            max_timestamp_ms: meta.max_timestamp_ms,
+            bytes: meta.bytes,
+            data: BatchData::Inline(data),
+            txn,
+            aborted: false,
+        });
         base_offset
+    }
+
+    /// Records that the batch at `base_offset` is stored in journal entry `lsn`, so its
+    /// buffer leaves memory.
+    pub(crate) fn store_batch(&mut self, base_offset: i64, lsn: u64) {
+        let i = self.batches.partition_point(|b| b.base_offset < base_offset);
+        if let Some(batch) = self.batches.get_mut(i).filter(|b| b.base_offset == base_offset) {
+            batch.data = BatchData::Stored(lsn);
+        }
+    }
+
+    /// Every batch, oldest first.
+    pub(crate) fn batches(&self) -> &[LogBatch] {
+        &self.batches
     }
 
     /// Marks a transaction's batch as decided: committed, or aborted.
@@ -238,10 +362,16 @@ mod tests {
     }
 
     /// Three batches of 10 records of 10 bytes, written at 1,000, 2,000 and 3,000 ms.
+    fn append(l: &mut PartitionLog, records: Vec<LogRecord>, txn: Option<TxnKey>) -> i64 {
+        let data = crate::broker::batch::encode(&records);
+        let meta = crate::broker::batch::meta(&data).unwrap();
+        l.append(data, meta, txn)
+    }
+
     fn log() -> PartitionLog {
         let mut l = PartitionLog::default();
         for t in [1_000, 2_000, 3_000] {
-            l.append((0..10).map(|_| rec(t, 10)).collect(), None);
+            append(&mut l, (0..10).map(|_| rec(t, 10)).collect(), None);
         }
         l
     }
@@ -283,7 +413,7 @@ mod tests {
         assert_eq!(l.trim(15), 10, "only whole batches below 15 go");
         assert_eq!((l.start(), l.end(), l.bytes(), l.batch_count()), (10, 30, 200, 2));
         assert!(l.batch_at(5).is_none() && l.batch_at(10).is_some());
-        l.append(vec![rec(4_000, 5)], None);
+        append(&mut l, vec![rec(4_000, 5)], None);
         assert_eq!(l.bytes(), 205);
         assert_eq!(l.trim(100), 21);
         assert_eq!((l.start(), l.end(), l.bytes()), (31, 31, 0));
@@ -296,8 +426,8 @@ mod tests {
     #[test]
     fn an_open_transactions_batch_is_never_deleted() {
         let mut l = PartitionLog::default();
-        l.append(vec![rec(0, 1)], Some(TxnKey(1)));
-        l.append(vec![rec(0, 1)], None);
+        append(&mut l, vec![rec(0, 1)], Some(TxnKey(1)));
+        append(&mut l, vec![rec(0, 1)], None);
         assert_eq!(l.retention_point(1_000_000, &Retention { ms: Some(1), bytes: None }, i64::MAX), None);
     }
 }

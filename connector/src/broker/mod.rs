@@ -9,8 +9,10 @@
 //!   same store restores topics, ACKNOWLEDGED, ARCHIVED and LOCKED records and every
 //!   transaction; ACQUIRED records come back AVAILABLE, as in Kafka.
 
+pub(crate) mod batch;
 mod clock;
 mod embedded;
+pub mod fault;
 mod journal;
 pub(crate) mod log;
 mod metrics;
@@ -22,7 +24,7 @@ mod txn;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use embedded::{
     Backlog, BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
-    SharePartitionInfo, TransactionInfo,
+    SharePartitionInfo, TransactionInfo, DEFAULT_RETENTION_MS,
 };
 pub use journal::Durability;
 pub use log::Retention;
