@@ -9,6 +9,15 @@
 
 pub mod prometheus;
 
+// The Rust examples of the documents under docs/ run as doctests, as the README's do.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guarantees.md")]
+mod guarantees_doctests {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+mod operations_doctests {}
+
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_connector as connector;
 pub use shareflow_runtime as runtime;
