@@ -1,7 +1,8 @@
 """The first `cargo run --release -- demo` a new user meets: from an empty target dir
 (crates already downloaded) until the demo prints its first line, and the size of the
 binary it built. Writes docs/results/first_build.jsonl (or $SHAREFLOW_RESULTS_DIR), which
-scripts/bench-summary turns into the README's rows.
+scripts/bench-summary turns into rows of the generated tables (README.md,
+docs/performance.md).
 
     scripts/first-build              # one cold build (about 10 minutes on 2 cores)
     scripts/first-build --runs 5     # five, each from an empty target dir
