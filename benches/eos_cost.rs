@@ -297,7 +297,7 @@ fn main() {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     // `-- recovery`: the recovery rounds only, into a file of their own (the full run's
-    // file, which the README's table reads, stays as it is).
+    // file, which the generated tables read, stays as it is).
     let recovery_only = std::env::args().any(|a| a == "recovery");
     let bench = if recovery_only { "eos_cost_recovery" } else { "eos_cost" };
     let mut results =
