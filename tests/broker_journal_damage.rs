@@ -57,7 +57,12 @@ async fn torn_last_write_is_truncated_and_earlier_entries_survive() {
     // The damaged segment was cut back, so the next restart is clean and appends work.
     broker.produce(vec![ProducerRecord::new(IN, 0, "after")]).await.unwrap();
     broker.close();
-    let again = EmbeddedBroker::open(BrokerOptions::with_store(f.store.clone(), Path::from("broker"))).await.unwrap();
+    // On the fixture's clock: a system clock is decades past the records' timestamps,
+    // and the default retention (7 days) would delete them all.
+    let again =
+        EmbeddedBroker::open(BrokerOptions::with_store(f.store.clone(), Path::from("broker")).clock(f.clock.clone()))
+            .await
+            .unwrap();
     let values = values(&again).await;
     assert_eq!(values.len(), 10);
     assert_eq!(values[8], Bytes::from("r8"));

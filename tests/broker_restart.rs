@@ -12,6 +12,7 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
+use shareflow::connector::broker::BrokerOptions;
 use shareflow::connector::share::AcknowledgeType::*;
 use shareflow::connector::share::AcknowledgementMode::*;
 use shareflow::connector::share::*;
@@ -175,7 +176,11 @@ async fn snapshots_bound_the_journal_and_restore_the_same_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_work_with_the_appending_local_journal() {
     let dir = tempfile::tempdir().unwrap();
-    snapshots_restore_the_same_state(Fixture::on_local_dir(dir.path(), 1, fixture_config()).await, 2).await;
+    // Records stay in the segments and out of snapshots, so the snapshot comes from the
+    // bound on the journal since the last one, set low here (default 256 MiB).
+    let options = BrokerOptions::local_dir(dir.path()).unwrap().snapshot_every_bytes(4 << 20);
+    snapshots_restore_the_same_state(Fixture::on_local_dir_with(dir.path(), options, 1, fixture_config()).await, 2)
+        .await;
 }
 
 async fn snapshots_restore_the_same_state(mut f: Fixture, max_segments: usize) {

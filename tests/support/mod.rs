@@ -61,7 +61,16 @@ impl Fixture {
 
     /// A broker whose journal appends to files in `dir`.
     pub async fn on_local_dir(dir: &std::path::Path, partitions: u32, group_config: ShareConfig) -> Self {
-        let options = BrokerOptions::local_dir(dir).expect("local dir");
+        Self::on_local_dir_with(dir, BrokerOptions::local_dir(dir).expect("local dir"), partitions, group_config).await
+    }
+
+    /// [`on_local_dir`](Self::on_local_dir) with options of the test's own on `dir`.
+    pub async fn on_local_dir_with(
+        dir: &std::path::Path,
+        options: BrokerOptions,
+        partitions: u32,
+        group_config: ShareConfig,
+    ) -> Self {
         let store: Arc<dyn ObjectStore> =
             Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir).expect("local store"));
         Self::with_options(options, store, partitions, group_config).await

@@ -15,8 +15,7 @@ use tokio::sync::Notify;
 
 use super::batch::{self, BatchRecord};
 use super::clock::{Clock, SystemClock};
-use super::fault::Faults;
-use super::journal::{Durability, Journal, JournalCore};
+use super::journal::{Durability, Journal, JournalCore, Tuning};
 use super::log::{LogRecord, Retention};
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::share_partition::MemberKey;
@@ -39,7 +38,7 @@ pub struct BrokerOptions {
     default_config: ShareConfig,
     retention: Retention,
     topic_retention: BTreeMap<String, Retention>,
-    faults: Faults,
+    tuning: Tuning,
 }
 
 /// Kafka's default `log.retention.ms`: 7 days.
@@ -61,7 +60,7 @@ impl BrokerOptions {
             default_config: ShareConfig::default(),
             retention: Retention { ms: Some(DEFAULT_RETENTION_MS), bytes: None },
             topic_retention: BTreeMap::new(),
-            faults: Faults::from_env(),
+            tuning: Tuning::default(),
         }
     }
 
@@ -69,7 +68,23 @@ impl BrokerOptions {
     /// leaving the directory as a crash at that moment would. For crash tests.
     #[doc(hidden)]
     pub fn fail_at(self, point: &'static str) -> Self {
-        self.faults.arm(point);
+        self.tuning.faults.arm(point);
+        self
+    }
+
+    /// Whether the fault point armed with [`fail_at`](Self::fail_at) is still waiting
+    /// to fire.
+    #[doc(hidden)]
+    pub fn fault_armed(&self, point: &str) -> bool {
+        self.tuning.faults.armed(point)
+    }
+
+    /// A snapshot starts at the latest once the journal written since the last one
+    /// reaches this many bytes, records included (default 256 MiB): it bounds what a
+    /// reopen replays. Small values are for tests.
+    #[doc(hidden)]
+    pub fn snapshot_every_bytes(mut self, bytes: u64) -> Self {
+        self.tuning.replay_bound_bytes = bytes.max(1);
         self
     }
 
@@ -444,7 +459,7 @@ impl EmbeddedBroker {
     async fn recover(options: BrokerOptions, dir_lock: Option<DirLock>, read_only: bool) -> Result<Self> {
         let fresh = BrokerState::new(options.default_config.clone());
         let (journal, recovered) =
-            JournalCore::recover(options.store, options.root, options.local, fresh, read_only, options.faults).await?;
+            JournalCore::recover(options.store, options.root, options.local, fresh, read_only, options.tuning).await?;
         if let Some(tail) = &recovered.truncated_tail {
             tracing::warn!(%tail, read_only, "embedded broker recovered after cutting back a torn journal tail");
         }

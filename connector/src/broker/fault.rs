@@ -9,20 +9,21 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-/// After a new segment file is created, before its first entry is written.
+/// After the journal rolls to a new segment file (not the first of a process), before
+/// its first entry is written.
 pub const SEGMENT_ROLL: &str = "segment.roll";
 /// After a snapshot is encoded, before its file is written.
 pub const SNAPSHOT_BEFORE_WRITE: &str = "snapshot.before_write";
 /// After a snapshot file is written and synced, before any segment is deleted.
 pub const SNAPSHOT_BEFORE_GC: &str = "snapshot.before_gc";
-/// After the first segment a snapshot freed is deleted, before the second.
-pub const GC_BETWEEN_DELETES: &str = "gc.between_deletes";
+/// After the first segment a snapshot freed is deleted, before the rest.
+pub const GC_AFTER_FIRST_DELETE: &str = "gc.after_first_delete";
 /// After the freed segments are deleted, before the older snapshots are.
 pub const GC_BEFORE_OLD_SNAPSHOTS: &str = "gc.before_old_snapshots";
 
 /// Every fault point, in the order a snapshot meets them.
 pub const ALL: &[&str] =
-    &[SEGMENT_ROLL, SNAPSHOT_BEFORE_WRITE, SNAPSHOT_BEFORE_GC, GC_BETWEEN_DELETES, GC_BEFORE_OLD_SNAPSHOTS];
+    &[SEGMENT_ROLL, SNAPSHOT_BEFORE_WRITE, SNAPSHOT_BEFORE_GC, GC_AFTER_FIRST_DELETE, GC_BEFORE_OLD_SNAPSHOTS];
 
 /// The points armed on one broker, and the one the process aborts at, if any.
 #[derive(Debug, Clone, Default)]
@@ -40,6 +41,11 @@ impl Faults {
     /// Arms `point`: its next hit fails.
     pub(crate) fn arm(&self, point: &'static str) {
         crate::common::sync::lock(&self.armed).insert(point);
+    }
+
+    /// Whether `point` is armed and has not fired yet.
+    pub(crate) fn armed(&self, point: &str) -> bool {
+        crate::common::sync::lock(&self.armed).contains(point)
     }
 
     /// Fails if `point` is armed (once), aborts the process if it is the crash point.

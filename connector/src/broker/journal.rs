@@ -57,7 +57,22 @@ const SNAPSHOT_FRAMES_VERSION: u16 = 4;
 const SNAPSHOT_META_VERSION: u16 = 5;
 /// A snapshot starts at the latest once this many journal bytes were written since the
 /// last one, records included: it bounds what a reopen replays.
-const REPLAY_BOUND_BYTES: u64 = 256 << 20;
+pub(crate) const REPLAY_BOUND_BYTES: u64 = 256 << 20;
+
+/// What a broker's options set in its journal beyond where it lives.
+#[derive(Debug, Clone)]
+pub(crate) struct Tuning {
+    /// Fault points armed (tests).
+    pub(crate) faults: Faults,
+    /// See [`REPLAY_BOUND_BYTES`].
+    pub(crate) replay_bound_bytes: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self { faults: Faults::from_env(), replay_bound_bytes: REPLAY_BOUND_BYTES }
+    }
+}
 /// The batches read from segments that are kept in memory for the next reads.
 const READ_CACHE_BYTES: usize = 64 << 20;
 /// The largest frame of a snapshot's payload.
@@ -167,10 +182,13 @@ impl Appender {
             if self.durability == Durability::Fsync {
                 sync_dir(&self.wal_dir)?;
             }
+            let rolled = self.active.is_some();
             self.active = Some((first, file, 0));
             self.roll = false;
             created = true;
-            self.faults.hit(fault::SEGMENT_ROLL).map_err(std::io::Error::other)?;
+            if rolled {
+                self.faults.hit(fault::SEGMENT_ROLL).map_err(std::io::Error::other)?;
+            }
         }
         let Some((segment, file, size)) = self.active.as_mut() else {
             return Err(std::io::Error::other("no active journal segment"));
@@ -247,8 +265,7 @@ impl Journal {
                 // the record index know where each one lies.
                 journal.sync(lsn).await?;
                 let (index, referenced) = journal.core.snapshot_index(&state)?;
-                let stores = journal.core.stores_records();
-                let bytes = tokio::task::spawn_blocking(move || JournalCore::encode_snapshot(&state, &index, stores))
+                let bytes = tokio::task::spawn_blocking(move || JournalCore::encode_snapshot(&state, &index))
                     .await
                     .map_err(|e| Error::Internal(format!("journal snapshot encoder failed: {e}")))??;
                 journal.core.write_snapshot(lsn, bytes, referenced).await
@@ -290,6 +307,7 @@ pub(crate) struct JournalCore {
     read_only: bool,
     records: Mutex<RecordIndex>,
     faults: Faults,
+    replay_bound_bytes: u64,
 }
 
 /// What [`Journal::recover`] found.
@@ -354,8 +372,9 @@ impl JournalCore {
         local: Option<(PathBuf, Durability)>,
         fresh: BrokerState,
         read_only: bool,
-        faults: Faults,
+        tuning: Tuning,
     ) -> Result<(Journal, Recovered)> {
+        let faults = tuning.faults.clone();
         let appender = local.clone().filter(|_| !read_only).map(|(dir, durability)| {
             Arc::new(Mutex::new(Appender {
                 wal_dir: dir.join("wal"),
@@ -389,6 +408,7 @@ impl JournalCore {
             durable: watch::Sender::new(0),
             records: Mutex::new(RecordIndex::default()),
             faults,
+            replay_bound_bytes: tuning.replay_bound_bytes,
         };
         if !read_only {
             journal.remove_unfinished_uploads().await?;
@@ -676,6 +696,17 @@ impl JournalCore {
         Ok(())
     }
 
+    /// A fault point: when it fires, the journal stops as the process would have died
+    /// there (it is poisoned: nothing more is written, every call fails).
+    fn crash_point(&self, point: &'static str) -> Result<()> {
+        self.faults.hit(point).inspect_err(|e| {
+            if let Ok(mut b) = self.lock() {
+                b.failed.get_or_insert(e.clone());
+            }
+            self.durable.send_modify(|_| {});
+        })
+    }
+
     /// Whether batch buffers stay in the journal's segments (a local directory), not in
     /// memory and snapshots (object stores: a segment per group commit would keep a
     /// great many small objects alive).
@@ -906,7 +937,7 @@ impl JournalCore {
             !b.snapshotting
                 && b.failed.is_none()
                 && (grown >= (4 << 20).max(b.last_snapshot_bytes)
-                    || (stores && b.bytes_since_snapshot >= REPLAY_BOUND_BYTES)
+                    || (stores && b.bytes_since_snapshot >= self.replay_bound_bytes)
                     || new_segments >= 4096)
         })
     }
@@ -938,7 +969,7 @@ impl JournalCore {
         (version, state_bytes): (u16, Vec<u8>),
         referenced: HashSet<Lsn>,
     ) -> Result<()> {
-        self.faults.hit(fault::SNAPSHOT_BEFORE_WRITE)?;
+        self.crash_point(fault::SNAPSHOT_BEFORE_WRITE)?;
         let frames = snapshot_frames(bytes::Bytes::from(state_bytes), SNAPSHOT_FRAME_BYTES, version);
         let size = frames.iter().map(|f| f.len() as u64).sum();
         let path = self.snapshot_path(lsn);
@@ -948,7 +979,7 @@ impl JournalCore {
             .map_err(|e| Error::storage(&path, "cannot write journal snapshot", Some(e)))?;
         // The segments it covers are deleted next: it must be on disk first.
         self.sync_local(&path)?;
-        self.faults.hit(fault::SNAPSHOT_BEFORE_GC)?;
+        self.crash_point(fault::SNAPSHOT_BEFORE_GC)?;
         // A closed journal's directory may belong to a new broker already.
         self.check_healthy()?;
         // The open segment may hold only entries the snapshot covers; it must not be
@@ -983,15 +1014,15 @@ impl JournalCore {
             }
         }
         for (i, (first, _)) in obsolete.into_iter().enumerate() {
-            if i == 1 {
-                self.faults.hit(fault::GC_BETWEEN_DELETES)?;
-            }
             let p = self.segment_path(first);
             if let Err(e) = self.store.delete(&p).await {
                 tracing::warn!(path = %p, error = %e, "cannot delete an obsolete journal segment; it is skipped on recovery");
             }
+            if i == 0 {
+                self.crash_point(fault::GC_AFTER_FIRST_DELETE)?;
+            }
         }
-        self.faults.hit(fault::GC_BEFORE_OLD_SNAPSHOTS)?;
+        self.crash_point(fault::GC_BEFORE_OLD_SNAPSHOTS)?;
         for (old, p) in self.list("snapshot", ".snap").await? {
             if old < lsn {
                 if let Err(e) = self.store.delete(&p).await {
@@ -1002,16 +1033,13 @@ impl JournalCore {
         Ok(())
     }
 
-    /// A snapshot's payload and its frames' version: the state and the record index
-    /// (version 5, metadata only), or, when batches stay in memory, the state alone with
-    /// its records inline (version 4).
-    fn encode_snapshot(state: &BrokerState, index: &[(Lsn, Loc)], stores_records: bool) -> Result<(u16, Vec<u8>)> {
-        let encoded = if stores_records {
-            postcard::to_allocvec(&(state, index)).map(|b| (SNAPSHOT_META_VERSION, b))
-        } else {
-            postcard::to_allocvec(state).map(|b| (SNAPSHOT_FRAMES_VERSION, b))
-        };
-        encoded.map_err(|e| Error::Internal(format!("cannot encode broker snapshot: {e}")))
+    /// A snapshot's payload and its frames' version (5): the state and the record index.
+    /// Where batches stay in memory (object stores), the index is empty and the state
+    /// holds their buffers.
+    fn encode_snapshot(state: &BrokerState, index: &[(Lsn, Loc)]) -> Result<(u16, Vec<u8>)> {
+        postcard::to_allocvec(&(state, index))
+            .map(|b| (SNAPSHOT_META_VERSION, b))
+            .map_err(|e| Error::Internal(format!("cannot encode broker snapshot: {e}")))
     }
 
     /// The lsn the next entry will get.

@@ -1,0 +1,283 @@
+//! The embedded broker as a log store (decision 0020): on a local directory, records
+//! stay in the journal's segments, snapshots hold only metadata, segment GC keeps every
+//! segment a live batch points into, a crash at any step of snapshot or GC leaves a
+//! directory that opens with every acknowledged record, and damage to a segment is
+//! named with the file and the offsets it held.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use shareflow::connector::broker::{fault, BrokerOptions, EmbeddedBroker, ManualClock, Retention};
+use shareflow::connector::share::*;
+use shareflow::connector::Error;
+
+const TOPIC: &str = "in";
+const PINNED: &str = "pinned";
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new(TOPIC, p)
+}
+
+/// Options on `dir` with snapshots every `every` journal bytes, no retention unless the
+/// test sets one, and the test's clock.
+fn options(dir: &Path, clock: &ManualClock, every: u64) -> BrokerOptions {
+    BrokerOptions::local_dir(dir)
+        .unwrap()
+        .clock(clock.clone())
+        .log_retention(Retention::default())
+        .snapshot_every_bytes(every)
+}
+
+/// `n` records of `len` bytes; the value names batch `b` and record `i`.
+fn batch(b: usize, n: usize, len: usize) -> Vec<ProducerRecord> {
+    (0..n)
+        .map(|i| {
+            let mut v = format!("b{b:05}-r{i:05}-").into_bytes();
+            v.resize(len, b'a' + (i % 26) as u8);
+            ProducerRecord::new(TOPIC, 0, v)
+        })
+        .collect()
+}
+
+fn files(dir: &Path, sub: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir.join("broker").join(sub))
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| !p.to_string_lossy().contains('#')).collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Waits (bounded) until a snapshot newer than `after` exists; returns the newest.
+async fn snapshot_after(dir: &Path, after: Option<&PathBuf>) -> PathBuf {
+    for _ in 0..1_000 {
+        if let Some(s) = files(dir, "snapshot").pop().filter(|s| Some(s) != after) {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no snapshot after {after:?} within 10 s");
+}
+
+async fn values(broker: &EmbeddedBroker, tp: &TopicPartition) -> Vec<(i64, Bytes)> {
+    let records = broker.fetch_all(tp, IsolationLevel::ReadUncommitted).await.unwrap();
+    records.into_iter().map(|r| (r.offset, r.value.unwrap())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_live_in_segments_and_snapshots_hold_none_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let broker = EmbeddedBroker::open(options(dir.path(), &clock, 1 << 20)).await.unwrap();
+    broker.create_topic(TOPIC, 1).await.unwrap();
+    let mut want = Vec::new();
+    for b in 0..40 {
+        let records = batch(b, 100, 1024);
+        want.extend(records.iter().map(|r| r.value.clone().unwrap()));
+        broker.produce(records).await.unwrap();
+    }
+    let snapshot = snapshot_after(dir.path(), None).await;
+    let held: u64 = want.iter().map(|v| v.len() as u64).sum();
+    assert!(
+        size(&snapshot) * 100 <= held,
+        "the snapshot is {} bytes for {held} bytes of records: more than 1 %",
+        size(&snapshot)
+    );
+    // Reads come from the segments, before and after a reopen.
+    let got: Vec<Bytes> = values(&broker, &tp(0)).await.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(got, want);
+    broker.close();
+    let broker = EmbeddedBroker::open(options(dir.path(), &clock, 1 << 20)).await.unwrap();
+    let got: Vec<Bytes> = values(&broker, &tp(0)).await.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(got, want);
+    // A read from the middle of a batch starts there.
+    let mid = broker.fetch(&tp(0), 1_050, 3, IsolationLevel::ReadUncommitted).await.unwrap();
+    assert_eq!(mid.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![1_050, 1_051, 1_052]);
+    assert_eq!(mid[0].value.as_ref().unwrap(), &want[1_050]);
+    // Share consumers get the stored records too.
+    let mut c = broker.consumer("g", ShareConfig::default()).await.unwrap();
+    c.subscribe(&[TOPIC]).await.unwrap();
+    let polled = c.poll(250, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(polled.len(), 250);
+    for r in &polled {
+        assert_eq!(r.value.as_ref().unwrap(), &want[r.offset as usize]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_deletes_a_segment_only_when_no_live_batch_points_into_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    // `in` keeps about 200 KiB; `pinned` keeps its one early batch for good.
+    let open = || {
+        EmbeddedBroker::open(
+            options(dir.path(), &clock, 256 << 10)
+                .topic_retention(TOPIC, Retention { ms: None, bytes: Some(200 << 10) })
+                .topic_retention(PINNED, Retention::default()),
+        )
+    };
+    let broker = open().await.unwrap();
+    broker.create_topic(TOPIC, 1).await.unwrap();
+    broker.create_topic(PINNED, 1).await.unwrap();
+    broker.produce(vec![ProducerRecord::new(PINNED, 0, "kept for good")]).await.unwrap();
+    let first_segment = files(dir.path(), "wal")[0].clone();
+    let mut seen = std::collections::BTreeSet::new();
+    for b in 0..200 {
+        broker.produce(batch(b, 20, 1024)).await.unwrap();
+        clock.advance(Duration::from_millis(1_100)); // retention runs once a second
+        seen.extend(files(dir.path(), "wal"));
+    }
+    // Wait (bounded) for the last snapshot's GC.
+    let mut segments = files(dir.path(), "wal");
+    for _ in 0..500 {
+        if segments.len() <= 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        segments = files(dir.path(), "wal");
+    }
+    assert!(segments.contains(&first_segment), "the pinned batch's segment was deleted: {segments:?}");
+    assert!(segments.len() <= 8, "segments only trimmed batches held were kept: {segments:?}");
+    let start = broker.start_offset(&tp(0)).await.unwrap();
+    assert!(start > 3_000, "retention trimmed the log to {start}");
+    let before = values(&broker, &tp(0)).await;
+    broker.close();
+    let broker = open().await.unwrap();
+    assert_eq!(values(&broker, &tp(0)).await, before);
+    let pinned = values(&broker, &TopicPartition::new(PINNED, 0)).await;
+    assert_eq!(pinned, vec![(0, Bytes::from("kept for good"))]);
+    assert!(seen.len() > segments.len() + 4, "segments were not deleted: {} seen, {} left", seen.len(), segments.len());
+}
+
+/// For every fault point: run until it fires (the journal stops there as if the process
+/// died), reopen, and find every acknowledged record from the log start on; then go on
+/// writing, snapshot and reopen again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_each_step_of_roll_snapshot_and_gc_loses_nothing_acknowledged() {
+    for &point in fault::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let opts = || {
+            options(dir.path(), &clock, 128 << 10)
+                .topic_retention(TOPIC, Retention { ms: None, bytes: Some(100 << 10) })
+        };
+        // Segments roll at each snapshot: the roll fault needs one snapshot first.
+        let armed = opts().fail_at(point);
+        let broker = EmbeddedBroker::open(armed.clone()).await.unwrap();
+        broker.create_topic(TOPIC, 1).await.unwrap();
+        let mut acked: Vec<(i64, Bytes)> = Vec::new();
+        let mut failed = None;
+        for b in 0..2_000 {
+            let records = batch(b, 10, 1024);
+            let values: Vec<Bytes> = records.iter().map(|r| r.value.clone().unwrap()).collect();
+            match broker.produce(records).await {
+                Ok(offsets) => acked.extend(offsets.into_iter().map(|(_, o)| o).zip(values)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            clock.advance(Duration::from_millis(1_100));
+        }
+        assert!(!armed.fault_armed(point), "{point}: never reached");
+        assert!(failed.is_some(), "{point}: the journal went on after the fault");
+        broker.close();
+
+        let broker = EmbeddedBroker::open(opts()).await.unwrap_or_else(|e| panic!("{point}: reopen: {e}"));
+        let start = broker.start_offset(&tp(0)).await.unwrap();
+        let end = broker.end_offset(&tp(0)).await.unwrap();
+        let got = values(&broker, &tp(0)).await;
+        let kept: Vec<&(i64, Bytes)> = acked.iter().filter(|(o, _)| *o >= start).collect();
+        assert!(!kept.is_empty(), "{point}: nothing acknowledged is left to check (start {start})");
+        assert_eq!(got.iter().take(kept.len()).collect::<Vec<_>>(), kept, "{point}");
+        let last_acked = acked.last().map_or(0, |(o, _)| o + 1);
+        assert!((last_acked..=last_acked + 10).contains(&end), "{point}: end {end}, acknowledged up to {last_acked}");
+        // The directory is healthy: it writes, snapshots and reopens again.
+        let snapshot = files(dir.path(), "snapshot").pop();
+        for b in 0..60 {
+            broker.produce(batch(10_000 + b, 10, 1024)).await.unwrap();
+            clock.advance(Duration::from_millis(1_100));
+        }
+        snapshot_after(dir.path(), snapshot.as_ref()).await;
+        let end = broker.end_offset(&tp(0)).await.unwrap();
+        let tail = values(&broker, &tp(0)).await;
+        broker.close();
+        let broker = EmbeddedBroker::open(opts()).await.unwrap();
+        assert_eq!(broker.end_offset(&tp(0)).await.unwrap(), end, "{point}");
+        assert_eq!(values(&broker, &tp(0)).await, tail, "{point}");
+        broker.close();
+    }
+}
+
+/// A directory with a snapshot that points into its first segment, which also holds
+/// records with `marker` in them.
+async fn pinned_directory(dir: &Path, clock: &ManualClock) {
+    let broker = EmbeddedBroker::open(options(dir, clock, 256 << 10)).await.unwrap();
+    broker.create_topic(TOPIC, 1).await.unwrap();
+    for b in 0..40 {
+        broker.produce(batch(b, 10, 1024)).await.unwrap();
+    }
+    // A second snapshot, so that the first segment holds only entries a snapshot covers.
+    let first = snapshot_after(dir, None).await;
+    for b in 40..80 {
+        broker.produce(batch(b, 10, 1024)).await.unwrap();
+    }
+    snapshot_after(dir, Some(&first)).await;
+    broker.close();
+}
+
+fn corrupt(e: Error) -> String {
+    match e {
+        Error::Corrupt { path, reason } => format!("{path}: {reason}"),
+        other => panic!("expected a Corrupt error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_missing_or_short_segment_is_named_with_the_offsets_it_held() {
+    let clock = ManualClock::new(1_000_000);
+    for damage in ["missing", "short"] {
+        let dir = tempfile::tempdir().unwrap();
+        pinned_directory(dir.path(), &clock).await;
+        let first = files(dir.path(), "wal")[0].clone();
+        match damage {
+            "missing" => std::fs::remove_file(&first).unwrap(),
+            _ => std::fs::OpenOptions::new().write(true).open(&first).unwrap().set_len(size(&first) / 2).unwrap(),
+        }
+        let err = corrupt(EmbeddedBroker::open(options(dir.path(), &clock, 256 << 10)).await.err().unwrap());
+        let name = first.file_name().unwrap().to_string_lossy().to_string();
+        assert!(err.contains(&name), "{damage}: {err}");
+        assert!(err.contains("offsets ") && err.contains(" of in-0"), "{damage}: {err}");
+        assert!(err.contains("restore the broker directory"), "{damage}: {err}");
+        if damage == "short" {
+            assert!(err.contains("cut short"), "{err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_damaged_batch_is_named_when_read_and_the_rest_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    pinned_directory(dir.path(), &clock).await;
+    let first = files(dir.path(), "wal")[0].clone();
+    let mut bytes = std::fs::read(&first).unwrap();
+    let at = bytes.windows(13).position(|w| w == b"b00003-r00004").unwrap();
+    bytes[at + 2] ^= 1;
+    std::fs::write(&first, bytes).unwrap();
+    // The snapshot covers the segment, so the open does not read it.
+    let broker = EmbeddedBroker::open(options(dir.path(), &clock, 256 << 10)).await.unwrap();
+    let err = corrupt(broker.fetch_all(&tp(0), IsolationLevel::ReadUncommitted).await.err().unwrap());
+    assert!(err.contains(&*first.file_name().unwrap().to_string_lossy()), "{err}");
+    assert!(err.contains("offsets 30..=39 of in-0"), "{err}");
+    assert!(err.contains("checksum"), "{err}");
+    // Batches around it read.
+    assert_eq!(broker.fetch(&tp(0), 0, 30, IsolationLevel::ReadUncommitted).await.unwrap().len(), 30);
+    assert_eq!(broker.fetch(&tp(0), 40, 10, IsolationLevel::ReadUncommitted).await.unwrap().len(), 10);
+}
