@@ -281,3 +281,59 @@ async fn a_damaged_batch_is_named_when_read_and_the_rest_still_reads() {
     assert_eq!(broker.fetch(&tp(0), 0, 30, IsolationLevel::ReadUncommitted).await.unwrap().len(), 30);
     assert_eq!(broker.fetch(&tp(0), 40, 10, IsolationLevel::ReadUncommitted).await.unwrap().len(), 10);
 }
+
+/// Copies a directory tree.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// `tests/fixtures/broker-v4` was written by the format before the log store: records
+/// inline in a version-4 snapshot and in `Produce` entries. It opens with every record
+/// and state, and its first new snapshot holds no record bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_of_the_previous_format_opens_and_moves_its_records_into_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/broker-v4"), dir.path());
+    let clock = ManualClock::new(1_700_000_000_000);
+    let broker = EmbeddedBroker::open(options(dir.path(), &clock, 64 << 10)).await.unwrap();
+    let check = |broker: EmbeddedBroker| async move {
+        for p in 0..2 {
+            let got = broker.fetch(&tp(p), 0, 15, IsolationLevel::ReadUncommitted).await.unwrap();
+            let want: Vec<usize> = (0..30).filter(|i| i % 2 == p as usize).collect();
+            assert_eq!(got.len(), want.len(), "in-{p}");
+            for (r, i) in got.iter().zip(want) {
+                assert_eq!(r.offset, (i / 2) as i64);
+                assert_eq!(r.key.as_deref(), Some(format!("k{i}").as_bytes()));
+                assert_eq!(r.value.as_deref(), Some(format!("legacy-{i:03}").as_bytes()));
+            }
+        }
+        for o in 0..10 {
+            let want = if o <= 5 { RecordState::Acknowledged } else { RecordState::Available };
+            assert_eq!(broker.record_status("g", &tp(1), o).await.unwrap().state, want, "in-1 offset {o}");
+        }
+        broker
+    };
+    let broker = check(broker).await;
+    // New records go on; the next snapshot is of the new format and holds no records.
+    let old = files(dir.path(), "snapshot").pop();
+    for b in 0..20 {
+        broker.produce(batch(b, 10, 1024)).await.unwrap();
+    }
+    let snapshot = snapshot_after(dir.path(), old.as_ref()).await;
+    let bytes = std::fs::read(&snapshot).unwrap();
+    assert!(!bytes.windows(7).any(|w| w == b"legacy-"), "the new snapshot holds records of the old format");
+    assert!(!bytes.windows(6).any(|w| w == b"b00000"), "the new snapshot holds new records");
+    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 5, "snapshot format version");
+    broker.close();
+    // Once the old snapshot and the segments it covered are gone, it all still reads.
+    let broker = check(EmbeddedBroker::open(options(dir.path(), &clock, 64 << 10)).await.unwrap()).await;
+    assert_eq!(broker.end_offset(&tp(0)).await.unwrap(), 15 + 200);
+}

@@ -434,6 +434,16 @@ impl EmbeddedBroker {
         default_config.validate()?;
         let broker = Self::recover(options, dir_lock, false).await?;
         broker.execute(Command::Restarted { default_config }).await?;
+        if broker.inner.journal.stores_records() {
+            // Batches of an older format sat in its snapshots: into a segment with them.
+            let inline = broker.state()?.inline_batches();
+            if !inline.is_empty() {
+                tracing::info!(batches = inline.len(), "moving the records of an older broker format into segments");
+            }
+            for (tp, base_offset, batch) in inline {
+                broker.execute(Command::Rewrite { tp, base_offset, batch }).await?;
+            }
+        }
         Ok(broker)
     }
 
@@ -515,7 +525,11 @@ impl EmbeddedBroker {
             // commit): it waits for them too, which costs nothing once they are.
             let (mut lsn, mut wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
                 let lsn = self.inner.journal.append(&entry)?;
-                if let (Command::Append { tp, .. }, Ok(Outcome::Produced { base_offset })) = (&entry.command, &result) {
+                if let (
+                    Command::Append { tp, .. } | Command::Rewrite { tp, .. },
+                    Ok(Outcome::Produced { base_offset }),
+                ) = (&entry.command, &result)
+                {
                     if self.inner.journal.stores_records() {
                         // The journal has the buffer now: the state keeps where it lies.
                         st.store_batch(tp, *base_offset, lsn);

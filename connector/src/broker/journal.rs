@@ -633,8 +633,10 @@ impl JournalCore {
                 let outcome = state.apply(&entry).0.map_err(|e| {
                     Error::corrupt(&path, format!("entry {entry_lsn} does not apply to the recovered state: {e}"))
                 })?;
-                if let (Command::Append { tp, batch, .. }, super::state::Outcome::Produced { base_offset }) =
-                    (&entry.command, &outcome)
+                if let (
+                    Command::Append { tp, batch, .. } | Command::Rewrite { tp, batch, .. },
+                    super::state::Outcome::Produced { base_offset },
+                ) = (&entry.command, &outcome)
                 {
                     if self.stores_records() {
                         // The buffer is the frame's last bytes (see `Command::Append`).
@@ -835,7 +837,7 @@ impl JournalCore {
             }
         };
         envelope::encode_into(&mut b.bytes, ENTRY_MAGIC, FORMAT_VERSION, &payload);
-        if let Command::Append { batch, .. } = &entry.command {
+        if let Command::Append { batch, .. } | Command::Rewrite { batch, .. } = &entry.command {
             if self.stores_records() {
                 // The buffer is the entry's last field, so the frame ends with it.
                 let at = b.bytes.len() - batch.len();

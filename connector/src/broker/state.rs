@@ -116,6 +116,15 @@ pub(crate) enum Command {
         txn: Option<(TransactionId, ProducerEpoch)>,
         batch: Bytes,
     },
+    /// Writes the buffer of the batch at `base_offset` again, so that it moves from
+    /// memory into a segment: batches of older formats, whose records sat in snapshots,
+    /// move on the first open. Changes nothing else; the buffer is the last field, as
+    /// in `Append`.
+    Rewrite {
+        tp: TopicPartition,
+        base_offset: i64,
+        batch: Bytes,
+    },
 }
 
 /// A command and the broker time it ran at.
@@ -328,6 +337,7 @@ impl BrokerState {
             Command::Trim { tp, before } => self.trim(tp, *before),
             Command::Produce { tp, records, txn } => self.produce(tp, batch::encode(records), txn.as_ref()),
             Command::Append { tp, txn, batch } => self.produce(tp, batch.clone(), txn.as_ref()),
+            Command::Rewrite { tp, base_offset, batch } => self.rewrite(tp, *base_offset, batch),
             Command::ConfigureGroup { group, config } => {
                 config.validate()?;
                 self.group_mut(group).config = config.clone();
@@ -458,6 +468,33 @@ impl BrokerState {
         }
         self.events.wake = true;
         Ok(Outcome::Produced { base_offset })
+    }
+
+    /// Checks that `batch` is the one at `base_offset` (by its count): a rewrite moves
+    /// where it lives, nothing else.
+    fn rewrite(&mut self, tp: &TopicPartition, base_offset: i64, data: &Bytes) -> Result<Outcome> {
+        let meta = batch::meta(data).map_err(|e| Error::InvalidRequest(format!("rewrite of {tp}: {e}")))?;
+        match self.log(tp)?.batch_at(base_offset) {
+            Some(b) if b.base_offset == base_offset && b.count == meta.count => Ok(Outcome::Produced { base_offset }),
+            _ => Err(Error::InvalidRequest(format!(
+                "rewrite of {tp}: no batch of {} records starts at offset {base_offset}",
+                meta.count
+            ))),
+        }
+    }
+
+    /// The batches of every log whose buffer is in memory: (partition, base offset,
+    /// buffer).
+    pub(crate) fn inline_batches(&self) -> Vec<(TopicPartition, i64, Bytes)> {
+        let mut out = Vec::new();
+        for (tp, log) in self.logs() {
+            for b in log.batches() {
+                if let super::log::BatchData::Inline(data) = &b.data {
+                    out.push((tp.clone(), b.base_offset, data.clone()));
+                }
+            }
+        }
+        out
     }
 
     /// Deletes the log of `tp` below `before` and moves its share partitions' start up.
