@@ -9,10 +9,15 @@
 //! process's resident memory, the newest snapshot's size and the bytes the logs hold.
 //! After the first retention period the last three must stay flat.
 //!
+//! The job runs in a child process. At the end the bench kills it with SIGKILL, reopens
+//! the broker directory in its own process, times that, and checks that every output
+//! record the child had reported committed is there.
+//!
 //! `cargo bench --bench broker_soak -- [MINUTES] [RETENTION_SECONDS]` (default 30 and 60)
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,17 +68,136 @@ async fn total(broker: &EmbeddedBroker, topic: &str, f: impl Fn(i64, i64, u64) -
     sum
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// The child's environment variable: the broker directory to soak in.
+const CHILD_DIR: &str = "SHAREFLOW_SOAK_DIR";
+
+fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let minutes: f64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(30.0);
     let retention_s: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(60);
+    let retention = Retention { ms: Some(retention_s * 1000), bytes: None };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    match std::env::var_os(CHILD_DIR) {
+        Some(dir) => runtime.block_on(child(std::path::PathBuf::from(dir), retention)),
+        None => runtime.block_on(parent(args, minutes, retention_s, retention)),
+    }
+}
+
+/// Percentile `q` (0..=1) of `values`, by nearest rank.
+fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// Runs the child for `minutes`, records its samples, kills it, reopens its directory.
+async fn parent(args: Vec<String>, minutes: f64, retention_s: u64, retention: Retention) {
     let mut results = results::Results::create(
         "broker_soak",
         serde_json::json!({"minutes": minutes, "retention_s": retention_s, "record_bytes": 100,
             "partitions": PARTITIONS, "parallelism": 2, "checkpoint_interval_ms": 500}),
     );
     let dir = tempfile::tempdir().unwrap();
+    println!(
+        "soak: {minutes} min, retention {retention_s} s, 100-byte records, 4 partitions, parallelism 2, 500 ms checkpoints"
+    );
+    println!(
+        "{:>6} {:>12} {:>10} {:>9} {:>13} {:>12}",
+        "secs", "out offsets", "rec/s", "RSS MiB", "snapshot KiB", "log MiB"
+    );
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(&args)
+        .env(CHILD_DIR, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let started = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(json) = line.strip_prefix("SAMPLE ") {
+                let _ = tx.send(serde_json::from_str(json).unwrap());
+            }
+        }
+    });
+    let mut samples: Vec<serde_json::Value> = Vec::new();
+    while started.elapsed().as_secs_f64() < minutes * 60.0 {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(sample) => {
+                let f = |k: &str| sample[k].as_f64().unwrap_or(0.0);
+                println!(
+                    "{:>6.0} {:>12.0} {:>10.0} {:>9.1} {:>13.1} {:>12.1}",
+                    f("secs"),
+                    f("committed"),
+                    f("records_per_second"),
+                    f("rss_mib"),
+                    f("snapshot_kib"),
+                    f("log_mib")
+                );
+                results.record(sample.clone());
+                samples.push(sample);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the soak's child process ended early"),
+        }
+    }
+    // SIGKILL: what the directory holds is what a crash leaves.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let secs = started.elapsed().as_secs_f64();
+    let reported = samples.last().and_then(|s| s["committed"].as_u64()).unwrap_or(0);
+    let snapshot_kib = newest_snapshot_kib(dir.path());
+    let reopening = Instant::now();
+    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap().log_retention(retention))
+        .await
+        .unwrap_or_else(|e| panic!("the soak's broker directory does not open again: {e}"));
+    let reopen_s = reopening.elapsed().as_secs_f64();
+    let committed = total(&broker, "out", |_, e, _| e as u64).await;
+    assert!(committed >= reported, "the reopened broker has {committed} output records; the child reported {reported}");
+    let held = total(&broker, "in", |_, _, b| b).await + total(&broker, "out", |_, _, b| b).await;
+    let held_gib = held as f64 / (1u64 << 30) as f64;
+    broker.close();
+    // The rate and memory over the run, after its first minute.
+    let col = |k: &str, from: f64, to: f64| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|s| (from..to).contains(&s["secs"].as_f64().unwrap_or(0.0)))
+            .filter_map(|s| s[k].as_f64())
+            .collect()
+    };
+    let rates = col("records_per_second", 60.0, f64::MAX);
+    let (rate_median, rate_p10) = (percentile(&rates, 0.5), percentile(&rates, 0.1));
+    let rss = col("rss_mib", 0.0, f64::MAX);
+    let rss_max = rss.iter().copied().fold(0.0, f64::max);
+    let end = minutes * 60.0;
+    let (rss_5_10, rss_last_10) = (mean(&col("rss_mib", 300.0, 600.0)), mean(&col("rss_mib", end - 600.0, f64::MAX)));
+    let snapshot_share = snapshot_kib * 1024.0 / held.max(1) as f64;
+    println!(
+        "{committed} output records in {secs:.0} s ({:.0} records/s); killed with {held_gib:.2} GiB of records held; \
+         reopened from a {:.2} MiB snapshot ({:.4} % of them) and the journal in {reopen_s:.3} s",
+        committed as f64 / secs,
+        snapshot_kib / 1024.0,
+        snapshot_share * 100.0
+    );
+    println!(
+        "10 s rate after the first minute: median {rate_median:.0}, p10 {rate_p10:.0} ({:.2} x median); \
+         RSS max {rss_max:.0} MiB, minutes 5-10 {rss_5_10:.0} MiB, last 10 minutes {rss_last_10:.0} MiB",
+        rate_p10 / rate_median.max(1.0)
+    );
+    results.record(serde_json::json!({"kind": "summary", "committed": committed, "secs": secs,
+        "reopen_s": reopen_s, "snapshot_kib": snapshot_kib, "held_gib": held_gib,
+        "rate_median": rate_median, "rate_p10": rate_p10, "rss_max_mib": rss_max,
+        "rss_minutes_5_10_mib": rss_5_10, "rss_last_10_minutes_mib": rss_last_10}));
+}
+
+/// The soak itself, until it is killed.
+async fn child(dir: std::path::PathBuf, retention: Retention) {
     // The demo's group settings (src/demo.rs). With Kafka's default of 2,000 record locks
     // per partition, a transaction per 500 ms checkpoint caps the job at 4 x 2,000 records
     // per checkpoint (about 16 k records/s), which is what earlier soaks measured.
@@ -83,9 +207,8 @@ async fn main() {
         .partition_max_record_locks(1_000_000)
         .build()
         .unwrap();
-    let retention = Retention { ms: Some(retention_s * 1000), bytes: None };
     let broker = EmbeddedBroker::open(
-        BrokerOptions::local_dir(dir.path()).unwrap().default_config(config.clone()).log_retention(retention),
+        BrokerOptions::local_dir(&dir).unwrap().default_config(config.clone()).log_retention(retention),
     )
     .await
     .unwrap();
@@ -132,62 +255,25 @@ async fn main() {
     let mut config = JobConfig::new(storage, "soak", "soak").checkpoint_interval(Duration::from_millis(500));
     config.channel_capacity = 8;
     let job = job.build(config).unwrap();
-    let handle = job.stop_handle();
     let started = Instant::now();
-    println!(
-        "soak: {minutes} min, retention {retention_s} s, 100-byte records, 4 partitions, parallelism 2, 500 ms checkpoints"
-    );
-    println!(
-        "{:>6} {:>12} {:>10} {:>9} {:>13} {:>12}",
-        "secs", "out offsets", "rec/s", "RSS MiB", "snapshot KiB", "log MiB"
-    );
-    let report = tokio::spawn({
+    tokio::spawn({
         let broker = broker.clone();
         async move {
             let mut last = (0u64, Instant::now());
-            while started.elapsed().as_secs_f64() < minutes * 60.0 {
+            loop {
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 let committed = total(&broker, "out", |_, e, _| e as u64).await;
                 let bytes = total(&broker, "in", |_, _, b| b).await + total(&broker, "out", |_, _, b| b).await;
                 let rate = (committed - last.0) as f64 / last.1.elapsed().as_secs_f64();
                 last = (committed, Instant::now());
-                let (secs, rss, snapshot, log) = (
-                    started.elapsed().as_secs_f64(),
-                    rss_mib(),
-                    newest_snapshot_kib(dir.path()),
-                    bytes as f64 / (1 << 20) as f64,
-                );
-                println!("{secs:>6.0} {committed:>12} {rate:>10.0} {rss:>9.1} {snapshot:>13.1} {log:>12.1}");
-                results.record(serde_json::json!({"kind": "sample", "secs": secs, "committed": committed,
-                    "records_per_second": rate, "rss_mib": rss, "snapshot_kib": snapshot, "log_mib": log}));
+                let sample = serde_json::json!({"kind": "sample", "secs": started.elapsed().as_secs_f64(),
+                    "committed": committed, "records_per_second": rate, "rss_mib": rss_mib(),
+                    "snapshot_kib": newest_snapshot_kib(&dir), "log_mib": bytes as f64 / (1 << 20) as f64});
+                println!("SAMPLE {sample}");
             }
-            handle.stop();
-            (dir, results)
         }
     });
     job.run().await.unwrap();
     stop.store(true, Ordering::Relaxed);
     producer.await.unwrap();
-    let (dir, mut results) = report.await.unwrap();
-    // The directory it leaves must open again, with every committed record (a snapshot
-    // of more than 1 GiB once could not be read back).
-    let committed = total(&broker, "out", |_, e, _| e as u64).await;
-    let snapshot_kib = newest_snapshot_kib(dir.path());
-    broker.close();
-    drop(broker);
-    let reopening = Instant::now();
-    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap().log_retention(retention))
-        .await
-        .unwrap_or_else(|e| panic!("the soak's broker directory does not open again: {e}"));
-    let reopen_s = reopening.elapsed().as_secs_f64();
-    let reopened = total(&broker, "out", |_, e, _| e as u64).await;
-    assert_eq!(reopened, committed, "the reopened broker has every output record");
-    let secs = started.elapsed().as_secs_f64();
-    println!(
-        "{committed} output records in {secs:.0} s ({:.0} records/s); reopened from the {:.0} MiB snapshot and the journal in {reopen_s:.1} s",
-        committed as f64 / secs,
-        snapshot_kib / 1024.0
-    );
-    results.record(serde_json::json!({"kind": "summary", "committed": committed, "secs": secs,
-        "reopen_s": reopen_s, "snapshot_kib": snapshot_kib}));
 }

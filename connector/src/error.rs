@@ -150,6 +150,22 @@ pub enum Error {
         #[source]
         source: Option<Arc<object_store::Error>>,
     },
+    /// The disk under the broker directory is full. The write that failed was cut back:
+    /// nothing acknowledged is lost, and the journal takes no more writes until the
+    /// broker is reopened.
+    #[error(
+        "no space left on the device of broker directory {dir}: a journal write of {needed} bytes failed \
+         ({free}). Nothing acknowledged was lost. Free space on that device (or move the directory), \
+         then reopen the broker"
+    )]
+    DiskFull {
+        /// The broker directory.
+        dir: String,
+        /// The bytes the failed write needed.
+        needed: u64,
+        /// What the device has left, as far as the broker could tell.
+        free: String,
+    },
     /// Another broker holds the directory: a second read-write open would fork its
     /// journal and lose what it writes.
     #[error(
@@ -220,6 +236,7 @@ impl Error {
             Error::Fenced { .. } => ErrorKind::Fenced,
             Error::TooManyPendingTransactions { .. }
             | Error::Storage { .. }
+            | Error::DiskFull { .. }
             | Error::Closed { .. }
             | Error::DirectoryLocked { .. } => ErrorKind::Unavailable,
             Error::Corrupt { .. } => ErrorKind::Data,

@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 /// After the journal rolls to a new segment file (not the first of a process), before
 /// its first entry is written.
 pub const SEGMENT_ROLL: &str = "segment.roll";
+/// A journal write meets a full disk: half of it reaches the segment, then ENOSPC.
+pub const DISK_FULL: &str = "segment.disk_full";
 /// After a snapshot is encoded, before its file is written.
 pub const SNAPSHOT_BEFORE_WRITE: &str = "snapshot.before_write";
 /// After a snapshot file is written and synced, before any segment is deleted.
@@ -22,8 +24,14 @@ pub const GC_AFTER_FIRST_DELETE: &str = "gc.after_first_delete";
 pub const GC_BEFORE_OLD_SNAPSHOTS: &str = "gc.before_old_snapshots";
 
 /// Every fault point, in the order a snapshot meets them.
-pub const ALL: &[&str] =
-    &[SEGMENT_ROLL, SNAPSHOT_BEFORE_WRITE, SNAPSHOT_BEFORE_GC, GC_AFTER_FIRST_DELETE, GC_BEFORE_OLD_SNAPSHOTS];
+pub const ALL: &[&str] = &[
+    SEGMENT_ROLL,
+    DISK_FULL,
+    SNAPSHOT_BEFORE_WRITE,
+    SNAPSHOT_BEFORE_GC,
+    GC_AFTER_FIRST_DELETE,
+    GC_BEFORE_OLD_SNAPSHOTS,
+];
 
 /// The points armed on one broker, and the one the process aborts at, if any.
 #[derive(Debug, Clone, Default)]

@@ -69,8 +69,16 @@ pub(crate) struct Tuning {
 }
 
 impl Default for Tuning {
+    /// The defaults, but for what the environment sets for crash campaigns:
+    /// `SHAREFLOW_CRASH_AT` (see [`Faults::from_env`]) and
+    /// `SHAREFLOW_BROKER_SNAPSHOT_BYTES` (the replay bound, so that a short run takes
+    /// snapshots).
     fn default() -> Self {
-        Self { faults: Faults::from_env(), replay_bound_bytes: REPLAY_BOUND_BYTES }
+        let replay_bound_bytes = std::env::var("SHAREFLOW_BROKER_SNAPSHOT_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(REPLAY_BOUND_BYTES, |b| b.max(1));
+        Self { faults: Faults::from_env(), replay_bound_bytes }
     }
 }
 /// The batches read from segments that are kept in memory for the next reads.
@@ -194,7 +202,15 @@ impl Appender {
             return Err(std::io::Error::other("no active journal segment"));
         };
         let at = *size;
-        if let Err(e) = file.write_all(bytes).and_then(|()| match self.durability {
+        let mut disk_full = || -> std::io::Result<()> {
+            // A full disk takes part of a write: half the group, then ENOSPC.
+            if self.faults.hit(fault::DISK_FULL).is_err() {
+                file.write_all(&bytes[..bytes.len() / 2])?;
+                return Err(std::io::ErrorKind::StorageFull.into());
+            }
+            Ok(())
+        };
+        if let Err(e) = disk_full().and_then(|()| file.write_all(bytes)).and_then(|()| match self.durability {
             Durability::Fsync => file.sync_data(),
             Durability::ProcessCrash => Ok(()),
         }) {
@@ -862,6 +878,10 @@ impl JournalCore {
                 .unwrap_or_else(|e| Err(std::io::Error::other(e)))
                 .map(Some)
                 .map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::StorageFull || e.kind() == std::io::ErrorKind::QuotaExceeded {
+                        let dir = self.local.as_ref().map(|(d, _)| d.display().to_string()).unwrap_or_default();
+                        return Error::DiskFull { dir, needed: len, free: e.to_string() };
+                    }
                     Error::storage(
                         self.segment_path(first),
                         format!("journal append failed ({e}); the broker must be reopened to continue"),

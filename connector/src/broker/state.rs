@@ -1079,6 +1079,7 @@ impl BrokerState {
 pub(crate) type LoadBatch<'a> = &'a dyn Fn(&TopicPartition, &LogBatch) -> Result<Bytes>;
 
 /// Loads only batches held in memory: for the model, which keeps no journal.
+#[cfg(feature = "model")]
 pub(crate) fn load_inline(tp: &TopicPartition, batch: &LogBatch) -> Result<Bytes> {
     match &batch.data {
         super::log::BatchData::Inline(data) => Ok(data.clone()),
