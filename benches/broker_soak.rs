@@ -109,60 +109,22 @@ async fn parent(args: Vec<String>, minutes: f64, retention_s: u64, retention: Re
         "{:>6} {:>12} {:>10} {:>9} {:>13} {:>12}",
         "secs", "out offsets", "rec/s", "RSS MiB", "snapshot KiB", "log MiB"
     );
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(&args)
-        .env(CHILD_DIR, dir.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
     let started = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(json) = line.strip_prefix("SAMPLE ") {
-                let _ = tx.send(serde_json::from_str(json).unwrap());
-            }
-        }
-    });
     let mut samples: Vec<serde_json::Value> = Vec::new();
-    while started.elapsed().as_secs_f64() < minutes * 60.0 {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(sample) => {
-                let f = |k: &str| sample[k].as_f64().unwrap_or(0.0);
-                println!(
-                    "{:>6.0} {:>12.0} {:>10.0} {:>9.1} {:>13.1} {:>12.1}",
-                    f("secs"),
-                    f("committed"),
-                    f("records_per_second"),
-                    f("rss_mib"),
-                    f("snapshot_kib"),
-                    f("log_mib")
-                );
-                results.record(sample.clone());
-                samples.push(sample);
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the soak's child process ended early"),
-        }
-    }
-    // SIGKILL: what the directory holds is what a crash leaves.
-    child.kill().unwrap();
-    child.wait().unwrap();
-    reader.join().unwrap();
+    // First until the logs hold 1 GiB, then to the end: a SIGKILL and a timed reopen at
+    // each, so the two reopen times compare.
+    let small = soak_until(&args, dir.path(), started, &mut samples, &mut results, |s| {
+        s["log_mib"].as_f64().unwrap_or(0.0) >= 1024.0 || started.elapsed().as_secs_f64() >= minutes * 60.0 / 2.0
+    });
+    let (reopen_small_s, _, held_small) = reopen(dir.path(), retention, small).await;
+    println!("killed at {:.2} GiB held; reopened in {reopen_small_s:.3} s", held_small as f64 / (1u64 << 30) as f64);
+    let reported = soak_until(&args, dir.path(), started, &mut samples, &mut results, |_| {
+        started.elapsed().as_secs_f64() >= minutes * 60.0
+    });
     let secs = started.elapsed().as_secs_f64();
-    let reported = samples.last().and_then(|s| s["committed"].as_u64()).unwrap_or(0);
     let snapshot_kib = newest_snapshot_kib(dir.path());
-    let reopening = Instant::now();
-    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir.path()).unwrap().log_retention(retention))
-        .await
-        .unwrap_or_else(|e| panic!("the soak's broker directory does not open again: {e}"));
-    let reopen_s = reopening.elapsed().as_secs_f64();
-    let committed = total(&broker, "out", |_, e, _| e as u64).await;
-    assert!(committed >= reported, "the reopened broker has {committed} output records; the child reported {reported}");
-    let held = total(&broker, "in", |_, _, b| b).await + total(&broker, "out", |_, _, b| b).await;
+    let (reopen_s, committed, held) = reopen(dir.path(), retention, reported).await;
     let held_gib = held as f64 / (1u64 << 30) as f64;
-    broker.close();
     // The rate and memory over the run, after its first minute.
     let col = |k: &str, from: f64, to: f64| -> Vec<f64> {
         samples
@@ -190,10 +152,90 @@ async fn parent(args: Vec<String>, minutes: f64, retention_s: u64, retention: Re
          RSS max {rss_max:.0} MiB, minutes 5-10 {rss_5_10:.0} MiB, last 10 minutes {rss_last_10:.0} MiB",
         rate_p10 / rate_median.max(1.0)
     );
+    println!(
+        "reopen at {held_gib:.2} GiB held {reopen_s:.3} s, at {:.2} GiB {reopen_small_s:.3} s ({:.2} x)",
+        held_small as f64 / (1u64 << 30) as f64,
+        reopen_s / reopen_small_s.max(1e-9)
+    );
     results.record(serde_json::json!({"kind": "summary", "committed": committed, "secs": secs,
         "reopen_s": reopen_s, "snapshot_kib": snapshot_kib, "held_gib": held_gib,
+        "reopen_small_s": reopen_small_s, "held_small_gib": held_small as f64 / (1u64 << 30) as f64,
         "rate_median": rate_median, "rate_p10": rate_p10, "rss_max_mib": rss_max,
         "rss_minutes_5_10_mib": rss_5_10, "rss_last_10_minutes_mib": rss_last_10}));
+}
+
+/// Runs a child on `dir` until `done` says so of one of its samples, then kills it with
+/// SIGKILL; its samples go to `samples` and `results`. Returns the committed output
+/// records it last reported.
+fn soak_until(
+    args: &[String],
+    dir: &std::path::Path,
+    started: Instant,
+    samples: &mut Vec<serde_json::Value>,
+    results: &mut results::Results,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> u64 {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .env(CHILD_DIR, dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(json) = line.strip_prefix("SAMPLE ") {
+                let _ = tx.send(serde_json::from_str(json).unwrap());
+            }
+        }
+    });
+    let mut reported = 0;
+    loop {
+        let mut sample = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(sample) => sample,
+            Err(e) => panic!("the soak's child sent no sample for 2 minutes ({e})"),
+        };
+        // Seconds since the soak started, across children.
+        sample["secs"] = serde_json::json!(started.elapsed().as_secs_f64());
+        let f = |k: &str| sample[k].as_f64().unwrap_or(0.0);
+        println!(
+            "{:>6.0} {:>12.0} {:>10.0} {:>9.1} {:>13.1} {:>12.1}",
+            f("secs"),
+            f("committed"),
+            f("records_per_second"),
+            f("rss_mib"),
+            f("snapshot_kib"),
+            f("log_mib")
+        );
+        reported = sample["committed"].as_u64().unwrap_or(reported);
+        results.record(sample.clone());
+        let stop = done(&sample);
+        samples.push(sample);
+        if stop {
+            break;
+        }
+    }
+    // SIGKILL: what the directory holds is what a crash leaves.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    reported
+}
+
+/// Opens `dir` after a kill, timed, and checks that it has the `reported` output records
+/// at least. Returns the seconds it took, the output records and the bytes the logs hold.
+async fn reopen(dir: &std::path::Path, retention: Retention, reported: u64) -> (f64, u64, u64) {
+    let reopening = Instant::now();
+    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir).unwrap().log_retention(retention))
+        .await
+        .unwrap_or_else(|e| panic!("the soak's broker directory does not open again: {e}"));
+    let reopen_s = reopening.elapsed().as_secs_f64();
+    let committed = total(&broker, "out", |_, e, _| e as u64).await;
+    assert!(committed >= reported, "the reopened broker has {committed} output records; the child reported {reported}");
+    let held = total(&broker, "in", |_, _, b| b).await + total(&broker, "out", |_, _, b| b).await;
+    broker.close();
+    (reopen_s, committed, held)
 }
 
 /// The soak itself, until it is killed.
@@ -259,7 +301,8 @@ async fn child(dir: std::path::PathBuf, retention: Retention) {
     tokio::spawn({
         let broker = broker.clone();
         async move {
-            let mut last = (0u64, Instant::now());
+            // A child that follows a killed one starts from what that one committed.
+            let mut last = (total(&broker, "out", |_, e, _| e as u64).await, Instant::now());
             loop {
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 let committed = total(&broker, "out", |_, e, _| e as u64).await;

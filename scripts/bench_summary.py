@@ -147,6 +147,25 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
                               [value(path, r, lambda: float(committed) / float(secs))], header))
             out.append(figure("embedded broker soak: reopening the directory at the end", cmd, "s",
                               [value(path, r, lambda: float(reopen))], header))
+            if "held_gib" in r:
+                # Runs since the log store (decision 0020): killed with SIGKILL, at 1 GiB
+                # held and at the end.
+                out.append(figure("embedded broker soak: records held when killed at the end", cmd, "GiB",
+                                  [value(path, r, lambda: float(r["held_gib"]))], header))
+                out.append(figure("embedded broker soak: reopen after SIGKILL at the end / at 1 GiB held", cmd,
+                                  "ratio", [value(path, r, lambda: float(reopen) / float(r["reopen_small_s"]))],
+                                  header))
+                out.append(figure("embedded broker soak: newest snapshot / record bytes held, at the end", cmd,
+                                  "%", [value(path, r, lambda: float(r["snapshot_kib"]) * 1024 * 100
+                                              / (float(r["held_gib"]) * 2 ** 30))], header))
+                out.append(figure("embedded broker soak: 10 s rate after the first minute, median", cmd,
+                                  "records/s", [value(path, r, lambda: float(r["rate_median"]))], header))
+                out.append(figure("embedded broker soak: 10 s rate after the first minute, p10 / median", cmd,
+                                  "ratio", [value(path, r, lambda: float(r["rate_p10"]) / float(r["rate_median"]))],
+                                  header))
+                out.append(figure("embedded broker soak: resident memory, last 10 minutes / minutes 5-10", cmd,
+                                  "ratio", [value(path, r, lambda: float(r["rss_last_10_minutes_mib"])
+                                                  / float(r["rss_minutes_5_10_mib"]))], header))
     rss = [value(path, r, lambda r=r: float(need(path, r, "rss_mib")[0])) for r in rows if r["kind"] == "sample"]
     if rss:
         # Every 10 s sample of one run: the spread is over time, not over runs.
@@ -332,7 +351,9 @@ def number(v: float, unit: str) -> str:
         return f"{v / 1e3:,.0f} k"
     if unit == "ms" and abs(v) < 1:
         return f"{v:.2f}"
-    if unit in ("ms", "s", "MB", "cores"):
+    if unit == "%":
+        return f"{v:.3f}"
+    if unit in ("ms", "s", "MB", "cores", "GiB"):
         return f"{v:.1f}"
     return f"{v:,.0f}"
 
