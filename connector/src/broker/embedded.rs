@@ -41,6 +41,10 @@ pub struct BrokerOptions {
     tuning: Tuning,
 }
 
+/// The largest batch one produce call may make for one partition: a journal entry is
+/// at most 1 GiB (the envelope's limit), and this leaves it room.
+const MAX_BATCH_BYTES: usize = 512 << 20;
+
 /// Kafka's default `log.retention.ms`: 7 days.
 pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
@@ -435,14 +439,7 @@ impl EmbeddedBroker {
         let broker = Self::recover(options, dir_lock, false).await?;
         broker.execute(Command::Restarted { default_config }).await?;
         if broker.inner.journal.stores_records() {
-            // Batches of an older format sat in its snapshots: into a segment with them.
-            let inline = broker.state()?.inline_batches();
-            if !inline.is_empty() {
-                tracing::info!(batches = inline.len(), "moving the records of an older broker format into segments");
-            }
-            for (tp, base_offset, batch) in inline {
-                broker.execute(Command::Rewrite { tp, base_offset, batch }).await?;
-            }
+            broker.move_inline_batches().await?;
         }
         Ok(broker)
     }
@@ -464,6 +461,43 @@ impl EmbeddedBroker {
             }
         }
         Err(last_error.unwrap_or_else(|| Error::Internal("read-only open did not run".into())))
+    }
+
+    /// Batches of an older format sat in its snapshots, in memory: one `Rewrite` entry
+    /// each moves them into a segment, all in one group commit, so that the next
+    /// snapshot holds no records (decision 0020).
+    async fn move_inline_batches(&self) -> Result<()> {
+        let last = {
+            let mut st = self.state()?;
+            let inline = st.inline_batches();
+            if inline.is_empty() {
+                return Ok(());
+            }
+            tracing::info!(batches = inline.len(), "moving the records of an older broker format into segments");
+            let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
+            let mut last = None;
+            for (tp, base_offset, batch) in inline {
+                let entry = Entry { now_ms, command: Command::Rewrite { tp: tp.clone(), base_offset, batch } };
+                let (result, expired) = st.apply(&entry);
+                // As `execute` journals: the entry carries its expiry; a Tick carries an
+                // expiry alone.
+                if matches!(result?, Outcome::Produced { .. }) {
+                    let lsn = self.inner.journal.append(&entry)?;
+                    st.store_batch(&tp, base_offset, lsn);
+                    last = Some(lsn);
+                } else if expired {
+                    last = Some(self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?);
+                }
+            }
+            let events = std::mem::take(&mut st.events);
+            drop(st);
+            self.publish(&events);
+            last
+        };
+        match last {
+            Some(lsn) => self.inner.journal.sync(lsn).await,
+            None => Ok(()),
+        }
     }
 
     async fn recover(options: BrokerOptions, dir_lock: Option<DirLock>, read_only: bool) -> Result<Self> {
@@ -714,6 +748,13 @@ impl EmbeddedBroker {
             let txn = txn.map(|h| (h.id.clone(), h.epoch));
             let batch = batch::encode(&recs);
             drop(recs);
+            if batch.len() > MAX_BATCH_BYTES {
+                return Err(Error::InvalidRequest(format!(
+                    "a produce of {} bytes to {tp} is larger than the {MAX_BATCH_BYTES} bytes one journal entry holds; \
+                     send it in smaller calls",
+                    batch.len()
+                )));
+            }
             match self.execute(Command::Append { tp: tp.clone(), txn, batch }).await? {
                 Outcome::Produced { base_offset } => {
                     for (k, i) in idx.into_iter().enumerate() {

@@ -124,10 +124,16 @@ pub(crate) struct Loc {
 struct RecordIndex {
     locs: BTreeMap<Lsn, Loc>,
     pending: BTreeMap<Lsn, Bytes>,
+    /// Open segment files, at most [`OPEN_SEGMENTS`], the oldest opened closed first.
     files: HashMap<Lsn, Arc<std::fs::File>>,
-    cache: VecDeque<(Lsn, Bytes)>,
+    files_order: VecDeque<Lsn>,
+    cache: HashMap<Lsn, Bytes>,
+    cache_order: VecDeque<Lsn>,
     cache_bytes: usize,
 }
+
+/// Segment files kept open for reads.
+const OPEN_SEGMENTS: usize = 64;
 
 /// How far a local journal write goes before the call returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -324,6 +330,14 @@ pub(crate) struct JournalCore {
     records: Mutex<RecordIndex>,
     faults: Faults,
     replay_bound_bytes: u64,
+}
+
+/// What a snapshot's batches point at: the segments GC must keep, and the journal
+/// entries whose place the record index must keep.
+#[derive(Debug, Default)]
+pub(crate) struct Referenced {
+    segments: HashSet<Lsn>,
+    lsns: HashSet<Lsn>,
 }
 
 /// What [`Journal::recover`] found.
@@ -610,7 +624,14 @@ impl JournalCore {
             while pos < bytes.len() {
                 let frame = match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
                     Ok(f) => f,
-                    Err(e) if is_last && is_torn_tail(&bytes[pos..], &e) && !valid_frame_follows(&bytes[pos..]) => {
+                    // Only entries after the snapshot can be a torn tail: one it covers
+                    // was durable before it, and a batch of it may be pointed at.
+                    Err(e)
+                        if is_last
+                            && lsn >= next
+                            && is_torn_tail(&bytes[pos..], &e)
+                            && !valid_frame_follows(&bytes[pos..]) =>
+                    {
                         tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
                         truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
                         if !self.read_only {
@@ -676,6 +697,25 @@ impl JournalCore {
     /// place in the index, and that the segment is there and long enough. A missing or
     /// short segment is named, with the offsets it held.
     fn check_index(&self, state: &BrokerState, index: &[(Lsn, Loc)], segments: &[(Lsn, Path, u64)]) -> Result<()> {
+        // Beside a live broker, a read-only open may list the segments before a newer
+        // snapshot points into one created or grown since: a reason to read again
+        // (`open_read_only` retries storage errors), not damage.
+        self.check_index_inner(state, index, segments).map_err(|e| match e {
+            Error::Corrupt { path, reason } if self.read_only => Error::Storage {
+                path,
+                reason: format!("{reason} (read-only: a live broker may have moved on since the listing)"),
+                source: None,
+            },
+            e => e,
+        })
+    }
+
+    fn check_index_inner(
+        &self,
+        state: &BrokerState,
+        index: &[(Lsn, Loc)],
+        segments: &[(Lsn, Path, u64)],
+    ) -> Result<()> {
         let sizes: HashMap<Lsn, u64> = segments.iter().map(|(first, _, size)| (*first, *size)).collect();
         let locs: HashMap<Lsn, Loc> = index.iter().copied().collect();
         for (tp, log) in state.logs() {
@@ -696,7 +736,7 @@ impl JournalCore {
                             format!("the segment is missing, and it holds {}; restore the broker directory from a copy, or start a new directory", what()),
                         ))
                     }
-                    Some(&size) if loc.pos + u64::from(loc.len) > size => {
+                    Some(&size) if loc.pos.checked_add(u64::from(loc.len)).is_none_or(|end| end > size) => {
                         return Err(Error::corrupt(
                             &path,
                             format!(
@@ -740,10 +780,7 @@ impl JournalCore {
             BatchData::Stored(lsn) => *lsn,
         };
         let mut index = crate::common::sync::lock(&self.records);
-        if let Some(data) = index.pending.get(&lsn) {
-            return Ok(data.clone());
-        }
-        if let Some((_, data)) = index.cache.iter().rev().find(|(l, _)| *l == lsn) {
+        if let Some(data) = index.pending.get(&lsn).or_else(|| index.cache.get(&lsn)) {
             return Ok(data.clone());
         }
         let what = || format!("offsets {}..={} of {tp} (journal entry {lsn})", batch.base_offset, batch.last_offset());
@@ -757,49 +794,71 @@ impl JournalCore {
                 what()
             )));
         };
+        let range = || format!("bytes {}..{}", loc.pos, loc.pos.saturating_add(u64::from(loc.len)));
+        // A read-only view may be older than the live broker beside it, which deletes
+        // segments its own snapshots no longer need: that is a stale view, not damage.
+        let gone = |e: std::io::Error| -> Error {
+            if self.read_only || e.kind() != std::io::ErrorKind::NotFound {
+                let why = if self.read_only {
+                    "the live broker beside this read-only view may have deleted it since; open it read-only again"
+                } else {
+                    "check the directory's device and permissions"
+                };
+                return Error::storage(
+                    &path,
+                    format!("cannot read {} of the segment, which hold {} ({e}); {why}", range(), what()),
+                    None,
+                );
+            }
+            Error::corrupt(
+                &path,
+                format!(
+                    "cannot read {} of the segment, which hold {} ({e}); restore the broker directory from a copy, or \
+                     start a new directory",
+                    range(),
+                    what()
+                ),
+            )
+        };
         let file = match index.files.get(&loc.segment) {
             Some(f) => f.clone(),
             None => {
-                let f = Arc::new(std::fs::File::open(&file_path).map_err(|e| {
-                    Error::corrupt(
-                        &path,
-                        format!("cannot open the segment that holds {} ({e}); restore the broker directory from a copy, or start a new directory", what()),
-                    )
-                })?);
+                let f = Arc::new(std::fs::File::open(&file_path).map_err(gone)?);
+                if index.files.len() >= OPEN_SEGMENTS {
+                    if let Some(old) = index.files_order.pop_front() {
+                        index.files.remove(&old);
+                    }
+                }
                 index.files.insert(loc.segment, f.clone());
+                index.files_order.push_back(loc.segment);
                 f
             }
         };
         let mut buf = vec![0u8; loc.len as usize];
-        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, loc.pos).map_err(|e| {
-            Error::corrupt(
-                &path,
-                format!(
-                    "cannot read bytes {}..{} of the segment, which hold {} ({e}); restore the broker directory from a copy, or start a new directory",
-                    loc.pos,
-                    loc.pos + u64::from(loc.len),
-                    what()
-                ),
-            )
-        })?;
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, loc.pos).map_err(gone)?;
         let data = Bytes::from(buf);
-        super::batch::verify(&data).map_err(|e| {
+        let damaged = |why: String| {
             Error::corrupt(
                 &path,
                 format!(
-                    "bytes {}..{} of the segment, which hold {}, are damaged ({e}); restore the broker directory from a copy, or start a new directory",
-                    loc.pos,
-                    loc.pos + u64::from(loc.len),
+                    "{} of the segment, which hold {}, are damaged ({why}); restore the broker directory from a copy, \
+                     or start a new directory",
+                    range(),
                     what()
                 ),
             )
-        })?;
+        };
+        let meta = super::batch::verify(&data).map_err(|e| damaged(e.to_string()))?;
+        if meta.count != batch.count {
+            return Err(damaged(format!("they hold {} records, the log says {}", meta.count, batch.count)));
+        }
         index.cache_bytes += data.len();
-        index.cache.push_back((lsn, data.clone()));
+        index.cache.insert(lsn, data.clone());
+        index.cache_order.push_back(lsn);
         while index.cache_bytes > READ_CACHE_BYTES {
-            match index.cache.pop_front() {
-                Some((_, old)) => index.cache_bytes -= old.len(),
-                None => break,
+            let Some(old) = index.cache_order.pop_front() else { break };
+            if let Some(gone) = index.cache.remove(&old) {
+                index.cache_bytes -= gone.len();
             }
         }
         Ok(data)
@@ -808,7 +867,7 @@ impl JournalCore {
     /// The record index a snapshot of `state` needs (where each of its stored batches
     /// lies), and the segments those batches point into: those must outlive the
     /// snapshot. Call once every entry of `state` is durable.
-    fn snapshot_index(&self, state: &BrokerState) -> Result<(Vec<(Lsn, Loc)>, HashSet<Lsn>)> {
+    fn snapshot_index(&self, state: &BrokerState) -> Result<(Vec<(Lsn, Loc)>, Referenced)> {
         let index = crate::common::sync::lock(&self.records);
         let mut out = Vec::new();
         let mut segments = HashSet::new();
@@ -827,7 +886,8 @@ impl JournalCore {
             }
         }
         out.sort_unstable_by_key(|(lsn, _)| *lsn);
-        Ok((out, segments))
+        let lsns = out.iter().map(|(lsn, _)| *lsn).collect();
+        Ok((out, Referenced { segments, lsns }))
     }
 
     /// Adds an entry to the next group commit and returns its lsn. Call under the state
@@ -979,7 +1039,7 @@ impl JournalCore {
     /// Writes `state`, which reflects every entry up to `lsn` (already durable), then
     /// drops the segments and snapshots it makes redundant: never a segment in
     /// `referenced`, which its batches point into.
-    async fn write_snapshot(&self, lsn: Lsn, state_bytes: (u16, Vec<u8>), referenced: HashSet<Lsn>) -> Result<()> {
+    async fn write_snapshot(&self, lsn: Lsn, state_bytes: (u16, Vec<u8>), referenced: Referenced) -> Result<()> {
         let result = self.write_snapshot_inner(lsn, state_bytes, referenced).await;
         self.abandon_snapshot();
         result
@@ -989,7 +1049,7 @@ impl JournalCore {
         &self,
         lsn: Lsn,
         (version, state_bytes): (u16, Vec<u8>),
-        referenced: HashSet<Lsn>,
+        referenced: Referenced,
     ) -> Result<()> {
         self.crash_point(fault::SNAPSHOT_BEFORE_WRITE)?;
         let frames = snapshot_frames(bytes::Bytes::from(state_bytes), SNAPSHOT_FRAME_BYTES, version);
@@ -1017,10 +1077,9 @@ impl JournalCore {
             let mut b = self.lock()?;
             b.last_snapshot_bytes = size;
             b.last_snapshot_lsn = lsn;
-            let (old, keep): (Vec<_>, Vec<_>) = b
-                .segments
-                .iter()
-                .partition(|(first, last)| *last <= lsn && Some(*first) != active && !referenced.contains(first));
+            let (old, keep): (Vec<_>, Vec<_>) = b.segments.iter().partition(|(first, last)| {
+                *last <= lsn && Some(*first) != active && !referenced.segments.contains(first)
+            });
             b.segments = keep;
             b.bytes_since_snapshot = 0;
             b.record_bytes_since_snapshot = 0;
@@ -1030,10 +1089,12 @@ impl JournalCore {
             // Forget where deleted batches lay: the index keeps what the snapshot points
             // at and what came after it.
             let mut index = crate::common::sync::lock(&self.records);
-            index.locs.retain(|l, loc| *l > lsn || referenced.contains(&loc.segment));
+            index.locs.retain(|l, _| *l > lsn || referenced.lsns.contains(l));
             for (first, _) in &obsolete {
                 index.files.remove(first);
             }
+            let files = std::mem::take(&mut index.files_order);
+            index.files_order = files.into_iter().filter(|f| index.files.contains_key(f)).collect();
         }
         for (i, (first, _)) in obsolete.into_iter().enumerate() {
             let p = self.segment_path(first);

@@ -476,10 +476,12 @@ impl BrokerState {
         let meta = batch::meta(data).map_err(|e| Error::InvalidRequest(format!("rewrite of {tp}: {e}")))?;
         match self.log(tp)?.batch_at(base_offset) {
             Some(b) if b.base_offset == base_offset && b.count == meta.count => Ok(Outcome::Produced { base_offset }),
-            _ => Err(Error::InvalidRequest(format!(
-                "rewrite of {tp}: no batch of {} records starts at offset {base_offset}",
-                meta.count
+            Some(b) if b.base_offset == base_offset => Err(Error::InvalidRequest(format!(
+                "rewrite of {tp}: the batch at offset {base_offset} holds {} records, not {}",
+                b.count, meta.count
             ))),
+            // Retention deleted it meanwhile: nothing to move.
+            _ => Ok(Outcome::Unchanged),
         }
     }
 
