@@ -1,8 +1,10 @@
 //! Job files: `shareflow run job.toml` runs a user's own pipeline without Rust, as one
-//! instance of its share group (start it N times with different `--instance` names).
+//! instance of its share group (start it N times with different `--instance` names),
+//! on a Kafka 4.x broker (`kafka = "HOST:PORT"`) or on an embedded broker directory
+//! (`broker = "DIR"`, no server needed).
 //!
 //! ```toml
-//! kafka = "127.0.0.1:19092"
+//! kafka = "127.0.0.1:19092"      # or: broker = "/var/lib/shareflow/broker"
 //! checkpoints = "file:///var/lib/shareflow/orders"
 //!
 //! [source]
@@ -14,7 +16,7 @@
 //! sql = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input"
 //!
 //! [sink]
-//! kind = "kafka"                 # "kafka" (topic), "files" (url), or "print"
+//! kind = "kafka"                 # "kafka" or "topic" (a topic), "files" (url), or "print"
 //! topic = "orders-upper"
 //!
 //! [job]
@@ -49,7 +51,8 @@ pub(crate) struct JobFileError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    kafka: Spanned<String>,
+    kafka: Option<Spanned<String>>,
+    broker: Option<Spanned<String>>,
     checkpoints: Spanned<String>,
     instance: Option<Spanned<String>>,
     source: Spanned<RawSource>,
@@ -95,11 +98,20 @@ struct RawJob {
     adoption_timeout_ms: Option<Spanned<i64>>,
 }
 
+/// Where a job reads and writes its topics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// A Kafka 4.x broker, `HOST:PORT`.
+    Kafka(String),
+    /// An embedded broker in this directory (created if missing).
+    Embedded(String),
+}
+
 /// Where a job writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SinkSpec {
-    /// A Kafka topic, in the checkpoint's transaction.
-    Kafka { topic: String },
+    /// A topic of the job's broker, in the checkpoint's transaction.
+    Topic { topic: String },
     /// Files under an object-store URL, published when the checkpoint commits.
     Files { url: String },
     /// Standard output (at least once: a line printed before a crash is printed again).
@@ -109,7 +121,7 @@ pub(crate) enum SinkSpec {
 /// A checked job file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct JobFile {
-    pub(crate) kafka: String,
+    pub(crate) backend: Backend,
     pub(crate) checkpoints: String,
     pub(crate) instance: Option<String>,
     pub(crate) group: String,
@@ -192,10 +204,32 @@ impl JobFile {
                 Some(n) => Err(err(n.span(), key, format!("{} is out of range: give 1 to {max}", n.get_ref()))),
             }
         };
-        let kafka = non_empty(&raw.kafka, "kafka")?;
-        if !kafka.contains(':') {
-            return Err(err(raw.kafka.span(), "kafka", format!("{kafka:?} is not HOST:PORT")));
-        }
+        let backend = match (&raw.kafka, &raw.broker) {
+            (Some(kafka), None) => {
+                let k = non_empty(kafka, "kafka")?;
+                if !k.contains(':') {
+                    return Err(err(kafka.span(), "kafka", format!("{k:?} is not HOST:PORT")));
+                }
+                Backend::Kafka(k)
+            }
+            (None, Some(broker)) => Backend::Embedded(non_empty(broker, "broker")?),
+            (Some(_), Some(broker)) => {
+                return Err(err(
+                    broker.span(),
+                    "broker",
+                    "give kafka = \"HOST:PORT\" or broker = \"DIR\", not both".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(err(
+                    0..0,
+                    "kafka",
+                    "give kafka = \"HOST:PORT\" (a Kafka 4.x broker) or broker = \"DIR\" (an embedded broker \
+                     directory, no server needed)"
+                        .into(),
+                ))
+            }
+        };
         let checkpoints = non_empty(&raw.checkpoints, "checkpoints")?;
         shareflow::checkpoint::open_url(&checkpoints, &[])
             .map_err(|e| err(raw.checkpoints.span(), "checkpoints", e.to_string()))?;
@@ -262,21 +296,21 @@ impl JobFile {
         }
         let sink = raw.sink.get_ref();
         let sink = match sink.kind.get_ref().as_str() {
-            "kafka" => {
+            "kafka" | "topic" => {
                 let topic = sink
                     .topic
                     .as_ref()
-                    .ok_or_else(|| err(raw.sink.span(), "sink.topic", "a kafka sink needs topic = \"...\"".into()))?;
+                    .ok_or_else(|| err(raw.sink.span(), "sink.topic", "a topic sink needs topic = \"...\"".into()))?;
                 if schema.index_of("value").is_err() {
                     return Err(err(
                         raw.sink.span(),
                         "sink",
-                        "a kafka sink writes the column `value` (and `key` if there is one); the last transform \
+                        "a topic sink writes the column `value` (and `key` if there is one); the last transform \
                          has no `value` column"
                             .into(),
                     ));
                 }
-                SinkSpec::Kafka { topic: non_empty(topic, "sink.topic")? }
+                SinkSpec::Topic { topic: non_empty(topic, "sink.topic")? }
             }
             "files" => {
                 let url = sink.url.as_ref().ok_or_else(|| {
@@ -291,12 +325,12 @@ impl JobFile {
                 return Err(err(
                     sink.kind.span(),
                     "sink.kind",
-                    format!("{other:?}: give \"kafka\", \"files\" or \"print\""),
+                    format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\" or \"print\""),
                 ))
             }
         };
         Ok(Self {
-            kafka,
+            backend,
             checkpoints,
             instance,
             group,
@@ -346,12 +380,12 @@ checkpoint_interval_ms = 500
     #[test]
     fn a_good_file_gives_every_setting_with_defaults_for_the_rest() {
         let job = JobFile::parse("job.toml", GOOD).unwrap();
-        assert_eq!(job.kafka, "127.0.0.1:19092");
+        assert_eq!(job.backend, Backend::Kafka("127.0.0.1:19092".into()));
         assert_eq!((job.group.as_str(), job.topics.clone()), ("orders", vec!["orders".to_string()]));
         assert!(job.exactly_once && job.from_earliest);
         assert_eq!(job.transforms.len(), 2);
         assert_eq!((job.transforms[0].0.as_str(), job.transforms[1].0.as_str()), ("upper", "transform-1"));
-        assert_eq!(job.sink, SinkSpec::Kafka { topic: "orders-upper".into() });
+        assert_eq!(job.sink, SinkSpec::Topic { topic: "orders-upper".into() });
         assert_eq!((job.parallelism, job.partitions), (3, 4));
         assert_eq!((job.interval, job.checkpoint_timeout), (Duration::from_millis(500), Duration::from_secs(10)));
         assert_eq!(job.instance, None);
@@ -365,7 +399,7 @@ checkpoint_interval_ms = 500
             (replace("topic = \"orders-upper\"", "topik = \"x\""), 18, "sink.topik", "unknown field `topik`"),
             (replace("parallelism = 3", "parallelism = 0"), 21, "job.parallelism", "out of range"),
             (replace("parallelism = 3", "parallelism = \"three\""), 21, "job.parallelism", "invalid type"),
-            (replace("kind = \"kafka\"", "kind = \"s3\""), 17, "sink.kind", "give \"kafka\", \"files\" or \"print\""),
+            (replace("kind = \"kafka\"", "kind = \"s3\""), 17, "sink.kind", "\"files\" or \"print\""),
             (replace("FROM input\"", "FROM nowhere\""), 11, "transform[0].sql", "table `input`"),
             (replace("topics = [\"orders\"]", "topics = []"), 7, "source.topics", "one or more"),
             (replace("group = \"orders\"", "group = \" \""), 6, "source.group", "must not be empty"),
@@ -386,6 +420,9 @@ checkpoint_interval_ms = 500
             ),
             (replace("topic = \"orders-upper\"", ""), 0, "sink.topic", "needs topic"),
             ("kafka = ".into(), 1, "kafka", "string"),
+            (replace("kafka = \"127.0.0.1:19092\"", ""), 0, "kafka", "broker = \"DIR\""),
+            (replace("kafka = \"127.0.0.1:19092\"", "kafka = \"h:1\"\nbroker = \"/tmp/b\""), 3, "broker", "not both"),
+            (replace("kafka = \"127.0.0.1:19092\"", "broker = \"\""), 2, "broker", "must not be empty"),
         ];
         for (text, line, key, word) in table {
             let e = JobFile::parse("job.toml", &text).expect_err(&text);
@@ -412,5 +449,15 @@ checkpoint_interval_ms = 500
         assert_eq!(job.max_rate, Some(500));
         let print = GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", "kind = \"print\"");
         assert_eq!(JobFile::parse("job.toml", &print).unwrap().sink, SinkSpec::Print);
+    }
+
+    #[test]
+    fn a_file_on_an_embedded_broker_directory_parses() {
+        let text = GOOD
+            .replace("kafka = \"127.0.0.1:19092\"", "broker = \"/var/lib/shareflow/broker\"")
+            .replace("kind = \"kafka\"", "kind = \"topic\"");
+        let job = JobFile::parse("job.toml", &text).unwrap();
+        assert_eq!(job.backend, Backend::Embedded("/var/lib/shareflow/broker".into()));
+        assert_eq!(job.sink, SinkSpec::Topic { topic: "orders-upper".into() });
     }
 }

@@ -213,7 +213,7 @@ async fn file_pipeline(
         stream = stream.sql(name, sql).parallelism(parallelism);
     }
     match &file.sink {
-        SinkSpec::Kafka { topic } => {
+        SinkSpec::Topic { topic } => {
             cluster.ensure_topic(topic, file.partitions as i32, &[]).await?;
             stream.sink("kafka-sink", KafkaSink::factory(txns.clone(), topic)).parallelism(parallelism);
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 mod admin;
 mod demo;
-#[cfg(feature = "kafka")]
+mod embedded_run;
 mod job_file;
 #[cfg(feature = "kafka")]
 mod kafka_demo;
@@ -95,7 +95,13 @@ commands:
   run JOB.toml [--instance ID] [--kafka HOST:PORT] [--checkpoints URL] [--metrics-addr A] [--json]
                run one instance of your own pipeline from a job file (source, SQL
                transforms, sink, checkpoints; examples/jobs/*.toml); the whole file is
-               checked first, and each error names its line and key
+               checked first, and each error names its line and key. With broker = \"DIR\"
+               in the file (instead of kafka = ...) it runs on an embedded broker in DIR,
+               no server needed, until SIGTERM or Ctrl-C
+  produce --dir DIR --topic T [--partitions N]
+               append each line of standard input as one record (its value) to topic T of
+               the embedded broker in DIR (created with N partitions, default 4, if
+               missing); the input of a job file with broker = \"DIR\"
   run --kafka HOST:PORT --group G --instance ID --checkpoints URL
                run one instance of the main job in share group G on a real Kafka 4.x broker,
                until SIGTERM or Ctrl-C (a final checkpoint, then it retires). Start more with
@@ -354,6 +360,47 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
     Ok((o, c.json))
 }
 
+/// Whether `run` is given a job file that runs on an embedded broker directory
+/// (`broker = "DIR"`), or one that does not load (whose errors that path reports). A
+/// Kafka job file and the main job's options take the Kafka path.
+fn embedded_job_file(args: &Args) -> bool {
+    let Some(path) = args.0.first().filter(|a| !a.starts_with("--")) else { return false };
+    job_file::JobFile::load(std::path::Path::new(path))
+        .map_or(true, |job| matches!(job.backend, job_file::Backend::Embedded(_)))
+}
+
+/// `run JOB.toml [--instance NAME] [--checkpoints URL] [--json]` on an embedded broker:
+/// the file, its broker directory, the checkpoint root (default `file://DIR/checkpoints`)
+/// and the job id (default the group's name).
+#[allow(clippy::type_complexity)]
+fn embedded_run_options(
+    args: &mut Args,
+) -> Result<((job_file::JobFile, std::path::PathBuf, String, String), bool), String> {
+    let path = args.0.remove(0);
+    let job = job_file::JobFile::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
+    let job_file::Backend::Embedded(dir) = &job.backend else {
+        return Err(format!("{path}: not a job file on an embedded broker (no broker = \"DIR\")"));
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let instance = args.value("--instance")?.or_else(|| job.instance.clone()).unwrap_or_else(|| job.group.clone());
+    let checkpoints = args.value("--checkpoints")?.unwrap_or_else(|| job.checkpoints.clone());
+    if args.value("--kafka")?.is_some() {
+        return Err(format!("{path}: --kafka does not apply to a job file with broker = \"DIR\""));
+    }
+    Ok(((job, dir, checkpoints, instance), args.flag("--json")))
+}
+
+/// `produce --dir DIR --topic T [--partitions N]`.
+fn produce_options(args: &mut Args) -> Result<embedded_run::ProduceOptions, String> {
+    let dir = args.value("--dir")?.ok_or("produce needs --dir DIR: the embedded broker's directory")?;
+    let topic = args.value("--topic")?.ok_or("produce needs --topic T: the topic to append to")?;
+    let partitions = match args.number::<u32>("--partitions")? {
+        Some(0) => return Err("--partitions must be >= 1".into()),
+        p => p.unwrap_or(4),
+    };
+    Ok(embedded_run::ProduceOptions { dir: dir.into(), topic, partitions })
+}
+
 /// `run job.toml [--instance NAME] [--metrics-addr A] [--json]`: a job file, checked
 /// whole before anything runs. `--instance` overrides the file's `instance`.
 #[cfg(feature = "kafka")]
@@ -366,7 +413,15 @@ fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run::RunOption
             return Err(format!("{path}: give the instance's name: instance = \"...\" in the file, or --instance NAME"))
         }
     };
-    let kafka = args.value("--kafka")?.unwrap_or_else(|| job.kafka.clone());
+    let kafka = match (args.value("--kafka")?, &job.backend) {
+        (Some(k), _) => k,
+        (None, job_file::Backend::Kafka(k)) => k.clone(),
+        (None, job_file::Backend::Embedded(dir)) => {
+            return Err(format!(
+                "{path}: runs on the embedded broker in {dir}, not on Kafka; give --kafka to run it there"
+            ))
+        }
+    };
     let checkpoints = args.value("--checkpoints")?.unwrap_or_else(|| job.checkpoints.clone());
     let mut o = kafka_run::RunOptions::new(&kafka, &job.group, &instance, &checkpoints);
     o.interval = job.interval;
@@ -717,6 +772,35 @@ fn main() -> ExitCode {
                 // At-least-once may repeat records; it must never lose one.
                 |s| !options.verify || (s.lost == 0 && (s.duplicates == 0 || !options.exactly_once)),
             )
+        }
+        "run" if embedded_job_file(&args) => {
+            let parsed = embedded_run_options(&mut args).and_then(|o| args.finish().map(|()| o));
+            let ((file, dir, checkpoints, instance), json) = match parsed {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            report(
+                "run",
+                runtime.block_on(embedded_run::run(&file, &dir, &checkpoints, &instance)),
+                json,
+                |s| s.to_json(),
+                |s| s.to_text(),
+                |_| true,
+            )
+        }
+        "produce" => {
+            let options = match produce_options(&mut args).and_then(|o| args.finish().map(|()| o)) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            let stdin = std::io::stdin().lock();
+            match runtime.block_on(embedded_run::produce(&options.dir, &options.topic, options.partitions, stdin)) {
+                Ok(n) => {
+                    println!("produced {n} records to {} in {}", options.topic, options.dir.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("produce: {e}")),
+            }
         }
         #[cfg(feature = "kafka")]
         "run" => {

@@ -1,0 +1,233 @@
+//! `shareflow run JOB.toml` on an embedded broker directory (`broker = "DIR"` in the
+//! file), and `shareflow produce --dir DIR --topic T`, which loads its input: a user's
+//! own pipeline with no server at all. The directory belongs to one process at a time
+//! (it is locked), so a job file on it runs as one instance.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shareflow_checkpoint::CheckpointStore;
+use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow_connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
+use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceMetrics, SourceSettings};
+use shareflow_runtime::{JobConfig, RestartStrategy};
+
+use crate::demo::{run_job, stop_signal};
+use crate::job_file::{JobFile, SinkSpec};
+
+/// Errors: what failed, with the path or value, and what to do.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a transaction of the job may stay open on the broker.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a run did before it stopped.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EmbeddedRunSummary {
+    pub(crate) broker: String,
+    pub(crate) emitted: u64,
+    pub(crate) attempts: u32,
+    pub(crate) checkpoints_completed: u64,
+    pub(crate) transactions_recovered: u64,
+    pub(crate) stopped_by_signal: bool,
+    pub(crate) seconds: f64,
+}
+
+impl EmbeddedRunSummary {
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::json!({
+            "broker": self.broker,
+            "emitted": self.emitted,
+            "attempts": self.attempts,
+            "checkpoints_completed": self.checkpoints_completed,
+            "transactions_recovered": self.transactions_recovered,
+            "stopped": self.stopped_by_signal,
+            "seconds": self.seconds,
+        })
+        .to_string()
+    }
+
+    pub(crate) fn to_text(&self) -> String {
+        format!(
+            "job on {}: {} records emitted, {} checkpoints, {} transactions recovered, {} attempts, {:.1} s{}",
+            self.broker,
+            self.emitted,
+            self.checkpoints_completed,
+            self.transactions_recovered,
+            self.attempts,
+            self.seconds,
+            if self.stopped_by_signal { "; stopped by a signal" } else { "" }
+        )
+    }
+}
+
+/// The group's settings: the file's mode, with the locks and limits the demo uses.
+fn group_config(file: &JobFile) -> Result<ShareConfig, BoxError> {
+    let mode = if file.exactly_once { AcknowledgementMode::Transactional } else { AcknowledgementMode::Explicit };
+    Ok(ShareConfig::builder()
+        .acknowledgement_mode(mode)
+        .record_lock_duration(Duration::from_secs(30))
+        .partition_max_record_locks(1_000_000)
+        .build()?)
+}
+
+/// Creates `topic` with `partitions` unless it exists; returns its partition count.
+async fn ensure_topic(broker: &EmbeddedBroker, topic: &str, partitions: u32) -> Result<u32, BoxError> {
+    match broker.partition_count(topic) {
+        Ok(n) => Ok(n as u32),
+        Err(_) => {
+            broker.create_topic(topic, partitions).await?;
+            Ok(partitions)
+        }
+    }
+}
+
+/// Opens the broker directory `dir` (creating it), with `config` for groups.
+async fn open_broker(dir: &Path, config: ShareConfig) -> Result<EmbeddedBroker, BoxError> {
+    Ok(EmbeddedBroker::open(BrokerOptions::local_dir(dir)?.default_config(config)).await?)
+}
+
+/// Runs the job file `file` on its broker directory `dir` until SIGTERM or Ctrl-C (a
+/// final checkpoint, then the broker closes). Checkpoints go to `checkpoints`, under the
+/// job id `instance`.
+pub(crate) async fn run(
+    file: &JobFile,
+    dir: &Path,
+    checkpoints: &str,
+    instance: &str,
+) -> Result<EmbeddedRunSummary, BoxError> {
+    let storage = CheckpointStore::from_url(checkpoints, &[], instance)?;
+    let config = group_config(file)?;
+    let broker = open_broker(dir, config.clone()).await?;
+    let result = run_on(file, &broker, storage, config, instance).await;
+    broker.close();
+    let mut summary = result?;
+    summary.broker = dir.display().to_string();
+    Ok(summary)
+}
+
+async fn run_on(
+    file: &JobFile,
+    broker: &EmbeddedBroker,
+    storage: CheckpointStore,
+    group: ShareConfig,
+    instance: &str,
+) -> Result<EmbeddedRunSummary, BoxError> {
+    for topic in &file.topics {
+        ensure_topic(broker, topic, file.partitions).await?;
+    }
+    broker.configure_group(&file.group, group.clone()).await?;
+    let txns = file.exactly_once.then(|| BrokerTransactions::new(broker.clone(), TRANSACTION_TIMEOUT));
+    let metrics = Arc::new(SourceMetrics::default());
+    let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
+    let mut source = SourceSettings::new(&file.group, &topics);
+    source.max_records_per_second = file.max_rate.map(|r| (r / u64::from(file.parallelism)).max(1));
+    let job = shareflow_runtime::JobBuilder::new();
+    let mut stream = job
+        .source(
+            "share-source",
+            record_schema(),
+            ShareGroupSource::factory(broker.clone(), txns.clone(), source, group, metrics.clone()),
+        )
+        .parallelism(file.parallelism);
+    for (name, sql) in &file.transforms {
+        stream = stream.sql(name, sql).parallelism(file.parallelism);
+    }
+    match &file.sink {
+        SinkSpec::Topic { topic } => {
+            ensure_topic(broker, topic, file.partitions).await?;
+            stream
+                .sink("topic-sink", TopicSink::factory(broker.clone(), txns.clone(), topic))
+                .parallelism(file.parallelism);
+        }
+        SinkSpec::Files { url } => {
+            let (store, root) = shareflow_checkpoint::open_url(url, &[])?;
+            let files = FileCommitter::new(store, root.as_ref());
+            stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(file.parallelism);
+            job.participant(files);
+        }
+        SinkSpec::Print => {
+            stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(file.parallelism);
+        }
+    }
+    if let Some(t) = txns {
+        job.participant(t);
+    }
+    let mut config = JobConfig::new(storage, &file.group, instance)
+        .checkpoint_interval(file.interval)
+        .checkpoint_timeout(file.checkpoint_timeout)
+        .restart(RestartStrategy::FixedDelay { attempts: 1_000, delay: Duration::from_millis(500) });
+    config.channel_capacity = 8;
+    config.tolerable_checkpoint_failures = 2;
+    let job = job.build(config)?;
+    let stopped = Arc::new(AtomicBool::new(false));
+    let on_signal = tokio::spawn({
+        let (stop, stopped) = (job.stop_handle(), stopped.clone());
+        async move {
+            stop_signal().await;
+            stopped.store(true, Ordering::SeqCst);
+            stop.stop();
+        }
+    });
+    let progress = {
+        let metrics = metrics.clone();
+        move || -> crate::demo::ProgressLine {
+            let done = metrics.records_emitted.load(Ordering::Relaxed);
+            let line = format!("progress: {done} records emitted");
+            Box::pin(async move { Some(crate::progress::ProgressState { done, total: None, lag: None, line }) })
+        }
+    };
+    let result = run_job(&job, Some(progress)).await;
+    on_signal.abort();
+    let (report, seconds) = result?;
+    Ok(EmbeddedRunSummary {
+        broker: String::new(),
+        emitted: metrics.records_emitted.load(Ordering::Relaxed),
+        attempts: report.attempts,
+        checkpoints_completed: report.metrics.checkpoints.completed,
+        transactions_recovered: report.metrics.checkpoints.transactions_recovered,
+        stopped_by_signal: stopped.load(Ordering::SeqCst),
+        seconds,
+    })
+}
+
+/// `produce --dir DIR --topic T [--partitions N]`: each line of `input` becomes one
+/// record (its value; no key) of topic `topic`, created with `partitions` if missing,
+/// spread over its partitions in turn. Returns how many records went in.
+pub(crate) async fn produce(dir: &Path, topic: &str, partitions: u32, input: impl BufRead) -> Result<u64, BoxError> {
+    const BATCH: usize = 10_000;
+    let broker = open_broker(dir, ShareConfig::default()).await?;
+    let result = async {
+        let partitions = ensure_topic(&broker, topic, partitions).await?;
+        let mut n = 0u64;
+        let mut batch = Vec::with_capacity(BATCH);
+        for line in input.lines() {
+            let line = line.map_err(|e| format!("reading the records from standard input: {e}"))?;
+            let partition = (n % u64::from(partitions)) as i32;
+            batch.push(ProducerRecord::new(topic, partition, line.into_bytes()));
+            n += 1;
+            if batch.len() == BATCH {
+                broker.produce(std::mem::take(&mut batch)).await?;
+            }
+        }
+        if !batch.is_empty() {
+            broker.produce(batch).await?;
+        }
+        Ok::<u64, BoxError>(n)
+    }
+    .await;
+    broker.close();
+    result
+}
+
+/// The options of `produce`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProduceOptions {
+    pub(crate) dir: PathBuf,
+    pub(crate) topic: String,
+    pub(crate) partitions: u32,
+}

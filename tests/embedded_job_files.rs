@@ -1,0 +1,191 @@
+//! Job files on an embedded broker directory: `shareflow produce` loads the input,
+//! `shareflow run JOB.toml` runs the user's SQL on it with no server, and the output is
+//! the input exactly once though the run is killed with SIGKILL again and again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::share::{IsolationLevel, RecordState, TopicPartition};
+
+#[path = "support/rng.rs"]
+mod rng;
+
+const RECORDS: u64 = 20_000;
+const PARTITIONS: i32 = 2;
+
+fn shareflow() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
+    cmd.env("SHAREFLOW_LOG", "warn").env("SHAREFLOW_PROGRESS", "plain");
+    cmd
+}
+
+fn job_file(dir: &Path) -> std::path::PathBuf {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/uppercase_embedded.toml"))
+            .unwrap()
+            .replace("/tmp/shareflow-jobs/broker", &dir.join("broker").display().to_string())
+            .replace("file:///tmp/shareflow-jobs/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
+            .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
+        // 20,000 records take 2 s or more, so every kill lands while records move.
+        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
+    let path = dir.join("job.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn start(job: &Path, log: &Path) -> Child {
+    shareflow()
+        .arg("run")
+        .arg(job)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+        .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+        .spawn()
+        .expect("start shareflow run")
+}
+
+/// Waits up to `limit` for `child` to exit.
+fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Output records read_committed, read beside the live job (read-only open).
+async fn committed_output(dir: &Path) -> usize {
+    let Ok(broker) = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await else {
+        return 0;
+    };
+    let mut n = 0;
+    for p in 0..broker.partition_count("out").unwrap_or(0) as i32 {
+        let tp = TopicPartition::new("out", p);
+        n += broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.map_or(0, |r| r.len());
+    }
+    n
+}
+
+#[test]
+fn a_job_file_on_an_embedded_broker_is_exactly_once_through_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // The input, through `produce`.
+    let mut produce = shareflow()
+        .args(["produce", "--dir"])
+        .arg(dir.join("broker"))
+        .args(["--topic", "in", "--partitions", &PARTITIONS.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = produce.stdin.take().unwrap();
+        for i in 0..RECORDS {
+            writeln!(stdin, "record-{i:06}").unwrap();
+        }
+    }
+    let out = produce.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().split(' ').nth(1),
+        Some("20000")
+    );
+
+    let job = job_file(dir);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // Kills at seeded moments while the job runs.
+    let mut rng = rng::Rng::new(7);
+    let mut kills = 0;
+    for run in 0..8 {
+        if kills == 3 {
+            break;
+        }
+        let log = dir.join(format!("run-{run}"));
+        let mut child = start(&job, &log);
+        let delay = Duration::from_millis(300 + rng.below(900));
+        match wait(&mut child, delay) {
+            Some(status) => panic!(
+                "run {run} ended by itself with {status}: {}",
+                std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
+            ),
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                kills += 1;
+            }
+        }
+    }
+    let after_kills = runtime.block_on(committed_output(dir));
+    assert!(after_kills < RECORDS as usize, "the kills landed after the work was done ({after_kills} committed)");
+    // The last run goes until the whole output is committed, then stops on SIGTERM.
+    let log = dir.join("final");
+    let mut child = start(&job, &log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while runtime.block_on(committed_output(dir)) < RECORDS as usize {
+        assert!(Instant::now() < deadline, "the output did not reach {RECORDS} records in 120 s");
+        assert!(child.try_wait().unwrap().is_none(), "the final run ended early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
+    let stdout = std::fs::read_to_string(log.with_extension("out")).unwrap();
+    assert!(status.success(), "{status}: {stdout} {}", std::fs::read_to_string(log.with_extension("err")).unwrap());
+    assert!(stdout.contains("\"stopped\":true"), "{stdout}");
+
+    // Checked from the outside: every input record ACKNOWLEDGED, the output each input
+    // value upper-cased, once.
+    runtime.block_on(async {
+        let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await.unwrap();
+        let mut seen = BTreeMap::<Vec<u8>, u32>::new();
+        // The job made `out` with the file's partitions (4 by default).
+        for p in 0..broker.partition_count("out").unwrap() as i32 {
+            let tp = TopicPartition::new("out", p);
+            for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap() {
+                *seen.entry(r.value.unwrap().to_vec()).or_default() += 1;
+            }
+        }
+        for p in 0..PARTITIONS {
+            let input = TopicPartition::new("in", p);
+            for r in broker.fetch_all(&input, IsolationLevel::ReadUncommitted).await.unwrap() {
+                let status = broker.record_status("uppercase", &input, r.offset).await.unwrap();
+                assert_eq!(status.state, RecordState::Acknowledged, "{input}@{}", r.offset);
+            }
+        }
+        let want: BTreeMap<Vec<u8>, u32> = (0..RECORDS).map(|i| (format!("RECORD-{i:06}").into_bytes(), 1)).collect();
+        assert_eq!(seen.len(), want.len(), "distinct output values");
+        assert_eq!(seen, want);
+        broker.close();
+    });
+    assert_eq!(kills, 3);
+}
+
+#[test]
+fn produce_and_run_refuse_bad_input_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shareflow().args(["produce", "--topic", "in"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dir DIR"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A job file with both backends names the line and key.
+    let job = dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        std::fs::read_to_string(job_file(dir.path())).unwrap().replace("broker = ", "kafka = \"h:1\"\nbroker = "),
+    )
+    .unwrap();
+    let out = shareflow().arg("run").arg(&job).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("broker: give kafka = \"HOST:PORT\" or broker = \"DIR\", not both"), "{err}");
+}
