@@ -26,7 +26,7 @@ pub(crate) struct ProgressState {
 /// The figures every run shares, from one sample to the next.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Shared {
-    /// Records per second since the last sample.
+    /// Records per second moving through the job, over the last second or more.
     pub(crate) rate: f64,
     /// Checkpoints completed.
     pub(crate) checkpoints: u64,
@@ -37,17 +37,22 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The shared figures from the job's metrics and the records done since the last
-    /// sample, `elapsed` ago.
-    pub(crate) fn new(metrics: &JobMetricsSnapshot, done_since: u64, elapsed: Duration) -> Self {
-        let secs = elapsed.as_secs_f64();
+    /// The shared figures from the job's metrics and a rate.
+    pub(crate) fn new(metrics: &JobMetricsSnapshot, rate: f64) -> Self {
         Self {
-            rate: if secs > 0.0 { done_since as f64 / secs } else { 0.0 },
+            rate,
             checkpoints: metrics.checkpoints.completed,
             aborted: metrics.checkpoints.aborted,
             restarts: metrics.restarts,
         }
     }
+}
+
+/// The records that moved through the job so far: the most rows any operator took in.
+/// Every record passes each operator of a pipeline, so this moves with the records, not
+/// in steps at each commit as the records done do.
+pub(crate) fn moved(metrics: &JobMetricsSnapshot) -> u64 {
+    metrics.operators.values().map(|o| o.rows_in).max().unwrap_or(0)
 }
 
 /// The plain line: the command's own, then the shared figures.
@@ -132,26 +137,47 @@ impl Display {
     }
 }
 
-/// Samples once a second: what `state` reports, with the shared figures from `metrics`.
+/// The shortest span a rate is taken over. Records done move in steps (a checkpoint's
+/// commit), and a bar samples four times a second: over a shorter span the rate would
+/// read 0 between two steps while records move.
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+/// Samples the shared figures: the rate over the last [`RATE_WINDOW`] or more, of the
+/// records moving through the job, or of the records done where the job's operators
+/// report none.
 pub(crate) struct Sampler {
-    last: Option<(Instant, u64)>,
+    /// (when, records moved, records done), oldest first, reaching back past the window.
+    history: std::collections::VecDeque<(Instant, u64, u64)>,
 }
 
 impl Sampler {
     /// No sample yet.
     pub(crate) fn new() -> Self {
-        Self { last: None }
+        Self { history: std::collections::VecDeque::new() }
     }
 
     /// The shared figures for a sample of `done` records now.
     pub(crate) fn sample(&mut self, metrics: &JobMetricsSnapshot, done: u64) -> Shared {
-        let now = Instant::now();
-        let (since, elapsed) = match self.last {
-            Some((at, before)) => (done.saturating_sub(before), now - at),
-            None => (0, Duration::ZERO),
+        self.sample_at(Instant::now(), metrics, done)
+    }
+
+    /// [`sample`](Self::sample) at `now`.
+    pub(crate) fn sample_at(&mut self, now: Instant, metrics: &JobMetricsSnapshot, done: u64) -> Shared {
+        let moved = moved(metrics);
+        self.history.push_back((now, moved, done));
+        // Keep one sample at or before the window's start.
+        while self.history.len() > 2 && self.history.get(1).is_some_and(|(at, _, _)| now - *at >= RATE_WINDOW) {
+            self.history.pop_front();
+        }
+        let rate = match self.history.front() {
+            Some(&(at, moved_then, done_then)) if now > at => {
+                let secs = (now - at).as_secs_f64();
+                let records = if moved > 0 { moved.saturating_sub(moved_then) } else { done.saturating_sub(done_then) };
+                records as f64 / secs
+            }
+            _ => 0.0,
         };
-        self.last = Some((now, done));
-        Shared::new(metrics, since, elapsed)
+        Shared::new(metrics, rate)
     }
 }
 
@@ -174,12 +200,50 @@ mod tests {
         assert_eq!(bar_message(&state(Some(40)), &shared), "1234 rec/s · 7 checkpoints · 2 restarts · lag 40");
     }
 
+    /// Job metrics where every operator took in `rows`.
+    fn metrics(rows: u64) -> JobMetricsSnapshot {
+        let mut m = JobMetricsSnapshot::default();
+        for name in ["in", "upper", "out"] {
+            m.operators.insert(
+                name.into(),
+                shareflow_runtime::OperatorMetricsSnapshot { rows_in: rows, ..Default::default() },
+            );
+        }
+        m
+    }
+
     #[test]
-    fn the_rate_is_records_since_the_last_sample_per_second() {
-        let m = JobMetricsSnapshot::default();
+    fn the_rate_never_reads_0_while_records_move_between_commits() {
+        // Four samples a second (the bar); records move at 100,000/s; the records done
+        // move only when a checkpoint commits, here once every 1.5 s.
+        let start = Instant::now();
         let mut s = Sampler::new();
-        assert_eq!(s.sample(&m, 100).rate, 0.0, "no rate from a first sample");
-        assert_eq!(Shared::new(&m, 3000, Duration::from_secs(2)).rate, 1500.0);
-        assert_eq!(Shared::new(&m, 3000, Duration::ZERO).rate, 0.0);
+        let mut rates = Vec::new();
+        for i in 1..=20u64 {
+            let now = start + Duration::from_millis(250 * i);
+            let done = (i / 6) * 150_000;
+            rates.push(s.sample_at(now, &metrics(25_000 * i), done).rate);
+        }
+        assert_eq!(rates[0], 0.0, "no rate from a first sample");
+        for (i, rate) in rates.iter().enumerate().skip(1) {
+            assert!((rate - 100_000.0).abs() < 1.0, "sample {i}: {rate} records/s while 100,000/s move");
+        }
+    }
+
+    #[test]
+    fn the_rate_is_taken_over_a_second_or_more_of_records_done_without_operators() {
+        let start = Instant::now();
+        let mut s = Sampler::new();
+        let m = JobMetricsSnapshot::default();
+        s.sample_at(start, &m, 0);
+        // A commit of 1,000 records 300 ms in, nothing after: the rate over the last
+        // second still counts it, so it does not read 0 at 500 ms.
+        assert_eq!(s.sample_at(start + Duration::from_millis(300), &m, 1_000).rate, 1_000.0 / 0.3);
+        assert_eq!(s.sample_at(start + Duration::from_millis(500), &m, 1_000).rate, 2_000.0);
+        // Once a second has passed: from the newest sample at least a second old.
+        let r = s.sample_at(start + Duration::from_millis(1_500), &m, 4_000).rate;
+        assert!((r - 3_000.0).abs() < 1e-6, "from the sample at 500 ms: {r}");
+        let r = s.sample_at(start + Duration::from_millis(2_600), &m, 5_000).rate;
+        assert!((r - 1_000.0 / 1.1).abs() < 1e-6, "from the sample at 1,500 ms: {r}");
     }
 }
