@@ -26,8 +26,8 @@ use demo::DemoOptions;
 
 /// What a command that needs Kafka says in a build without the `kafka` feature.
 #[cfg(not(feature = "kafka"))]
-pub(crate) const WITHOUT_KAFKA: &str = "this shareflow was built without the kafka feature (it is off by default); \
-     build it with `cargo build --release --features kafka` (or `cargo run --release --features kafka -- ...`)";
+pub(crate) const WITHOUT_KAFKA: &str = "this shareflow was built without the kafka feature (--no-default-features); \
+     build it with `cargo build --release` (the feature is on by default), or `cargo build --release --features kafka`";
 
 const USAGE: &str = "usage: shareflow <command> [options]
 
@@ -66,7 +66,7 @@ commands:
     --metrics-addr HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics while it
                          runs (port 0: any free one; the address is printed); one job only
   demo --kafka HOST:PORT   run the same job against a real Kafka 4.x broker (this and `run`
-                         need a build with --features kafka)
+                         on Kafka need the kafka feature, on by default)
     --name NAME          group, topics NAME-input/NAME-output and job id (default: fresh)
     --records N          records to produce first; 0 resumes without producing (default 100000)
     --value-bytes B      bytes per record value (default 100)
@@ -123,7 +123,7 @@ commands:
                checkpoint whose manifest decides each (read-only, safe next to a live job)
     --dir PATH           an embedded broker's directory (default ./target/shareflow-demo/broker)
     --kafka HOST:PORT    a Kafka broker instead (ids G-P-gN-sK: the slot pool, decision 0008;
-                         every --kafka needs a build with --features kafka)
+                         every --kafka needs the kafka feature, on by default)
     --group G, --prefix P  only the transactions of share group G (and its instance P)
     --checkpoints URL    the checkpoint root of the group's instances (embedded broker)
     --json               one JSON array

@@ -15,8 +15,8 @@
 //!   explicit (at-least-once); [`embedded::BrokerTransactions`] makes the broker's
 //!   transaction T(n) part of every checkpoint, and [`embedded::TopicSink`] writes
 //!   output into the same T(n).
-//! - [`kafka`] (feature `kafka`; on by default in this crate, off by default in the
-//!   `shareflow` crate, decision 0017): the same on a real Apache Kafka 4.x
+//! - [`kafka`] (feature `kafka`; on by default, here and in the `shareflow` crate,
+//!   decision 0029): the same on a real Apache Kafka 4.x
 //!   cluster, exactly-once through an acknowledgement ledger.
 //! - What both backends share is at the top: [`SourceSettings`], [`SourceMetrics`],
 //!   [`record_schema`], the fault points in [`points`], and the backend-neutral sinks
