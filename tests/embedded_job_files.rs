@@ -32,8 +32,8 @@ fn job_file(dir: &Path) -> std::path::PathBuf {
             .replace("/tmp/shareflow-jobs/broker", &dir.join("broker").display().to_string())
             .replace("file:///tmp/shareflow-jobs/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
             .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
-        // 20,000 records take 2 s or more, so every kill lands while records move.
-        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
+            // 20,000 records take 2 s or more, so every kill lands while records move.
+            .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
     let path = dir.join("job.toml");
     std::fs::write(&path, text).unwrap();
     path
