@@ -1,0 +1,245 @@
+//! Where a broker keeps its journal and what it is opened with, and the lock that keeps a
+//! local directory to one broker.
+
+use super::*;
+
+/// Where the broker keeps its journal, what clock it reads, and group defaults.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    pub(super) store: Arc<dyn ObjectStore>,
+    pub(super) root: Path,
+    pub(super) local: Option<(std::path::PathBuf, Durability)>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) default_config: ShareConfig,
+    pub(super) retention: Retention,
+    pub(super) topic_retention: BTreeMap<String, Retention>,
+    pub(super) tuning: Tuning,
+}
+
+/// The largest batch one produce call may make for one partition: a journal entry is
+/// at most 1 GiB (the envelope's limit), and this leaves it room.
+pub(super) const MAX_BATCH_BYTES: usize = 512 << 20;
+
+/// Kafka's default `log.retention.ms`: 7 days.
+pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+impl BrokerOptions {
+    /// A journal in a fresh in-memory store: nothing survives the process.
+    pub fn in_memory() -> Self {
+        Self::with_store(Arc::new(InMemory::new()), Path::from("broker"))
+    }
+
+    /// A journal under `root` in `store`. Reopening on the same store recovers.
+    pub fn with_store(store: Arc<dyn ObjectStore>, root: Path) -> Self {
+        Self {
+            store,
+            root,
+            local: None,
+            clock: Arc::new(SystemClock),
+            default_config: ShareConfig::default(),
+            retention: Retention { ms: Some(DEFAULT_RETENTION_MS), bytes: None },
+            topic_retention: BTreeMap::new(),
+            tuning: Tuning::default(),
+        }
+    }
+
+    /// Arms a fault point of [`fault`](super::fault): the journal step there fails once,
+    /// leaving the directory as a crash at that moment would. For crash tests.
+    #[doc(hidden)]
+    pub fn fail_at(self, point: &'static str) -> Self {
+        self.tuning.faults.arm(point);
+        self
+    }
+
+    /// Whether the fault point armed with [`fail_at`](Self::fail_at) is still waiting
+    /// to fire.
+    #[doc(hidden)]
+    pub fn fault_armed(&self, point: &str) -> bool {
+        self.tuning.faults.armed(point)
+    }
+
+    /// A snapshot starts at the latest once the journal written since the last one
+    /// reaches this many bytes, records included (default 256 MiB): it bounds what a
+    /// reopen replays. Small values are for tests.
+    #[doc(hidden)]
+    pub fn snapshot_every_bytes(mut self, bytes: u64) -> Self {
+        self.tuning.replay_bound_bytes = bytes.max(1);
+        self
+    }
+
+    /// A journal in a local directory (created if missing). Writes append to segment
+    /// files and `fdatasync` them; see [`durability`](Self::durability).
+    pub fn local_dir(dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::storage(dir.display(), format!("cannot create the broker directory: {e}"), None))?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| Error::storage(dir.display(), "cannot open the broker directory", Some(e)))?;
+        let mut options = Self::with_store(Arc::new(store), Path::from("broker"));
+        options.local = Some((dir.join("broker"), Durability::Fsync));
+        Ok(options)
+    }
+
+    /// How far a local-directory journal write goes before a call returns (default
+    /// [`Durability::Fsync`]). Object-store journals are as durable as their store.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        if let Some((_, d)) = self.local.as_mut() {
+            *d = durability;
+        }
+        self
+    }
+
+    /// From a URL: `memory://` or `file:///absolute/dir`.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = url::Url::parse(url).map_err(|e| Error::InvalidConfig {
+            key: "broker.url".into(),
+            value: url.into(),
+            rule: format!("must be memory:// or file:///absolute/dir ({e})"),
+        })?;
+        match parsed.scheme() {
+            "memory" => Ok(Self::in_memory()),
+            "file" => {
+                let dir = parsed.to_file_path().map_err(|()| Error::InvalidConfig {
+                    key: "broker.url".into(),
+                    value: url.into(),
+                    rule: "file:// URLs need an absolute path, like file:///var/lib/shareflow".into(),
+                })?;
+                Self::local_dir(dir)
+            }
+            other => Err(Error::InvalidConfig {
+                key: "broker.url".into(),
+                value: url.into(),
+                rule: format!(
+                    "scheme {other}:// is not supported for the embedded broker journal; use memory:// or file://"
+                ),
+            }),
+        }
+    }
+
+    /// Fails with [`Error::DirectoryLocked`] if a live broker holds this local
+    /// directory; for tools that must not clear or replace a directory in use. (Between
+    /// this check and what follows another broker could start: use
+    /// [`EmbeddedBroker::open`] where that matters.)
+    pub fn check_not_in_use(&self) -> Result<()> {
+        match &self.local {
+            Some((dir, _)) => DirLock::acquire(dir).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// The clock for lock and transaction timeouts.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The configuration of groups that are not configured explicitly.
+    pub fn default_config(mut self, config: ShareConfig) -> Self {
+        self.default_config = config;
+        self
+    }
+
+    /// How long and how much every topic's log keeps (Kafka's broker keys
+    /// `log.retention.ms` and `log.retention.bytes`; default Kafka's: 7 days
+    /// ([`DEFAULT_RETENTION_MS`]) and no byte limit; `Retention::default()` keeps
+    /// everything, forever).
+    /// Retention deletes whole batches from the start of a partition, about once a
+    /// second, and never a record of an open producer transaction or one a share group
+    /// has ACQUIRED or LOCKED. A share partition's start offset advances past what it
+    /// deletes: records deleted before they were delivered are never delivered.
+    pub fn log_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// `retention.ms` and `retention.bytes` of one topic, over [`log_retention`](Self::log_retention).
+    pub fn topic_retention(mut self, topic: &str, retention: Retention) -> Self {
+        self.topic_retention.insert(topic.to_string(), retention);
+        self
+    }
+}
+
+/// An OS lock on `{dir}/LOCK`, released when the file is closed: by [`close`], by drop,
+/// or by the death of the process.
+///
+/// [`close`]: EmbeddedBroker::close
+#[derive(Debug)]
+pub(super) struct DirLock {
+    pub(super) _file: std::fs::File,
+    /// The canonical directory, as [`HELD_DIRS`] knows it.
+    pub(super) dir: std::path::PathBuf,
+}
+
+/// The broker directories this process holds locked right now.
+///
+/// The OS lock belongs to the open file, and a child process being spawned holds a copy
+/// of every descriptor until its `exec` closes them. So right after a broker in this
+/// process closes, the OS can still say "locked by this pid" for a moment. This set
+/// tells that moment (nobody here holds the directory: wait for the copy to go) from a
+/// live broker of this process (refuse at once).
+static HELD_DIRS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// How long an open waits for a spawning child's copy of a closed lock to go.
+const INHERITED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl DirLock {
+    /// Takes the lock, or says who holds it.
+    pub(super) fn acquire(dir: &std::path::Path) -> Result<Self> {
+        use std::io::{Read, Seek, Write};
+        let shown = dir.display().to_string();
+        let io = |what: &str, e: std::io::Error| Error::storage(&shown, format!("{what}: {e}"), None);
+        std::fs::create_dir_all(dir).map_err(|e| io("cannot create the broker directory", e))?;
+        let canonical = dir.canonicalize().map_err(|e| io("cannot resolve the broker directory", e))?;
+        let path = dir.join("LOCK");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io("cannot open the lock file", e))?;
+        let own = format!("pid {}", std::process::id());
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(2);
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = file.rewind().and_then(|_| file.read_to_string(&mut holder));
+                    let holder = match holder.trim() {
+                        "" => "another process".to_string(),
+                        h => h.to_string(),
+                    };
+                    let held_here = HELD_DIRS.lock().map(|held| held.contains(&canonical)).unwrap_or(true);
+                    if holder != own || held_here || started.elapsed() >= INHERITED_LOCK_WAIT {
+                        return Err(Error::DirectoryLocked { dir: shown, holder });
+                    }
+                    // Closed here, still held by a child that has not reached its exec.
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(100));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock the broker directory", e)),
+            }
+        }
+        // Who holds it, for the message a second opener gets.
+        let written = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{own}"));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot record the lock holder");
+        }
+        if let Ok(mut held) = HELD_DIRS.lock() {
+            held.push(canonical.clone());
+        }
+        Ok(Self { _file: file, dir: canonical })
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        if let Ok(mut held) = HELD_DIRS.lock() {
+            if let Some(i) = held.iter().position(|d| d == &self.dir) {
+                held.swap_remove(i);
+            }
+        }
+    }
+}
