@@ -37,6 +37,16 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+mod appender;
+mod records;
+mod recovery;
+mod snapshot_file;
+
+pub use appender::Durability;
+use appender::{sync_dir, Appender};
+use records::RecordIndex;
+use snapshot_file::{decode_snapshot, snapshot_frames, snapshot_payload};
+
 use super::fault::{self, Faults};
 use super::log::{BatchData, LogBatch};
 use super::state::{BrokerState, Command, Entry};
@@ -116,119 +126,6 @@ pub(crate) struct Loc {
     pub(crate) segment: Lsn,
     pub(crate) pos: u64,
     pub(crate) len: u32,
-}
-
-/// The record index: where each stored batch lies, the buffers not written yet, open
-/// segment files and a bounded cache of batches read.
-#[derive(Debug, Default)]
-struct RecordIndex {
-    locs: BTreeMap<Lsn, Loc>,
-    pending: BTreeMap<Lsn, Bytes>,
-    /// Open segment files, at most [`OPEN_SEGMENTS`], the oldest opened closed first.
-    files: HashMap<Lsn, Arc<std::fs::File>>,
-    files_order: VecDeque<Lsn>,
-    cache: HashMap<Lsn, Bytes>,
-    cache_order: VecDeque<Lsn>,
-    cache_bytes: usize,
-}
-
-/// Segment files kept open for reads.
-const OPEN_SEGMENTS: usize = 64;
-
-/// How far a local journal write goes before the call returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// `fdatasync` every group commit: survives power loss.
-    #[default]
-    Fsync,
-    /// Leave the bytes in the OS page cache: survives a crash of the process, not of the
-    /// machine. Faster; for tests and benchmarks.
-    ProcessCrash,
-}
-
-const ROLL_BYTES: u64 = 64 << 20;
-
-/// Appends group commits to an open segment file in a local directory.
-#[derive(Debug)]
-struct Appender {
-    wal_dir: PathBuf,
-    durability: Durability,
-    /// The open segment: first lsn, file, bytes written.
-    active: Option<(Lsn, std::fs::File, u64)>,
-    roll: bool,
-    /// The broker closed: no byte may reach the directory after its lock is released.
-    closed: bool,
-    faults: Faults,
-}
-
-/// Makes a file's creation, rename or removal in `dir` durable.
-fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-impl Appender {
-    /// Appends `bytes` (entries `first..`) and returns the first lsn of the segment that
-    /// holds them, the byte they start at in it, and whether that segment is new.
-    fn append(&mut self, first: Lsn, bytes: &[u8]) -> std::io::Result<(Lsn, u64, bool)> {
-        use std::io::Write;
-        if self.closed {
-            return Err(std::io::Error::other("the broker is closed"));
-        }
-        let full = self.active.as_ref().is_some_and(|(_, _, size)| *size >= ROLL_BYTES);
-        let mut created = false;
-        if self.active.is_none() || full || self.roll {
-            if !self.wal_dir.exists() {
-                std::fs::create_dir_all(&self.wal_dir)?;
-                if let (Durability::Fsync, Some(parent)) = (self.durability, self.wal_dir.parent()) {
-                    sync_dir(parent)?;
-                }
-            }
-            let path = self.wal_dir.join(format!("{first:020}.seg"));
-            // A kill between creating a segment and writing to it leaves it empty;
-            // recovery removes such a file, but should one remain, an empty file with
-            // the right name is exactly what we were about to create.
-            let file = match std::fs::OpenOptions::new().create_new(true).append(true).open(&path) {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && std::fs::metadata(&path)?.len() == 0 => {
-                    std::fs::OpenOptions::new().append(true).open(&path)?
-                }
-                other => other?,
-            };
-            if self.durability == Durability::Fsync {
-                sync_dir(&self.wal_dir)?;
-            }
-            let rolled = self.active.is_some();
-            self.active = Some((first, file, 0));
-            self.roll = false;
-            created = true;
-            if rolled {
-                self.faults.hit(fault::SEGMENT_ROLL).map_err(std::io::Error::other)?;
-            }
-        }
-        let Some((segment, file, size)) = self.active.as_mut() else {
-            return Err(std::io::Error::other("no active journal segment"));
-        };
-        let at = *size;
-        let mut disk_full = || -> std::io::Result<()> {
-            // A full disk takes part of a write: half the group, then ENOSPC.
-            if self.faults.hit(fault::DISK_FULL).is_err() {
-                file.write_all(&bytes[..bytes.len() / 2])?;
-                return Err(std::io::ErrorKind::StorageFull.into());
-            }
-            Ok(())
-        };
-        if let Err(e) = disk_full().and_then(|()| file.write_all(bytes)).and_then(|()| match self.durability {
-            Durability::Fsync => file.sync_data(),
-            Durability::ProcessCrash => Ok(()),
-        }) {
-            // Part of the group may be on disk: cut it off, so that the segment ends at
-            // its last whole entry (a full disk leaves no torn frame behind), and roll.
-            let _ = file.set_len(at);
-            self.roll = true;
-            return Err(e);
-        }
-        *size += bytes.len() as u64;
-        Ok((*segment, at, created))
-    }
 }
 
 impl Journal {
@@ -330,6 +227,8 @@ pub(crate) struct JournalCore {
     records: Mutex<RecordIndex>,
     faults: Faults,
     replay_bound_bytes: u64,
+    /// Held by each GC deletion and by `close`.
+    gc_guard: Mutex<()>,
 }
 
 /// What a snapshot's batches point at: the segments GC must keep, and the journal
@@ -346,31 +245,6 @@ pub(crate) struct Recovered {
     pub(crate) next_lsn: Lsn,
     pub(crate) segments: Vec<(Lsn, Lsn)>,
     pub(crate) truncated_tail: Option<String>,
-}
-
-/// A damaged frame is a torn tail (the last write did not finish, or its last entry is
-/// damaged) when nothing valid can follow it: it is cut short, its declared extent runs
-/// exactly to the end of the file, or only zeros follow. Anything else is corruption.
-fn is_torn_tail(rest: &[u8], error: &envelope::EnvelopeError) -> bool {
-    if matches!(error, envelope::EnvelopeError::Truncated { .. }) || rest.iter().all(|&b| b == 0) {
-        return true;
-    }
-    if rest.len() >= envelope::HEADER_LEN {
-        let declared = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
-        return envelope::HEADER_LEN + declared == rest.len()
-            && matches!(error, envelope::EnvelopeError::ChecksumMismatch { .. });
-    }
-    false
-}
-
-/// Whether a whole valid entry frame starts anywhere after the first byte of `rest`.
-/// A kill tears only the end of the last write, so nothing valid follows a torn tail:
-/// if something does, the damage is corruption (a flipped length, say), not a tear.
-fn valid_frame_follows(rest: &[u8]) -> bool {
-    let magic = ENTRY_MAGIC.0;
-    (1..rest.len().saturating_sub(magic.len()))
-        .filter(|&i| rest[i..].starts_with(&magic))
-        .any(|i| envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &rest[i..]).is_ok())
 }
 
 impl JournalCore {
@@ -439,6 +313,7 @@ impl JournalCore {
             records: Mutex::new(RecordIndex::default()),
             faults,
             replay_bound_bytes: tuning.replay_bound_bytes,
+            gc_guard: Mutex::new(()),
         };
         if !read_only {
             journal.remove_unfinished_uploads().await?;
@@ -484,276 +359,6 @@ impl JournalCore {
         sync().map_err(|e| Error::storage(path, format!("cannot fsync ({e})"), None))
     }
 
-    /// Removes temporary upload files (`name#n`) that a kill during a snapshot write
-    /// left in a local directory (object stores write whole objects, so leave none;
-    /// and the local store's listing hides them, hence `std::fs`).
-    async fn remove_unfinished_uploads(&self) -> Result<()> {
-        let Some((root, durability)) = &self.local else { return Ok(()) };
-        for dir in [root.join("wal"), root.join("snapshot")] {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            let mut removed = false;
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().contains('#') {
-                    tracing::warn!(path = %entry.path().display(), "removing an unfinished journal upload");
-                    std::fs::remove_file(entry.path()).map_err(|e| {
-                        Error::storage(entry.path().display(), format!("cannot remove an unfinished upload: {e}"), None)
-                    })?;
-                    removed = true;
-                }
-            }
-            if removed && *durability == Durability::Fsync {
-                sync_dir(&dir)
-                    .map_err(|e| Error::storage(dir.display(), format!("cannot fsync the directory: {e}"), None))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Cuts the last segment back to its first `good` bytes (removing it when that is
-    /// none), durably.
-    async fn cut_tail(&self, path: &Path, bytes: &bytes::Bytes, good: usize) -> Result<()> {
-        match self.local_file(path) {
-            Some(file) => {
-                let cut = || -> std::io::Result<()> {
-                    if good == 0 {
-                        std::fs::remove_file(&file)?;
-                    } else {
-                        let f = std::fs::OpenOptions::new().write(true).open(&file)?;
-                        f.set_len(good as u64)?;
-                        f.sync_all()?;
-                    }
-                    match file.parent() {
-                        Some(parent) => sync_dir(parent),
-                        None => Ok(()),
-                    }
-                };
-                cut().map_err(|e| Error::storage(path, format!("cannot cut back the torn journal tail ({e})"), None))
-            }
-            None => {
-                let result = if good == 0 {
-                    self.store.delete(path).await
-                } else {
-                    self.store.put(path, PutPayload::from_bytes(bytes.slice(..good))).await.map(|_| ())
-                };
-                result.map_err(|e| Error::storage(path, "cannot cut back the torn journal tail", Some(e)))
-            }
-        }
-    }
-
-    async fn list(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path)>> {
-        Ok(self.list_sized(dir, suffix).await?.into_iter().map(|(lsn, path, _)| (lsn, path)).collect())
-    }
-
-    /// [`list`](Self::list), with each file's size.
-    async fn list_sized(&self, dir: &str, suffix: &str) -> Result<Vec<(Lsn, Path, u64)>> {
-        let prefix = self.root.clone().join(dir);
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(|e| Error::storage(&prefix, "cannot list the journal", Some(e)))?;
-        let mut out = Vec::new();
-        for meta in metas {
-            let name = meta.location.filename().unwrap_or_default();
-            if name.starts_with('.') || name.contains("#") {
-                continue; // temporary upload files of the local store
-            }
-            let lsn = name.strip_suffix(suffix).and_then(|n| n.parse::<Lsn>().ok()).ok_or_else(|| {
-                Error::corrupt(&meta.location, format!("unexpected file in the journal; expected <20 digits>{suffix}"))
-            })?;
-            out.push((lsn, meta.location, meta.size));
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    async fn get(&self, path: &Path) -> Result<bytes::Bytes> {
-        let get = self.store.get(path).await.map_err(|e| Error::storage(path, "cannot read", Some(e)))?;
-        get.bytes().await.map_err(|e| Error::storage(path, "cannot read", Some(e)))
-    }
-
-    async fn replay(&self, fresh: BrokerState) -> Result<Recovered> {
-        // Segments first: a live broker (beside a read-only open) deletes segments only
-        // after a newer snapshot exists, so this order never sees a gap between the
-        // snapshot it reads and the segments it listed; a segment deleted after the
-        // listing is a NotFound, which the read-only open retries.
-        let segments = self.list_sized("wal", ".seg").await?;
-        let mut state = fresh;
-        let mut snapshot_lsn = 0;
-        if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
-            let bytes = self.get(&path).await?;
-            let (version, payload) = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
-            let index;
-            (state, index) = decode_snapshot(version, &payload).map_err(|e| Error::corrupt(&path, e))?;
-            self.check_index(&state, &index, &segments)?;
-            crate::common::sync::lock(&self.records).locs = index.into_iter().collect();
-            snapshot_lsn = lsn;
-            if let Ok(mut b) = self.lock() {
-                b.last_snapshot_bytes = bytes.len() as u64;
-                b.last_snapshot_lsn = lsn;
-            }
-        }
-        let mut next = snapshot_lsn + 1;
-        let mut kept = Vec::new();
-        let mut truncated_tail = None;
-        let count = segments.len();
-        let firsts: Vec<Lsn> = segments.iter().map(|(first, _, _)| *first).collect();
-        for (i, (first, path, _)) in segments.into_iter().enumerate() {
-            let is_last = i + 1 == count;
-            // A segment whose entries the snapshot covers stays only while batches
-            // point into it: it is not read again, so a reopen reads no records.
-            if let Some(&following) = firsts.get(i + 1) {
-                if following <= next {
-                    kept.push((first, following - 1));
-                    continue;
-                }
-            }
-            let bytes = self.get(&path).await?;
-            if bytes.is_empty() && is_last {
-                // A kill between creating the segment and writing its first entry.
-                tracing::warn!(path = %path, "empty last journal segment; removing it");
-                truncated_tail = Some(format!("{path}: empty segment"));
-                if !self.read_only {
-                    self.cut_tail(&path, &bytes, 0).await?;
-                }
-                continue;
-            }
-            let mut pos = 0;
-            let mut lsn = first;
-            while pos < bytes.len() {
-                let frame = match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
-                    Ok(f) => f,
-                    // Only entries after the snapshot can be a torn tail: one it covers
-                    // was durable before it, and a batch of it may be pointed at.
-                    Err(e)
-                        if is_last
-                            && lsn >= next
-                            && is_torn_tail(&bytes[pos..], &e)
-                            && !valid_frame_follows(&bytes[pos..]) =>
-                    {
-                        tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
-                        truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
-                        if !self.read_only {
-                            self.cut_tail(&path, &bytes, pos).await?;
-                        }
-                        break;
-                    }
-                    Err(e) => {
-                        return Err(Error::corrupt(
-                            &path,
-                            format!(
-                            "journal entry at byte {pos} is damaged ({e}) and is not the torn tail of the last write; \
-                                 refusing to guess. Restore the broker directory from a backup"
-                        ),
-                        ))
-                    }
-                };
-                let frame_start = pos;
-                pos += frame.len;
-                let (entry_lsn, entry): (Lsn, Entry) = postcard::from_bytes(frame.payload).map_err(|e| {
-                    Error::corrupt(&path, format!("entry at byte {} does not decode: {e}", pos - frame.len))
-                })?;
-                if entry_lsn != lsn {
-                    return Err(Error::corrupt(
-                        &path,
-                        format!("entry at byte {} has lsn {entry_lsn}, expected {lsn}", pos - frame.len),
-                    ));
-                }
-                lsn += 1;
-                if entry_lsn < next {
-                    continue; // already in the snapshot
-                }
-                if entry_lsn > next {
-                    return Err(Error::corrupt(&path, format!("journal entries {next}..{entry_lsn} are missing")));
-                }
-                let outcome = state.apply(&entry).0.map_err(|e| {
-                    Error::corrupt(&path, format!("entry {entry_lsn} does not apply to the recovered state: {e}"))
-                })?;
-                if let (
-                    Command::Append { tp, batch, .. } | Command::Rewrite { tp, batch, .. },
-                    super::state::Outcome::Produced { base_offset },
-                ) = (&entry.command, &outcome)
-                {
-                    if self.stores_records() {
-                        // The buffer is the frame's last bytes (see `Command::Append`).
-                        let end = frame_start + envelope::HEADER_LEN + frame.payload.len();
-                        let loc = Loc { segment: first, pos: (end - batch.len()) as u64, len: batch.len() as u32 };
-                        state.store_batch(tp, *base_offset, entry_lsn);
-                        crate::common::sync::lock(&self.records).locs.insert(entry_lsn, loc);
-                    }
-                }
-                state.events = Default::default();
-                next += 1;
-            }
-            if lsn > first {
-                kept.push((first, lsn - 1));
-            }
-        }
-        Ok(Recovered { state, next_lsn: next, segments: kept, truncated_tail })
-    }
-
-    /// Checks that every batch of a snapshot's state that lies in a segment has its
-    /// place in the index, and that the segment is there and long enough. A missing or
-    /// short segment is named, with the offsets it held.
-    fn check_index(&self, state: &BrokerState, index: &[(Lsn, Loc)], segments: &[(Lsn, Path, u64)]) -> Result<()> {
-        // Beside a live broker, a read-only open may list the segments before a newer
-        // snapshot points into one created or grown since: a reason to read again
-        // (`open_read_only` retries storage errors), not damage.
-        self.check_index_inner(state, index, segments).map_err(|e| match e {
-            Error::Corrupt { path, reason } if self.read_only => Error::Storage {
-                path,
-                reason: format!("{reason} (read-only: a live broker may have moved on since the listing)"),
-                source: None,
-            },
-            e => e,
-        })
-    }
-
-    fn check_index_inner(
-        &self,
-        state: &BrokerState,
-        index: &[(Lsn, Loc)],
-        segments: &[(Lsn, Path, u64)],
-    ) -> Result<()> {
-        let sizes: HashMap<Lsn, u64> = segments.iter().map(|(first, _, size)| (*first, *size)).collect();
-        let locs: HashMap<Lsn, Loc> = index.iter().copied().collect();
-        for (tp, log) in state.logs() {
-            for b in log.batches() {
-                let BatchData::Stored(lsn) = b.data else { continue };
-                let what = || format!("offsets {}..={} of {tp} (journal entry {lsn})", b.base_offset, b.last_offset());
-                let Some(loc) = locs.get(&lsn) else {
-                    return Err(Error::corrupt(
-                        self.root.clone().join("snapshot"),
-                        format!("the snapshot's record index does not say where {} lie; the broker directory is damaged: restore it from a copy, or start a new directory", what()),
-                    ));
-                };
-                let path = self.segment_path(loc.segment);
-                match sizes.get(&loc.segment) {
-                    None => {
-                        return Err(Error::corrupt(
-                            &path,
-                            format!("the segment is missing, and it holds {}; restore the broker directory from a copy, or start a new directory", what()),
-                        ))
-                    }
-                    Some(&size) if loc.pos.checked_add(u64::from(loc.len)).is_none_or(|end| end > size) => {
-                        return Err(Error::corrupt(
-                            &path,
-                            format!(
-                                "the segment is {size} bytes, cut short: {} lie at bytes {}..{}; restore the broker directory from a copy, or start a new directory",
-                                what(),
-                                loc.pos,
-                                loc.pos + u64::from(loc.len)
-                            ),
-                        ))
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// A fault point: when it fires, the journal stops as the process would have died
     /// there (it is poisoned: nothing more is written, every call fails).
     fn crash_point(&self, point: &'static str) -> Result<()> {
@@ -770,124 +375,6 @@ impl JournalCore {
     /// great many small objects alive).
     pub(crate) fn stores_records(&self) -> bool {
         self.local.is_some()
-    }
-
-    /// A batch's buffer, checked, wherever it lives: memory, not yet written, the read
-    /// cache, or its segment (read from the OS page cache).
-    pub(crate) fn load_batch(&self, tp: &TopicPartition, batch: &LogBatch) -> Result<Bytes> {
-        let lsn = match &batch.data {
-            BatchData::Inline(data) => return Ok(data.clone()),
-            BatchData::Stored(lsn) => *lsn,
-        };
-        let mut index = crate::common::sync::lock(&self.records);
-        if let Some(data) = index.pending.get(&lsn).or_else(|| index.cache.get(&lsn)) {
-            return Ok(data.clone());
-        }
-        let what = || format!("offsets {}..={} of {tp} (journal entry {lsn})", batch.base_offset, batch.last_offset());
-        let Some(loc) = index.locs.get(&lsn).copied() else {
-            return Err(Error::Internal(format!("the record index does not say where {} lie", what())));
-        };
-        let path = self.segment_path(loc.segment);
-        let Some(file_path) = self.local_file(&path) else {
-            return Err(Error::Internal(format!(
-                "{} lie in a segment, and the journal is not a local directory",
-                what()
-            )));
-        };
-        let range = || format!("bytes {}..{}", loc.pos, loc.pos.saturating_add(u64::from(loc.len)));
-        // A read-only view may be older than the live broker beside it, which deletes
-        // segments its own snapshots no longer need: that is a stale view, not damage.
-        let gone = |e: std::io::Error| -> Error {
-            if self.read_only || e.kind() != std::io::ErrorKind::NotFound {
-                let why = if self.read_only {
-                    "the live broker beside this read-only view may have deleted it since; open it read-only again"
-                } else {
-                    "check the directory's device and permissions"
-                };
-                return Error::storage(
-                    &path,
-                    format!("cannot read {} of the segment, which hold {} ({e}); {why}", range(), what()),
-                    None,
-                );
-            }
-            Error::corrupt(
-                &path,
-                format!(
-                    "cannot read {} of the segment, which hold {} ({e}); restore the broker directory from a copy, or \
-                     start a new directory",
-                    range(),
-                    what()
-                ),
-            )
-        };
-        let file = match index.files.get(&loc.segment) {
-            Some(f) => f.clone(),
-            None => {
-                let f = Arc::new(std::fs::File::open(&file_path).map_err(gone)?);
-                if index.files.len() >= OPEN_SEGMENTS {
-                    if let Some(old) = index.files_order.pop_front() {
-                        index.files.remove(&old);
-                    }
-                }
-                index.files.insert(loc.segment, f.clone());
-                index.files_order.push_back(loc.segment);
-                f
-            }
-        };
-        let mut buf = vec![0u8; loc.len as usize];
-        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, loc.pos).map_err(gone)?;
-        let data = Bytes::from(buf);
-        let damaged = |why: String| {
-            Error::corrupt(
-                &path,
-                format!(
-                    "{} of the segment, which hold {}, are damaged ({why}); restore the broker directory from a copy, \
-                     or start a new directory",
-                    range(),
-                    what()
-                ),
-            )
-        };
-        let meta = super::batch::verify(&data).map_err(|e| damaged(e.to_string()))?;
-        if meta.count != batch.count {
-            return Err(damaged(format!("they hold {} records, the log says {}", meta.count, batch.count)));
-        }
-        index.cache_bytes += data.len();
-        index.cache.insert(lsn, data.clone());
-        index.cache_order.push_back(lsn);
-        while index.cache_bytes > READ_CACHE_BYTES {
-            let Some(old) = index.cache_order.pop_front() else { break };
-            if let Some(gone) = index.cache.remove(&old) {
-                index.cache_bytes -= gone.len();
-            }
-        }
-        Ok(data)
-    }
-
-    /// The record index a snapshot of `state` needs (where each of its stored batches
-    /// lies), and the segments those batches point into: those must outlive the
-    /// snapshot. Call once every entry of `state` is durable.
-    fn snapshot_index(&self, state: &BrokerState) -> Result<(Vec<(Lsn, Loc)>, Referenced)> {
-        let index = crate::common::sync::lock(&self.records);
-        let mut out = Vec::new();
-        let mut segments = HashSet::new();
-        for (tp, log) in state.logs() {
-            for b in log.batches() {
-                let BatchData::Stored(lsn) = b.data else { continue };
-                let loc = index.locs.get(&lsn).ok_or_else(|| {
-                    Error::Internal(format!(
-                        "the record index does not say where offsets {}..={} of {tp} (journal entry {lsn}) lie",
-                        b.base_offset,
-                        b.last_offset()
-                    ))
-                })?;
-                segments.insert(loc.segment);
-                out.push((lsn, *loc));
-            }
-        }
-        out.sort_unstable_by_key(|(lsn, _)| *lsn);
-        let lsns = out.iter().map(|(lsn, _)| *lsn).collect();
-        Ok((out, Referenced { segments, lsns }))
     }
 
     /// Adds an entry to the next group commit and returns its lsn. Call under the state
@@ -1098,7 +585,7 @@ impl JournalCore {
         }
         for (i, (first, _)) in obsolete.into_iter().enumerate() {
             let p = self.segment_path(first);
-            if let Err(e) = self.store.delete(&p).await {
+            if let Err(e) = self.delete_unless_closed(&p).await? {
                 tracing::warn!(path = %p, error = %e, "cannot delete an obsolete journal segment; it is skipped on recovery");
             }
             if i == 0 {
@@ -1108,12 +595,32 @@ impl JournalCore {
         self.crash_point(fault::GC_BEFORE_OLD_SNAPSHOTS)?;
         for (old, p) in self.list("snapshot", ".snap").await? {
             if old < lsn {
-                if let Err(e) = self.store.delete(&p).await {
+                if let Err(e) = self.delete_unless_closed(&p).await? {
                     tracing::warn!(path = %p, error = %e, "cannot delete an old journal snapshot");
                 }
             }
         }
         Ok(())
+    }
+
+    /// Deletes `path` unless the journal is closed or poisoned (then it fails): on a
+    /// local directory under the guard `close` takes, so no GC step outlives a close.
+    /// The inner result is the deletion's own.
+    async fn delete_unless_closed(&self, path: &Path) -> Result<std::result::Result<(), String>> {
+        match self.local_file(path) {
+            Some(file) => {
+                let _gc = crate::common::sync::lock(&self.gc_guard);
+                self.check_healthy()?;
+                Ok(match std::fs::remove_file(&file) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+                    _ => Ok(()),
+                })
+            }
+            None => {
+                self.check_healthy()?;
+                Ok(self.store.delete(path).await.map_err(|e| e.to_string()))
+            }
+        }
     }
 
     /// A snapshot's payload and its frames' version (5): the state and the record index.
@@ -1135,6 +642,9 @@ impl JournalCore {
     /// directory any more (an append under way finishes first), so the directory lock
     /// can be released.
     pub(crate) fn close(&self) {
+        // A snapshot's GC deletes nothing more once this returns: the directory may
+        // belong to a new broker, which may still need what an older snapshot names.
+        let _gc = crate::common::sync::lock(&self.gc_guard);
         if let Ok(mut b) = self.lock() {
             b.failed.get_or_insert(Error::Closed { what: "embedded broker journal".into() });
         }
@@ -1158,138 +668,5 @@ impl JournalCore {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
-    }
-}
-
-/// A snapshot file's parts: a first frame whose payload is the total length (u64 LE)
-/// and the number of frames after it (u32 LE), then `state` in frames of at most
-/// `frame_bytes`, each with its own header and checksum. The parts slice `state`
-/// without copying it, so the store writes them as they are.
-fn snapshot_frames(state: bytes::Bytes, frame_bytes: usize, version: u16) -> Vec<bytes::Bytes> {
-    let frame_bytes = frame_bytes.clamp(1, envelope::MAX_PAYLOAD_LEN);
-    let count = state.len().div_ceil(frame_bytes);
-    let mut first = Vec::with_capacity(envelope::HEADER_LEN + 12);
-    let mut lengths = [0u8; 12];
-    lengths[..8].copy_from_slice(&(state.len() as u64).to_le_bytes());
-    lengths[8..].copy_from_slice(&(count as u32).to_le_bytes());
-    envelope::encode_into(&mut first, SNAPSHOT_MAGIC, version, &lengths);
-    let mut parts = Vec::with_capacity(1 + 2 * count);
-    parts.push(bytes::Bytes::from(first));
-    for i in 0..count {
-        let piece = state.slice(i * frame_bytes..((i + 1) * frame_bytes).min(state.len()));
-        parts.push(bytes::Bytes::copy_from_slice(&envelope::header(SNAPSHOT_MAGIC, version, &piece)));
-        parts.push(piece);
-    }
-    parts
-}
-
-/// The state bytes of a snapshot file, checking every frame: the framed form of
-/// [`snapshot_frames`], or the single frame older brokers wrote. The message says what
-/// is wrong; the caller names the file.
-fn snapshot_payload(file: &[u8]) -> std::result::Result<(u16, std::borrow::Cow<'_, [u8]>), String> {
-    let first = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_META_VERSION, file).map_err(|e| e.to_string())?;
-    let version = first.version;
-    if version < SNAPSHOT_FRAMES_VERSION {
-        // One frame holds the whole state (versions 2 and 3), already checked.
-        if first.len != file.len() {
-            return Err(format!("{} bytes follow the snapshot's single frame", file.len() - first.len));
-        }
-        return Ok((version, std::borrow::Cow::Borrowed(first.payload)));
-    }
-    let lengths: [u8; 12] = first
-        .payload
-        .try_into()
-        .map_err(|_| format!("snapshot header frame of {} bytes, not 12", first.payload.len()))?;
-    let total = u64::from_le_bytes(lengths[..8].try_into().unwrap_or_default());
-    let count = u32::from_le_bytes(lengths[8..].try_into().unwrap_or_default());
-    // The total is checked against what the frames hold, not trusted for an allocation.
-    let mut state = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(file.len()));
-    let mut pos = first.len;
-    for i in 0..count {
-        let frame = envelope::decode_frame(SNAPSHOT_MAGIC, SNAPSHOT_META_VERSION, &file[pos..])
-            .map_err(|e| format!("snapshot frame {} of {count}: {e}", i + 1))?;
-        if frame.version != version {
-            return Err(format!(
-                "snapshot frame {} of {count} has version {}, the first {version}",
-                i + 1,
-                frame.version
-            ));
-        }
-        state.extend_from_slice(frame.payload);
-        pos += frame.len;
-    }
-    if pos != file.len() {
-        return Err(format!("{} bytes follow the last of the snapshot's {count} frames", file.len() - pos));
-    }
-    if state.len() as u64 != total {
-        return Err(format!("the snapshot's frames hold {} bytes, its header says {total}", state.len()));
-    }
-    Ok((version, std::borrow::Cow::Owned(state)))
-}
-
-/// The state and record index in a snapshot's payload of `version`: from version 5 the
-/// state with batches that point into segments, and the index that says where; before
-/// it, the state with every batch's records inline, and no index.
-fn decode_snapshot(version: u16, payload: &[u8]) -> std::result::Result<(BrokerState, Vec<(Lsn, Loc)>), String> {
-    let decoded = if version >= SNAPSHOT_META_VERSION {
-        postcard::from_bytes(payload)
-    } else {
-        super::log::with_legacy_batches(|| postcard::from_bytes(payload)).map(|state| (state, Vec::new()))
-    };
-    decoded.map_err(|e| format!("snapshot does not decode: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(parts: &[bytes::Bytes]) -> Vec<u8> {
-        parts.iter().flat_map(|p| p.iter().copied()).collect()
-    }
-
-    #[test]
-    fn a_snapshot_round_trips_through_frames_of_any_size() {
-        let state: Vec<u8> = (0..1_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        // (state length, frame size) -> frames after the first
-        for (len, frame, frames) in [(0, 64, 0), (1, 64, 1), (1_000, 1_000, 1), (1_000, 999, 2), (1_000, 7, 143)] {
-            let parts = snapshot_frames(bytes::Bytes::from(state[..len].to_vec()), frame, SNAPSHOT_FRAMES_VERSION);
-            assert_eq!(parts.len(), 1 + 2 * frames, "len {len}, frame {frame}");
-            let f = file(&parts);
-            assert_eq!(&*snapshot_payload(&f).unwrap().1, &state[..len], "len {len}, frame {frame}");
-        }
-    }
-
-    #[test]
-    fn a_snapshot_of_the_single_frame_format_still_reads() {
-        let old = envelope::encode(SNAPSHOT_MAGIC, 3, b"state of a version 3 broker");
-        assert_eq!(&*snapshot_payload(&old).unwrap().1, b"state of a version 3 broker");
-        let mut longer = old.clone();
-        longer.push(0);
-        assert!(snapshot_payload(&longer).unwrap_err().contains("1 bytes follow the snapshot's single frame"));
-    }
-
-    #[test]
-    fn damage_anywhere_in_a_framed_snapshot_is_refused_with_where() {
-        let state: Vec<u8> = (0..100u8).collect();
-        let good = file(&snapshot_frames(bytes::Bytes::from(state), 30, SNAPSHOT_META_VERSION));
-        // A flipped payload byte in the third data frame.
-        let mut flipped = good.clone();
-        let third = (envelope::HEADER_LEN + 12) + 2 * (envelope::HEADER_LEN + 30) + envelope::HEADER_LEN + 5;
-        flipped[third] ^= 1;
-        let err = snapshot_payload(&flipped).unwrap_err();
-        assert!(err.contains("frame 3 of 4"), "{err}");
-        // Cut short, or with bytes after the last frame.
-        let err = snapshot_payload(&good[..good.len() - 1]).unwrap_err();
-        assert!(err.contains("frame 4 of 4"), "{err}");
-        let mut longer = good.clone();
-        longer.push(0);
-        assert!(snapshot_payload(&longer).unwrap_err().contains("1 bytes follow"));
-        // A header that claims more than the frames hold.
-        let mut parts = snapshot_frames(bytes::Bytes::from(vec![1u8; 10]), 30, SNAPSHOT_FRAMES_VERSION);
-        let mut lengths = [0u8; 12];
-        lengths[..8].copy_from_slice(&11u64.to_le_bytes());
-        lengths[8..].copy_from_slice(&1u32.to_le_bytes());
-        parts[0] = envelope::encode(SNAPSHOT_MAGIC, SNAPSHOT_FRAMES_VERSION, &lengths).into();
-        assert!(snapshot_payload(&file(&parts)).unwrap_err().contains("header says 11"));
     }
 }
