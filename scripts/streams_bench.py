@@ -200,6 +200,9 @@ class Run:
         system = None
         try:
             ready = self.event(counter, "ready")
+            if self.args.profile_broker:
+                jcmd(broker, "JFR.start", f"name={self.name}", "settings=profile",
+                     f"filename={os.path.join(self.args.profile_broker, self.name + '.jfr')}")
             broker0, started = cpu_seconds(broker), time.time() * 1000
             with open(os.path.join(self.work, "system.log"), "w") as out:
                 system = subprocess.Popen(self.command(broker), stdout=out, stderr=subprocess.STDOUT,
@@ -209,6 +212,8 @@ class Run:
             complete = self.event(counter, "complete", system)
             broker1 = cpu_seconds(broker)
             job_cpu = cpu_seconds(system.pid)
+            if self.args.profile_broker:
+                jcmd(broker, "JFR.stop", f"name={self.name}")
             final = self.event(counter, "final", system)
         finally:
             killer.cancel()
@@ -276,6 +281,12 @@ def watch_system(system: subprocess.Popen, counter: subprocess.Popen) -> None:
         time.sleep(0.5)
 
 
+def jcmd(pid: int, *args: str) -> None:
+    out = subprocess.run(["jcmd", str(pid), *args], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        fail(f"jcmd {pid} {' '.join(args)} failed: {out.stdout.strip()} {out.stderr.strip()}")
+
+
 def stop(process: subprocess.Popen) -> None:
     if process.poll() is not None:
         return
@@ -330,6 +341,9 @@ def main() -> None:
                         help="batch.size of the producer that writes the input (Kafka's default: 16384)")
     parser.add_argument("--systems", default="shareflow,streams")
     parser.add_argument("--binary", default=os.path.join(target, "release", "shareflow"))
+    parser.add_argument("--profile-broker", metavar="DIR",
+                        help="record the broker with Java Flight Recorder during each run, into DIR/RUN.jfr "
+                             "(scripts/jfr-top reads them); the recording costs the broker CPU")
     parser.add_argument("--fresh-broker", action="store_true", help="restart the test broker before the first run")
     args = parser.parse_args()
     intervals = [int(i) for i in args.intervals.split(",") if i]
@@ -341,6 +355,9 @@ def main() -> None:
     if "shareflow" in systems and not os.access(args.binary, os.X_OK):
         fail(f"{args.binary} is not built: cargo build --release")
     classpath = build_java()
+    if args.profile_broker:
+        args.profile_broker = os.path.abspath(args.profile_broker)
+        os.makedirs(args.profile_broker, exist_ok=True)
 
     script = os.path.join(ROOT, "scripts", "kafka")
     started_broker = False

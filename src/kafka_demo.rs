@@ -248,7 +248,7 @@ pub(crate) async fn run(
     config.tolerable_checkpoint_failures = 3;
 
     let metrics = Arc::new(SourceMetrics::default());
-    let mut source_config = source_settings(&options.name, &input, options.parallelism, options.max_rate);
+    let mut source_config = source_settings(&options.name, &[&input], options.parallelism, options.max_rate);
     source_config.stop_when_drained = true;
     let job = pipeline(&cluster, &txns, source_config, &output, options.parallelism, &metrics);
     let job = job.build(config)?;
@@ -295,10 +295,13 @@ pub(crate) async fn demo_group_limits(cluster: &KafkaCluster, group: &str) -> sh
     cluster.set_group_configs(group, &[("share.delivery.count.limit", &DELIVERY_LIMIT.to_string())]).await
 }
 
-/// The source settings of the main job on Kafka: group `group`, topic `input`, at most
-/// `max_rate` records per second over `parallelism` subtasks.
-pub(crate) fn source_settings(group: &str, input: &str, parallelism: u32, max_rate: Option<u64>) -> SourceSettings {
-    let mut source = SourceSettings::new(group, &[input]);
+/// The source settings of every job shareflow's binary runs on Kafka (the demo, `run`
+/// with or without a job file): group `group`, `topics`, at most `max_rate` records per
+/// second over `parallelism` subtasks, and polls that take a whole share fetch
+/// (decision 0026): a poll smaller than the fetch makes the client send the rest's
+/// acknowledgements in requests of their own, which cost the broker about half again.
+pub(crate) fn source_settings(group: &str, topics: &[&str], parallelism: u32, max_rate: Option<u64>) -> SourceSettings {
+    let mut source = SourceSettings::new(group, topics);
     source.max_poll_records = WHOLE_FETCH_POLL_RECORDS;
     source.max_records_per_second = max_rate.map(|r| (r / u64::from(parallelism)).max(1));
     if let Some(rate) = source.max_records_per_second {

@@ -146,7 +146,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
             let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
             cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
             cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
-            let mut source = source_settings(&options.group, &input, options.parallelism, options.max_rate);
+            let mut source = source_settings(&options.group, &[&input], options.parallelism, options.max_rate);
             source.from_earliest = true;
             pipeline(&cluster, &txns, source, &output, options.parallelism, &metrics)
         }
@@ -182,6 +182,15 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     })
 }
 
+/// The source settings of a job file: the same as every job of the binary on Kafka
+/// (whole-fetch polls), with the file's group, topics, start and rate.
+fn file_source_settings(file: &crate::job_file::JobFile, parallelism: u32) -> shareflow_connector::SourceSettings {
+    let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
+    let mut source = source_settings(&file.group, &topics, parallelism, file.max_rate);
+    source.from_earliest = file.from_earliest;
+    source
+}
+
 /// The pipeline of a job file: share source, its transforms in order, its sink. The
 /// topics it names are created if missing, with the file's partitions.
 async fn file_pipeline(
@@ -193,14 +202,11 @@ async fn file_pipeline(
 ) -> Result<shareflow_runtime::JobBuilder, Box<dyn std::error::Error + Send + Sync>> {
     use crate::job_file::SinkSpec;
     use shareflow_connector::kafka::{KafkaShareSource, KafkaSink};
-    use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceSettings};
+    use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink};
     for topic in &file.topics {
         cluster.ensure_topic(topic, file.partitions as i32, &[]).await?;
     }
-    let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
-    let mut source = SourceSettings::new(&file.group, &topics);
-    source.from_earliest = file.from_earliest;
-    source.max_records_per_second = file.max_rate.map(|r| (r / u64::from(parallelism)).max(1));
+    let source = file_source_settings(file, parallelism);
     let job = shareflow_runtime::JobBuilder::new();
     let mut stream = job
         .source(
@@ -229,4 +235,39 @@ async fn file_pipeline(
     }
     job.participant(txns.clone());
     Ok(job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shareflow_connector::kafka::WHOLE_FETCH_POLL_RECORDS;
+
+    fn file(extra_source: &str) -> crate::job_file::JobFile {
+        let text = format!(
+            "kafka = \"127.0.0.1:1\"\ncheckpoints = \"file:///tmp/x\"\n[source]\ngroup = \"g\"\ntopics = [\"a\", \"b\"]\n\
+             {extra_source}\n[sink]\nkind = \"print\"\n"
+        );
+        crate::job_file::JobFile::parse("job.toml", &text).expect("a valid job file")
+    }
+
+    /// A job file's polls take a whole share fetch, as the demo's and `run`'s do: with
+    /// the library's default of 500 the client acknowledges the polls it serves from its
+    /// buffer in requests of their own, and the job ran at half the rate.
+    #[test]
+    fn a_job_files_source_polls_whole_fetches() {
+        let s = file_source_settings(&file(""), 2);
+        assert_eq!(s.max_poll_records, WHOLE_FETCH_POLL_RECORDS);
+        assert_eq!(s.group, "g");
+        assert_eq!(s.topics, vec!["a".to_string(), "b".to_string()]);
+        assert!(s.from_earliest, "a job file reads from the earliest record unless it says otherwise");
+        assert_eq!(s.max_records_per_second, None);
+    }
+
+    #[test]
+    fn a_job_files_rate_is_split_over_its_subtasks_and_caps_the_poll() {
+        let s = file_source_settings(&file("max_rate = 1000\nfrom = \"latest\""), 2);
+        assert_eq!(s.max_records_per_second, Some(500));
+        assert_eq!(s.max_poll_records, 50, "a poll is at most a tenth of a second of the subtask's rate");
+        assert!(!s.from_earliest);
+    }
 }
