@@ -4,7 +4,9 @@ checkpoint interval and parallelism, and one read_committed counter that measure
 
 For each interval and round, the two systems run one after the other, the order
 alternating by round. Each run gets a fresh output topic, a fresh group and fresh
-checkpoints. A run:
+checkpoints. Before the first round, each system runs once unmeasured (--no-warm-up
+skips it): on a freshly started broker, whichever system ran first paid for the broker's
+JIT. A run:
   1. starts the counter (benches/streams, `count`) on the empty output topic;
   2. starts the system, and samples the broker's and the job's CPU time (/proc) and the
      broker's request counters (JMX) then;
@@ -16,9 +18,10 @@ Whole-run rate: records / (last record's arrival - the system's start). Middle r
 80 % of the records / (the 90 % mark - the 10 % mark). CPU is per million records, over
 the system's start to the last record.
 
-Rows go to docs/results/streams_bench.jsonl (SHAREFLOW_RESULTS_DIR overrides the
-directory), one per run, each with the run's git revision; scripts/bench-summary reads
-them. Standard library only.
+The results go to docs/results/streams_bench.jsonl (SHAREFLOW_RESULTS_DIR overrides the
+directory), rewritten by each invocation: a header line (kind "run": the arguments, the
+git revision, the core count), then one line per system run (kind "system_run");
+scripts/bench-summary reads them. Standard library only.
 
     scripts/streams-bench [--records N] [--rounds R] [--intervals 1000,100] [--binary PATH]
 
@@ -229,6 +232,7 @@ class Run:
         whole = (complete["last_ms"] - started) / 1000
         middle = (complete["p90_ms"] - complete["p10_ms"]) / 1000
         return {
+            "kind": "system_run",
             "system": self.system,
             "interval_ms": self.interval,
             "round": self.round,
@@ -324,8 +328,9 @@ def report(rows: list[dict]) -> None:
             ratios["middle"].append(s["middle_rate"] / k["middle_rate"])
             ratios["job CPU"].append(s["job_cpu_s_per_m"] / k["job_cpu_s_per_m"])
             ratios["broker CPU"].append(s["broker_cpu_s_per_m"] / k["broker_cpu_s_per_m"])
-        print("shareflow / Streams, same round: " + ", ".join(
-            f"{k} {median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for k, v in ratios.items() if v))
+        if ratios["whole"]:
+            print("shareflow / Streams, same round: " + ", ".join(
+                f"{k} {median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for k, v in ratios.items() if v))
 
 
 def main() -> None:
@@ -344,6 +349,8 @@ def main() -> None:
     parser.add_argument("--profile-broker", metavar="DIR",
                         help="record the broker with Java Flight Recorder during each run, into DIR/RUN.jfr "
                              "(scripts/jfr-top reads them); the recording costs the broker CPU")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="skip the unmeasured run of each system before the first round")
     parser.add_argument("--fresh-broker", action="store_true", help="restart the test broker before the first run")
     args = parser.parse_args()
     intervals = [int(i) for i in args.intervals.split(",") if i]
@@ -377,20 +384,33 @@ def main() -> None:
     os.makedirs(results_dir, exist_ok=True)
     results = os.path.join(results_dir, "streams_bench.jsonl")
     rev = git_rev()
-    day = datetime.date.today().isoformat()
     rows = []
+    header = {"kind": "run", "bench": "streams_bench", "cores": os.cpu_count(), "profile": "release",
+              "started_unix_s": int(time.time()), "rev": rev,
+              "args": {"records": args.records, "rounds": args.rounds, "intervals": intervals,
+                       "value_bytes": args.value_bytes, "partitions": args.partitions,
+                       "parallelism": args.parallelism, "input_batch_bytes": args.input_batch_bytes,
+                       "systems": systems, "warm_up": args.warm_up}}
+    with open(results, "w") as f:
+        f.write(json.dumps(header) + "\n")
     try:
         with tempfile.TemporaryDirectory(prefix="streams-bench-") as work:
             create_topic(args.input, args.partitions)
             log(f"writing {args.records:,} records of {args.value_bytes} bytes to {args.input}")
             subprocess.run(["java", "-cp", classpath, "shareflow.bench.Main", "produce", BOOTSTRAP, args.input,
                             str(args.records), str(args.value_bytes), str(args.input_batch_bytes)], check=True)
+            if args.warm_up:
+                # The broker's and the counter's JIT warm up on whichever system runs
+                # first: one unmeasured run of each, so that round 1 compares like with like.
+                for system in systems:
+                    row = Run(args, classpath, system, intervals[0], 0, stamp, work).go(broker)
+                    log(f"warm-up, {system}: whole {row['whole_rate']:,} rec/s (not kept)")
             for interval in intervals:
                 for round_ in range(1, args.rounds + 1):
                     order = systems if round_ % 2 == 1 else list(reversed(systems))
                     for position, system in enumerate(order):
                         row = Run(args, classpath, system, interval, round_, stamp, work).go(broker)
-                        row.update({"first": position == 0, "rev": rev, "date": day})
+                        row.update({"first": position == 0})
                         rows.append(row)
                         with open(results, "a") as f:
                             f.write(json.dumps(row) + "\n")
@@ -404,7 +424,7 @@ def main() -> None:
             if started_broker:
                 subprocess.run([script, "stop"], check=False)
     report(rows)
-    print(f"\nrows appended to {results}")
+    print(f"\nresults in {results}")
 
 
 if __name__ == "__main__":
