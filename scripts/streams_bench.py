@@ -302,6 +302,62 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def counter(classpath: str, topic: str, records: int, grace_ms: int, timeout_ms: int) -> tuple[int, list[dict]]:
+    """Runs the counter to its end: its exit status and its JSON lines."""
+    out = subprocess.run(["java", "-Xmx256m", "-cp", classpath, "shareflow.bench.Main", "count", BOOTSTRAP, topic,
+                          str(records), str(grace_ms), str(timeout_ms)],
+                         capture_output=True, text=True, timeout=timeout_ms / 1000 + 120)
+    lines = []
+    for line in out.stdout.splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out.returncode, lines
+
+
+def self_test(classpath: str) -> None:
+    """The Java side checked against the broker: the counter finds duplicates, values not
+    upper-cased and missing ids, and the Streams reference upper-cases every record once.
+    Small (200 records); scripts/test runs it."""
+    prefix = f"sb-selftest-{datetime.datetime.now().strftime('%H%M%S')}"
+    twice, once, out = f"{prefix}-twice", f"{prefix}-in", f"{prefix}-out"
+    streams = None
+    try:
+        for topic in (twice, once, out):
+            create_topic(topic, 2)
+        for topic in (twice, twice, once):
+            subprocess.run(["java", "-cp", classpath, "shareflow.bench.Main", "produce", BOOTSTRAP, topic, "200", "64",
+                            "16384"], check=True, capture_output=True, timeout=120)
+
+        status, lines = counter(classpath, twice, 200, 1000, 60_000)
+        final = next((line for line in lines if line.get("event") == "final"), {})
+        if status != 3 or final.get("duplicates") != 200 or final.get("not_upper_cased") != 400:
+            fail(f"self-test: the counter should fail a topic holding every id twice, in lowercase, with status 3, "
+                 f"200 duplicates and 400 values not upper-cased; it gave status {status}: {lines}")
+
+        status, lines = counter(classpath, twice, 300, 0, 5_000)
+        timeout = next((line for line in lines if line.get("event") == "timeout"), {})
+        if status != 4 or timeout.get("distinct") != 200:
+            fail(f"self-test: the counter should time out (status 4) with 200 of 300 ids; it gave status {status}: "
+                 f"{lines}")
+
+        streams = subprocess.Popen(["java", "-cp", classpath, "shareflow.bench.Main", "streams", BOOTSTRAP,
+                                    f"{prefix}-app", once, out, "100", "1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        status, lines = counter(classpath, out, 200, 1000, 120_000)
+        final = next((line for line in lines if line.get("event") == "final"), {})
+        if status != 0 or not final.get("ok") or final.get("read") != 200:
+            fail(f"self-test: the Streams reference should upper-case 200 records once each; the counter gave status "
+                 f"{status}: {lines}")
+        log("self-test passed: the counter refuses duplicates, lowercase values and missing ids, and the Streams "
+            "reference upper-cases every record once")
+    finally:
+        if streams is not None:
+            stop(streams)
+        delete_topics_with_prefix(prefix)
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -351,6 +407,8 @@ def main() -> None:
                              "(scripts/jfr-top reads them); the recording costs the broker CPU")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="skip the unmeasured run of each system before the first round")
+    parser.add_argument("--self-test", action="store_true",
+                        help="only check the Java side on 200 records against a running test broker")
     parser.add_argument("--fresh-broker", action="store_true", help="restart the test broker before the first run")
     args = parser.parse_args()
     intervals = [int(i) for i in args.intervals.split(",") if i]
@@ -359,6 +417,12 @@ def main() -> None:
         fail(f"--systems takes shareflow and/or streams, got {args.systems!r}")
     if args.records <= 0 or args.rounds <= 0 or not intervals:
         fail("--records, --rounds and --intervals must be positive")
+    if args.self_test:
+        classpath = build_java()
+        if broker_running() is None:
+            fail("--self-test needs the running test broker: scripts/kafka start")
+        self_test(classpath)
+        return
     if "shareflow" in systems and not os.access(args.binary, os.X_OK):
         fail(f"{args.binary} is not built: cargo build --release")
     classpath = build_java()
