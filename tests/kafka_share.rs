@@ -7,7 +7,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use shareflow::connector::kafka::{JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig};
-use shareflow::connector::share::{AcknowledgeType, Record, ShareConsumer};
+use shareflow::connector::share::{
+    AcknowledgeType, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle, TransactionId,
+};
+use shareflow::connector::ErrorKind;
 use support::kafka::{cluster, numbered, unique};
 
 async fn topic_with(c: &KafkaCluster, partitions: i32, records: u64) -> String {
@@ -251,6 +254,34 @@ async fn bad_use_gets_typed_errors() {
     assert!(err.to_string().contains("fetch_max_records"), "the error names the setting: {err}");
     let err = KafkaCluster::connect("").await.expect_err("empty bootstrap");
     assert!(err.to_string().contains("bootstrap.servers"), "{err}");
+}
+
+/// Stock Kafka has no KIP-1289: the Kafka consumer refuses transactional
+/// acknowledgements with an error that says so and names the way that works, and the
+/// records stay held, to be settled as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_acknowledgements_are_refused_on_stock_kafka() {
+    let Some(c) = cluster().await else { return };
+    let topic = topic_with(&c, 1, 3).await;
+    let group = group_with(&c, 15_000).await;
+    let mut a = member(&c, &group, &topic, 10).await;
+    let got = poll_some(&mut a, Duration::from_secs(30)).await;
+    assert!(!got.is_empty());
+    let txn = TransactionHandle { id: TransactionId::new(group.as_str(), "job", 1).expect("id"), epoch: 0 };
+    let acks = ShareAcknowledgements::from_records(&got, AcknowledgeType::Accept).expect("acks");
+    let err = a.acknowledge_batches_transactional(&acks, &txn).await.expect_err("no KIP-1289 on stock Kafka");
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("KIP-1289") && text.contains("KafkaTransactions"), "{text}");
+    let err = a.acknowledge_transactional(&got[0], AcknowledgeType::Accept, &txn).await.expect_err("one record");
+    assert!(err.to_string().contains("KIP-1289"), "{err}");
+    for r in &got {
+        assert!(a.is_unsettled(r), "offset {} was settled by a refused call", r.offset);
+        a.acknowledge(r, AcknowledgeType::Accept).await.expect("accept");
+    }
+    a.commit().await.expect("commit");
+    a.close().await.expect("close");
+    wait_drained(&c, &group, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
