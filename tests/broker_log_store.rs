@@ -295,6 +295,63 @@ async fn a_damaged_batch_is_named_when_read_and_the_rest_still_reads() {
     assert_eq!(broker.fetch(&tp(0), 40, 10, IsolationLevel::ReadUncommitted).await.unwrap().len(), 10);
 }
 
+/// A poll that meets a damaged batch fails, naming it, and charges no record a
+/// delivery: not the damaged ones, and not the readable records of the other partition
+/// that the same poll acquired. Poll after poll, nothing creeps towards the delivery
+/// limit while the damage waits for repair.
+#[tokio::test]
+async fn a_poll_that_meets_a_damaged_batch_fails_and_charges_no_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    {
+        let broker = EmbeddedBroker::open(options(dir.path(), &clock, 256 << 10)).await.unwrap();
+        broker.create_topic(TOPIC, 2).await.unwrap();
+        broker.create_topic("filler", 1).await.unwrap();
+        for b in 0..3 {
+            for p in 0..2 {
+                let records = batch(b * 2 + p, 10, 256)
+                    .into_iter()
+                    .map(|r| ProducerRecord::new(TOPIC, p as i32, r.value.unwrap()))
+                    .collect();
+                broker.produce(records).await.unwrap();
+            }
+        }
+        // Two snapshots, so that the first segment holds only entries a snapshot covers:
+        // the open does not read it, and the damage shows only when a poll does.
+        let filler = |b| batch(b, 10, 1024).into_iter().map(|r| ProducerRecord::new("filler", 0, r.value.unwrap()));
+        for b in 100..140 {
+            broker.produce(filler(b).collect()).await.unwrap();
+        }
+        let first = snapshot_after(dir.path(), None).await;
+        for b in 140..180 {
+            broker.produce(filler(b).collect()).await.unwrap();
+        }
+        snapshot_after(dir.path(), Some(&first)).await;
+        broker.close();
+    }
+    // Batch 2 is partition 0's offsets 10..=19.
+    let wal = files(dir.path(), "wal")[0].clone();
+    let mut bytes = std::fs::read(&wal).unwrap();
+    let at = bytes.windows(13).position(|w| w == b"b00002-r00004").unwrap();
+    bytes[at + 2] ^= 1;
+    std::fs::write(&wal, bytes).unwrap();
+
+    let broker = EmbeddedBroker::open(options(dir.path(), &clock, 256 << 10)).await.unwrap();
+    let mut consumer = broker.consumer("g", ShareConfig::default()).await.unwrap();
+    consumer.subscribe(&[TOPIC]).await.unwrap();
+    for attempt in 0..3 {
+        let err = corrupt(consumer.poll(100, Duration::from_millis(100)).await.expect_err("the poll fails"));
+        assert!(err.contains("offsets 10..=19 of in-0"), "attempt {attempt}: {err}");
+        for (p, offset) in [(0, 0), (0, 15), (0, 25), (1, 0), (1, 29)] {
+            let status = broker.record_status("g", &tp(p), offset).await.unwrap();
+            assert_eq!(status.state, RecordState::Available, "attempt {attempt}: in-{p} offset {offset}");
+            assert_eq!(status.delivery_count, 0, "attempt {attempt}: in-{p} offset {offset} was charged a delivery");
+        }
+        clock.advance(Duration::from_secs(60));
+    }
+    broker.close();
+}
+
 /// Copies a directory tree.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

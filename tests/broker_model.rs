@@ -177,6 +177,9 @@ impl Model {
     }
 }
 
+/// The member in transactional mode; the other is explicit.
+const TRANSACTIONAL: usize = 1;
+
 struct Sut {
     f: Fixture,
     consumers: Vec<EmbeddedShareConsumer>,
@@ -186,7 +189,10 @@ struct Sut {
 
 impl Sut {
     async fn connect(f: Fixture) -> Self {
-        let consumers = vec![f.consumer(Explicit).await, f.consumer(Explicit).await];
+        // Member 0 settles on its own (explicit mode); member 1 stages its ACCEPTs into
+        // transactions (transactional mode, which is opt-in: the broker refuses staged
+        // acknowledgements of a member in any other mode).
+        let consumers = vec![f.consumer(Explicit).await, f.consumer(Transactional).await];
         let coord = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
         Sut { f, consumers, coord, held: vec![Vec::new(), Vec::new()] }
     }
@@ -239,6 +245,11 @@ async fn run(ops: Vec<Op>) {
                     continue;
                 }
                 let records = sut.records(member, &offsets);
+                if member == TRANSACTIONAL && ty == AcknowledgeType::Accept {
+                    let refused = sut.consumers[member].acknowledge(&records[0], ty).await;
+                    assert!(refused.is_err(), "{ctx}: a transactional member's ACCEPT outside a transaction");
+                    continue;
+                }
                 for r in &records {
                     sut.consumers[member].acknowledge(r, ty).await.unwrap();
                 }
@@ -268,7 +279,8 @@ async fn run(ops: Vec<Op>) {
                 let ty = if reject { AcknowledgeType::Reject } else { AcknowledgeType::Accept };
                 let acks = acks(&sut.records(member, &offsets), ty);
                 model.expire();
-                let ok = model.state(txn) == TransactionState::Ongoing
+                let ok = member == TRANSACTIONAL
+                    && model.state(txn) == TransactionState::Ongoing
                     && offsets
                         .iter()
                         .all(|&o| matches!(model.recs[o as usize], M::Acq { member: m, .. } if m == member));
@@ -286,7 +298,8 @@ async fn run(ops: Vec<Op>) {
                 let mut a = ShareAcknowledgements::new();
                 a.add(tp(0), AcknowledgementBatch::new(offset, offset, AcknowledgeType::Accept)).unwrap();
                 model.expire();
-                let ok = model.state(txn) == TransactionState::Ongoing
+                let ok = member == TRANSACTIONAL
+                    && model.state(txn) == TransactionState::Ongoing
                     && matches!(model.recs[offset as usize], M::Acq { member: m, .. } if m == member);
                 let member_id = sut.consumers[member].member_id().clone();
                 let result = sut.coord.send_share_acks_to_transaction(&sut.handle(txn), &member_id, &a).await;

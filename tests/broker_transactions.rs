@@ -270,6 +270,95 @@ async fn explicit_mode_consumers_cannot_ack_transactionally() {
     assert!(err.to_string().contains("share.acknowledgement.mode=transactional"), "{err}");
 }
 
+/// Transactional acknowledgement is opt-in, at the broker too: staging an explicit or
+/// implicit member's records through the coordinator is refused, and the member still
+/// settles them itself.
+#[tokio::test]
+async fn staging_acks_of_a_member_not_in_transactional_mode_is_refused() {
+    let f = Fixture::new(1, config(Explicit)).await;
+    f.produce(0, 10).await;
+    let coord = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+    let txn = coord.begin_transaction(&txn_id(1), TXN_TIMEOUT).await.unwrap();
+    for mode in [Explicit, Implicit] {
+        let mut c = f.consumer(mode).await;
+        let got = poll(&mut c, 2).await;
+        let err = coord.send_share_acks_to_transaction(&txn, c.member_id(), &acks(&got, Accept)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid, "{mode}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("share.acknowledgement.mode={mode}")) && text.contains("opt-in"), "{text}");
+        for r in &got {
+            assert_eq!(f.state(0, r.offset).await, RecordState::Acquired, "{mode}: offset {} was staged", r.offset);
+        }
+        if mode == Explicit {
+            for r in &got {
+                c.acknowledge(r, Accept).await.unwrap();
+            }
+            c.commit().await.unwrap();
+        } else {
+            poll(&mut c, 1).await; // the next poll accepts the previous one's records
+        }
+        for r in &got {
+            assert_eq!(f.state(0, r.offset).await, RecordState::Acknowledged, "{mode}: offset {}", r.offset);
+        }
+        c.close().await.unwrap();
+    }
+    let pending = coord.list_pending_transactions(GROUP).await.unwrap();
+    assert_eq!(pending[0].pending_acks.record_count(), 0, "nothing was staged");
+}
+
+/// A repeated begin returns the open transaction, but only for the same timeout, and
+/// a timeout above the group's is refused on a repeat as on a first begin.
+#[tokio::test]
+async fn a_repeated_begin_validates_its_timeout_and_must_match_the_open_one() {
+    let (_f, coord) = setup().await;
+    let id = txn_id(1);
+    let first = coord.begin_transaction(&id, TXN_TIMEOUT).await.unwrap();
+    assert_eq!(coord.begin_transaction(&id, TXN_TIMEOUT).await.unwrap(), first);
+    let err = coord.begin_transaction(&id, Duration::from_secs(24 * 3600)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    assert!(err.to_string().contains("allows 1..="), "{err}");
+    let other = TXN_TIMEOUT / 2;
+    let err = coord.begin_transaction(&id, other).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    let text = err.to_string();
+    let (open, asked) = (TXN_TIMEOUT.as_millis().to_string(), other.as_millis().to_string());
+    assert!(text.contains(&format!("timeout of {open} ms")) && text.contains(&format!("not {asked} ms")), "{text}");
+    // The open transaction is unchanged, and still takes the same timeout.
+    assert_eq!(coord.begin_transaction(&id, TXN_TIMEOUT).await.unwrap(), first);
+}
+
+/// An empty set of acknowledgements answers as a non-empty one would: an unknown
+/// transaction, a fenced epoch or a decided transaction are errors, not Ok.
+#[tokio::test]
+async fn empty_acknowledgements_still_check_the_transaction_and_its_epoch() {
+    let (f, old) = setup().await;
+    let mut c = f.consumer(Transactional).await;
+    let empty = ShareAcknowledgements::new();
+    let ongoing = old.begin_transaction(&txn_id(1), TXN_TIMEOUT).await.unwrap();
+    c.acknowledge_batches_transactional(&empty, &ongoing).await.unwrap();
+    old.send_share_acks_to_transaction(&ongoing, c.member_id(), &empty).await.unwrap();
+
+    let unknown = TransactionHandle { id: txn_id(7), epoch: old.epoch() };
+    for result in [
+        c.acknowledge_batches_transactional(&empty, &unknown).await,
+        old.send_share_acks_to_transaction(&unknown, c.member_id(), &empty).await,
+    ] {
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::UnknownTransaction { .. }), "{err:?}");
+    }
+    let decided = old.begin_transaction(&txn_id(2), TXN_TIMEOUT).await.unwrap();
+    old.prepare_transaction(&decided.id).await.unwrap();
+    assert!(c.acknowledge_batches_transactional(&empty, &decided).await.is_err(), "a prepared transaction");
+
+    let _new = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+    for result in [
+        c.acknowledge_batches_transactional(&empty, &ongoing).await,
+        old.send_share_acks_to_transaction(&ongoing, c.member_id(), &empty).await,
+    ] {
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::Fenced);
+    }
+}
+
 #[tokio::test]
 async fn read_committed_share_group_skips_aborted_and_waits_for_open_transactions() {
     let cfg = ShareConfig::builder().isolation_level(IsolationLevel::ReadCommitted).build().unwrap();

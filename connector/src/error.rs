@@ -40,7 +40,7 @@ pub enum Error {
         txn: String,
     },
     /// A transaction operation that the state machine forbids.
-    #[error("cannot {op} transaction {txn}: it is {state}")]
+    #[error("cannot {op} transaction {txn}: it is {state}{}", illegal_hint(.op, .state))]
     IllegalTransition {
         /// The transaction id.
         txn: String,
@@ -263,4 +263,16 @@ impl Error {
 /// Converts a connector error into a runtime error of `task` with the same kind.
 pub(crate) fn runtime_error(task: &str, e: Error) -> shareflow_runtime::RuntimeError {
     shareflow_runtime::RuntimeError::task(task, e.kind(), e)
+}
+
+/// What to do instead, for the illegal transitions a caller meets by following another
+/// flow than the coordinator's.
+fn illegal_hint(op: &str, state: &crate::share::TransactionState) -> &'static str {
+    match (op, state) {
+        ("commit", &crate::share::TransactionState::Ongoing) => {
+            "; commit is the second phase: prepare_transaction first (decision 0003), or commit in one call with \
+             commit_one_phase (seed 002's commitTransaction)"
+        }
+        _ => "",
+    }
 }

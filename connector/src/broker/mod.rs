@@ -24,7 +24,7 @@ mod txn;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use embedded::{
     Backlog, BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
-    SharePartitionInfo, TransactionInfo, DEFAULT_RETENTION_MS,
+    SharePartitionInfo, TransactionInfo, TransactionalShareAcknowledger, DEFAULT_RETENTION_MS,
 };
 pub use journal::Durability;
 pub use log::Retention;

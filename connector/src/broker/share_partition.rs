@@ -347,6 +347,31 @@ impl SharePartition {
         (out, *changes)
     }
 
+    /// Takes back a delivery that never reached `member` (the broker could not read the
+    /// records it acquired): what `member` still holds of `[first, last]` goes back to
+    /// AVAILABLE with one delivery less, as before the acquisition. Records settled or
+    /// held by another member in the meantime stay as they are.
+    pub(crate) fn unacquire(&mut self, member: MemberKey, first: i64, last: i64) -> Changes {
+        let mut changes = Changes::default();
+        if first > last || first >= self.runs.end() {
+            return changes;
+        }
+        // Only the runs still there: retention may have trimmed the front since.
+        let held: Vec<(i64, i64)> = self
+            .runs
+            .overlapping(first, last.min(self.runs.end() - 1))
+            .filter(|(_, _, s)| matches!(s, Slot::Acquired { member: m, .. } if *m == member))
+            .map(|(f, l, _)| (f.max(first), l.min(last)))
+            .collect();
+        for (f, l) in held {
+            self.set(f, l, &mut changes, |s| match *s {
+                Slot::Acquired { deliveries, .. } => Slot::Available { deliveries: deliveries.saturating_sub(1) },
+                other => other,
+            });
+        }
+        changes
+    }
+
     /// Whether `member` holds all of `[first, last]`.
     pub(crate) fn check_held(&self, member: MemberKey, first: i64, last: i64) -> Result<(), RangeError> {
         self.check(first, last, |s| matches!(s, Slot::Acquired { member: m, .. } if *m == member))
@@ -423,5 +448,70 @@ fn release(slot: &Slot, limits: &Limits) -> Slot {
         Slot::Archived(ArchiveReason::DeliveryLimit)
     } else {
         Slot::Available { deliveries }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::batch;
+    use crate::broker::log::LogRecord;
+
+    fn limits() -> Limits {
+        Limits { lock_duration_ms: 1_000, delivery_limit: 5, max_record_locks: 1_000, read_committed: false }
+    }
+
+    fn log(batches: &[usize]) -> PartitionLog {
+        let mut log = PartitionLog::default();
+        for &n in batches {
+            let records: Vec<LogRecord> = (0..n)
+                .map(|_| LogRecord { key: None, value: Some(bytes::Bytes::from_static(b"v")), timestamp_ms: 0 })
+                .collect();
+            let data = batch::encode(&records);
+            let meta = batch::meta(&data).unwrap();
+            log.append(data, meta, None);
+        }
+        log
+    }
+
+    fn deliveries(sp: &SharePartition, offsets: std::ops::RangeInclusive<i64>) -> Vec<(i64, Option<Slot>)> {
+        offsets.map(|o| (o, sp.slot(o))).collect()
+    }
+
+    #[test]
+    fn unacquire_takes_back_a_first_delivery_and_a_redelivery() {
+        let log = log(&[4, 4]);
+        let mut sp = SharePartition::new(0);
+        let (ranges, _) = sp.acquire(7, 100, 0, &limits(), &log);
+        assert_eq!(ranges, vec![AcquiredRange { first: 0, last: 7, deliveries: 1 }]);
+        sp.unacquire(7, 0, 7);
+        assert_eq!(sp.in_flight(), 0);
+        assert!(deliveries(&sp, 0..=7).iter().all(|(_, s)| *s == Some(Slot::Available { deliveries: 0 })));
+        // Acquired again, it is a first delivery again.
+        let (ranges, _) = sp.acquire(7, 100, 0, &limits(), &log);
+        assert_eq!(ranges, vec![AcquiredRange { first: 0, last: 7, deliveries: 1 }]);
+        // A redelivery (released once) taken back keeps the one delivery it had.
+        sp.acknowledge(0, 3, AcknowledgeType::Release, 0, &limits());
+        let (ranges, _) = sp.acquire(8, 4, 0, &limits(), &log);
+        assert_eq!(ranges, vec![AcquiredRange { first: 0, last: 3, deliveries: 2 }]);
+        sp.unacquire(8, 0, 3);
+        assert_eq!(sp.slot(0), Some(Slot::Available { deliveries: 1 }));
+        assert_eq!(sp.in_flight(), 4, "offsets 4..=7 are still held by member 7");
+    }
+
+    #[test]
+    fn unacquire_leaves_what_the_member_no_longer_holds() {
+        let log = log(&[6]);
+        let mut sp = SharePartition::new(0);
+        sp.acquire(7, 100, 0, &limits(), &log);
+        sp.acknowledge(0, 1, AcknowledgeType::Accept, 0, &limits());
+        // Another member's records and offsets past the end are left alone.
+        sp.unacquire(9, 2, 5);
+        assert!(matches!(sp.slot(2), Some(Slot::Acquired { member: 7, .. })));
+        sp.unacquire(7, 0, 100);
+        assert_eq!(sp.slot(0), Some(Slot::Acknowledged));
+        assert_eq!(sp.slot(1), Some(Slot::Acknowledged));
+        assert!(deliveries(&sp, 2..=5).iter().all(|(_, s)| *s == Some(Slot::Available { deliveries: 0 })));
+        assert_eq!(sp.in_flight(), 0);
     }
 }

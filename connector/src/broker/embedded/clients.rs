@@ -118,12 +118,24 @@ impl ShareConsumer for EmbeddedShareConsumer {
             };
             if !ranges.is_empty() {
                 let mut records = Vec::with_capacity(max_records.min(4096));
-                {
+                let loaded = {
                     let st = self.broker.state()?;
                     let journal = &self.broker.inner.journal;
-                    for (tp, range) in &ranges {
-                        st.delivered_records(tp, range, &|tp, b| journal.load_batch(tp, b), &mut records)?;
+                    ranges.iter().try_for_each(|(tp, range)| {
+                        st.delivered_records(tp, range, &|tp, b| journal.load_batch(tp, b), &mut records)
+                    })
+                };
+                if let Err(e) = loaded {
+                    // A batch that cannot be read (damaged, or its segment gone): the
+                    // poll fails, naming it, and none of its ranges is charged a
+                    // delivery, so that the readable records of other partitions do not
+                    // creep towards the delivery limit while the damage is repaired.
+                    let ranges = ranges.iter().map(|(tp, r)| (tp.clone(), r.first, r.last)).collect();
+                    let undo = Command::Unacquire { group: self.group.clone(), member: self.member, ranges };
+                    if let Err(undo) = self.broker.execute(undo).await {
+                        tracing::warn!(group = %self.group, error = %undo, "could not take back a poll that failed to read");
                     }
+                    return Err(e);
                 }
                 if self.mode == AcknowledgementMode::Implicit {
                     self.implicit = records.clone();
@@ -165,7 +177,8 @@ impl ShareConsumer for EmbeddedShareConsumer {
             )));
         }
         if acks.is_empty() {
-            return Ok(());
+            // Nothing to stage, but the same answer a non-empty set would get.
+            return self.broker.state()?.check_ack_target(&txn.id, txn.epoch);
         }
         self.broker
             .execute(Command::AckInTxn {
@@ -234,6 +247,22 @@ impl EmbeddedTransactionCoordinator {
             )));
         }
         Ok(())
+    }
+
+    /// Seed 002's one-phase `commitTransaction`: prepares `id`, then commits it.
+    ///
+    /// [`commit_transaction`](ShareTransactionCoordinator::commit_transaction) commits
+    /// only from PREPARE (decision 0003): a caller that records its decision between the
+    /// two phases (the runtime writes its checkpoint manifest there) keeps that order. A
+    /// caller with nothing to record, such as seed 002's consume-transform-produce loop,
+    /// commits in one call with this. Idempotent like both steps: a committed `id`
+    /// returns Ok. A crash between the steps leaves `id` PREPARE; a restarted caller
+    /// finds it with `list_pending_transactions` and commits it, as it had asked.
+    pub async fn commit_one_phase(&self, id: &TransactionId) -> Result<()> {
+        if self.broker.transaction_state(id).await? != TransactionState::Committed {
+            self.prepare_transaction(id).await?;
+        }
+        self.commit_transaction(id).await
     }
 
     async fn step(&self, id: &TransactionId, command: Command) -> Result<bool> {
@@ -307,7 +336,8 @@ impl ShareTransactionalProducer for EmbeddedTransactionCoordinator {
         self.check_id(&txn.id)?;
         let member = self.broker.member_key(&self.group, member)?;
         if acks.is_empty() {
-            return Ok(());
+            // Nothing to stage, but the same answer a non-empty set would get.
+            return self.broker.state()?.check_ack_target(&txn.id, txn.epoch);
         }
         self.broker
             .execute(Command::AckInTxn { id: txn.id.clone(), epoch: txn.epoch, member, acks: acks.clone() })

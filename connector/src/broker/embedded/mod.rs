@@ -13,9 +13,11 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use tokio::sync::Notify;
 
+mod acknowledger;
 mod clients;
 mod options;
 
+pub use acknowledger::TransactionalShareAcknowledger;
 pub use clients::{EmbeddedShareConsumer, EmbeddedTransactionCoordinator};
 pub use options::{BrokerOptions, DEFAULT_RETENTION_MS};
 use options::{DirLock, MAX_BATCH_BYTES};
@@ -317,6 +319,7 @@ impl EmbeddedBroker {
         }
         let (result, lsn, wrote, events) = {
             let mut st = self.state()?;
+            st.admit(&command)?;
             let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
             let entry = Entry { now_ms, command };
             let (result, expired) = st.apply(&entry);

@@ -112,6 +112,15 @@ pub(crate) enum Command {
         base_offset: i64,
         batch: Bytes,
     },
+    /// Takes back what an `Acquire` handed `member` when the broker could not read those
+    /// records (a damaged batch): each `(tp, first, last)` it still holds goes back to
+    /// AVAILABLE with the delivery count it had before, so the failed poll charges no
+    /// record, the readable ones of other partitions included, a delivery.
+    Unacquire {
+        group: String,
+        member: MemberKey,
+        ranges: Vec<(TopicPartition, i64, i64)>,
+    },
 }
 
 /// A command and the broker time it ran at.

@@ -208,6 +208,17 @@ impl BrokerState {
                 self.acquire(group, *member, *max_records, *start_partition as usize, now_ms)
             }
             Command::Acknowledge { group, member, acks } => self.acknowledge(group, *member, acks, now_ms),
+            Command::Unacquire { group, member, ranges } => {
+                let g = Self::member(&mut self.groups, group, *member)?;
+                let mut changes = Changes::default();
+                for (tp, first, last) in ranges {
+                    if let Some(sp) = g.partitions.get_mut(tp) {
+                        changes.add(sp.unacquire(*member, *first, *last));
+                    }
+                }
+                self.note(changes);
+                Ok(Outcome::Done)
+            }
             Command::InitProducer { group, prefix } => {
                 let g = self.group_mut(group);
                 let epoch = g.epochs.get(prefix).copied().unwrap_or(0) + 1;
@@ -415,6 +426,30 @@ impl BrokerState {
         Ok(Outcome::Joined { member })
     }
 
+    /// Checks a new command against the rules that came after journals already held
+    /// entries breaking them: the broker runs it before applying a command, replay does
+    /// not, so that every journal written before still replays as it ran.
+    ///
+    /// - Staging acknowledgements into a transaction is opt-in: the member must have
+    ///   joined with `share.acknowledgement.mode=transactional`. An explicit or
+    ///   implicit member whose records were staged would find them gone from its own
+    ///   settling (its next poll failed with NotAcquired).
+    pub(crate) fn admit(&self, command: &Command) -> Result<()> {
+        if let Command::AckInTxn { id, member, .. } = command {
+            let group = id.group_id();
+            let Some(g) = self.groups.get(group) else { return Ok(()) };
+            let mode = g.members.get(member).map(|m| m.mode);
+            if let Some(mode) = mode.filter(|m| *m != AcknowledgementMode::Transactional) {
+                return Err(Error::InvalidRequest(format!(
+                    "staging acknowledgements of member-{member} into transaction {id} is refused: the member uses \
+                     share.acknowledgement.mode={mode}, and transactional acknowledgement is opt-in; join with \
+                     share.acknowledgement.mode=transactional"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn member<'a>(groups: &'a mut BTreeMap<String, Group>, group: &str, member: MemberKey) -> Result<&'a mut Group> {
         match groups.get_mut(group) {
             Some(g) if g.members.contains_key(&member) => Ok(g),
@@ -602,11 +637,16 @@ impl BrokerState {
         Ok(key)
     }
 
+    /// Whether acknowledgements could be staged into `id` at `epoch` now: it exists, is
+    /// ONGOING, and `epoch` is current. An empty set of acknowledgements changes nothing
+    /// and is not journaled, but answers as a non-empty one would.
+    pub(crate) fn check_ack_target(&self, id: &TransactionId, epoch: ProducerEpoch) -> Result<()> {
+        self.txn_for_write(TxnOp::Acknowledge, id, epoch).map(|_| ())
+    }
+
     fn begin(&mut self, id: &TransactionId, epoch: ProducerEpoch, timeout_ms: u64, now_ms: u64) -> Result<Outcome> {
         self.check_epoch(id, epoch, TxnOp::Begin)?;
-        if decide(TxnOp::Begin, id, self.txns.state_of(id))? == Step::NoOp {
-            return Ok(Outcome::Txn { applied: false, epoch });
-        }
+        // Validated on every begin, a repeated one included.
         let config = self.group_config(id.group_id());
         let max_timeout_ms = config.transaction_timeout().as_millis() as u64;
         // 0 asks for the group's own timeout, which is also the maximum.
@@ -618,6 +658,20 @@ impl BrokerState {
                 id.group_id(),
                 crate::share::keys::TXN_TIMEOUT_MS
             )));
+        }
+        if decide(TxnOp::Begin, id, self.txns.state_of(id))? == Step::NoOp {
+            // A repeated begin returns the open transaction; one that asks for another
+            // timeout would silently get the old one.
+            let open = self.txns.key(id).and_then(|k| self.txns.get(k)).map(|t| t.timeout_ms);
+            if let Some(open) = open.filter(|&open| open != timeout_ms) {
+                return Err(Error::InvalidRequest(format!(
+                    "transaction {id} is open already, with a timeout of {open} ms; a repeated begin returns it and \
+                     must ask for the same timeout, not {timeout_ms} ms: begin it with {open} ms (or 0 when that is \
+                     the group's {}), or begin a new checkpoint id",
+                    crate::share::keys::TXN_TIMEOUT_MS
+                )));
+            }
+            return Ok(Outcome::Txn { applied: false, epoch });
         }
         let retired = self.groups.get(id.group_id()).and_then(|g| g.retired_checkpoint.get(id.prefix())).copied();
         if let Some(retired) = retired.filter(|&r| id.checkpoint_id() <= r) {
