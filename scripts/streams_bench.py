@@ -95,8 +95,9 @@ def build_java() -> str:
     log("building the Kafka Streams reference and the counter (mvn, javac)")
     shutil.rmtree(BUILD, ignore_errors=True)
     os.makedirs(os.path.join(BUILD, "log4j"))
-    subprocess.run(["mvn", "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime",
-                    f"-DoutputDirectory={os.path.join(BUILD, 'lib')}"], cwd=SOURCES, check=True)
+    subprocess.run(["mvn", "-q", "-B", "-Dstyle.color=never", "dependency:copy-dependencies",
+                    "-DincludeScope=runtime", f"-DoutputDirectory={os.path.join(BUILD, 'lib')}"],
+                   cwd=SOURCES, check=True)
     sources = [os.path.join(d, n) for d, _, fs in os.walk(os.path.join(SOURCES, "src")) for n in fs
                if n.endswith(".java")]
     subprocess.run(["javac", "-Xlint:all", "-Werror", "-d", os.path.join(BUILD, "classes"), "-cp",
