@@ -225,14 +225,20 @@ async fn members_past_the_join_gate_hold_disjoint_shares_of_one_epoch() {
     b.close().await.expect("close");
 }
 
+/// A member of a new group holding the records of its first poll of a new topic of 3.
+async fn member_holding_records(c: &KafkaCluster) -> (String, String, KafkaShareConsumer, Vec<Record>) {
+    let topic = topic_with(c, 1, 3).await;
+    let group = group_with(c, 15_000).await;
+    let mut a = member(c, &group, &topic, 10).await;
+    let got = poll_some(&mut a, Duration::from_secs(30)).await;
+    assert!(!got.is_empty());
+    (topic, group, a, got)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_use_gets_typed_errors() {
     let Some(c) = cluster().await else { return };
-    let topic = topic_with(&c, 1, 3).await;
-    let group = group_with(&c, 15_000).await;
-    let mut a = member(&c, &group, &topic, 10).await;
-    let got = poll_some(&mut a, Duration::from_secs(30)).await;
-    assert!(!got.is_empty());
+    let (_topic, group, mut a, got) = member_holding_records(&c).await;
     let err = a.poll(10, Duration::from_millis(10)).await.expect_err("unsettled records");
     assert!(err.to_string().contains("not settled"), "{err}");
     let err = a.poll(0, Duration::from_millis(10)).await.expect_err("a poll of nothing");
@@ -262,11 +268,7 @@ async fn bad_use_gets_typed_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_acknowledgements_are_refused_on_stock_kafka() {
     let Some(c) = cluster().await else { return };
-    let topic = topic_with(&c, 1, 3).await;
-    let group = group_with(&c, 15_000).await;
-    let mut a = member(&c, &group, &topic, 10).await;
-    let got = poll_some(&mut a, Duration::from_secs(30)).await;
-    assert!(!got.is_empty());
+    let (topic, group, mut a, got) = member_holding_records(&c).await;
     let txn = TransactionHandle { id: TransactionId::new(group.as_str(), "job", 1).expect("id"), epoch: 0 };
     let acks = ShareAcknowledgements::from_records(&got, AcknowledgeType::Accept).expect("acks");
     let err = a.acknowledge_batches_transactional(&acks, &txn).await.expect_err("no KIP-1289 on stock Kafka");
