@@ -316,7 +316,10 @@ impl SharePartition {
             let d = deliveries + 1;
             self.set(first, last, changes, |_| Slot::Acquired { member, deliveries: d, deadline_ms });
             changes.acquired += (last - first + 1) as u64;
-            changes.redelivered += (last - first + 1) as u64;
+            if deliveries > 0 {
+                // Not a redelivery: a first delivery taken back (`unacquire`).
+                changes.redelivered += (last - first + 1) as u64;
+            }
             budget -= (last - first + 1) as u64;
             out.push(AcquiredRange { first, last, deliveries: d });
         }
@@ -487,9 +490,10 @@ mod tests {
         sp.unacquire(7, 0, 7);
         assert_eq!(sp.in_flight(), 0);
         assert!(deliveries(&sp, 0..=7).iter().all(|(_, s)| *s == Some(Slot::Available { deliveries: 0 })));
-        // Acquired again, it is a first delivery again.
-        let (ranges, _) = sp.acquire(7, 100, 0, &limits(), &log);
+        // Acquired again, it is a first delivery again, not counted as a redelivery.
+        let (ranges, changes) = sp.acquire(7, 100, 0, &limits(), &log);
         assert_eq!(ranges, vec![AcquiredRange { first: 0, last: 7, deliveries: 1 }]);
+        assert_eq!((changes.acquired, changes.redelivered), (8, 0));
         // A redelivery (released once) taken back keeps the one delivery it had.
         sp.acknowledge(0, 3, AcknowledgeType::Release, 0, &limits());
         let (ranges, _) = sp.acquire(8, 4, 0, &limits(), &log);
