@@ -19,7 +19,7 @@ Whole-run rate: records / (last record's arrival - the system's start). Middle r
 the system's start to the last record.
 
 The results go to docs/results/streams_bench.jsonl (SHAREFLOW_RESULTS_DIR overrides the
-directory), rewritten by each invocation: a header line (kind "run": the arguments, the
+directory), replaced when every run of an invocation ended: a header line (kind "run": the arguments, the
 git revision, the core count), then one line per system run (kind "system_run");
 scripts/bench-summary reads them. Standard library only.
 
@@ -202,11 +202,13 @@ class Run:
         killer = threading.Timer(RUN_LIMIT_SECONDS + 60, counter.kill)
         killer.start()
         system = None
+        recording = False
         try:
             ready = self.event(counter, "ready")
             if self.args.profile_broker:
                 jcmd(broker, "JFR.start", f"name={self.name}", "settings=profile",
                      f"filename={os.path.join(self.args.profile_broker, self.name + '.jfr')}")
+                recording = True
             broker0, started = cpu_seconds(broker), time.time() * 1000
             with open(os.path.join(self.work, "system.log"), "w") as out:
                 system = subprocess.Popen(self.command(broker), stdout=out, stderr=subprocess.STDOUT,
@@ -216,11 +218,15 @@ class Run:
             complete = self.event(counter, "complete", system)
             broker1 = cpu_seconds(broker)
             job_cpu = cpu_seconds(system.pid)
-            if self.args.profile_broker:
+            if recording:
                 jcmd(broker, "JFR.stop", f"name={self.name}")
+                recording = False
             final = self.event(counter, "final", system)
         finally:
             killer.cancel()
+            if recording:
+                subprocess.run(["jcmd", str(broker), "JFR.stop", f"name={self.name}"], capture_output=True,
+                               timeout=60, check=False)
             if system is not None:
                 stop(system)
             if counter.poll() is None:
@@ -343,23 +349,26 @@ def self_test(classpath: str) -> None:
             fail(f"self-test: the counter should time out (status 4) with 200 of 300 ids; it gave status {status}: "
                  f"{lines}")
 
+        streams_log = tempfile.NamedTemporaryFile(prefix="streams-bench-self-test-", suffix=".log", delete=False)
         streams = subprocess.Popen(["java", "-cp", classpath, "shareflow.bench.Main", "streams", BOOTSTRAP,
                                     f"{prefix}-app", once, out, "100", "1"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                   stdout=streams_log, stderr=subprocess.STDOUT)
         status, lines = counter(classpath, out, 200, 1000, 120_000)
         final = next((line for line in lines if line.get("event") == "final"), {})
         if status != 0 or not final.get("ok") or final.get("read") != 200:
             fail(f"self-test: the Streams reference should upper-case 200 records once each; the counter gave status "
-                 f"{status}: {lines}")
+                 f"{status}: {lines}; the reference's log: {streams_log.name}")
         log("self-test passed: the counter refuses duplicates, lowercase values and missing ids, and the Streams "
             "reference upper-cases every record once")
+        os.unlink(streams_log.name)
     finally:
         if streams is not None:
             stop(streams)
         delete_topics_with_prefix(prefix)
 
 
-def median(values: list[float]) -> float:
+def median(values: list) -> float:
+    values = [v for v in values if v is not None]
     return statistics.median(values) if values else float("nan")
 
 
@@ -381,10 +390,10 @@ def report(rows: list[dict]) -> None:
             if len(pair) < 2:
                 continue
             s, k = pair["shareflow"], pair["streams"]
-            ratios["whole"].append(s["whole_rate"] / k["whole_rate"])
-            ratios["middle"].append(s["middle_rate"] / k["middle_rate"])
-            ratios["job CPU"].append(s["job_cpu_s_per_m"] / k["job_cpu_s_per_m"])
-            ratios["broker CPU"].append(s["broker_cpu_s_per_m"] / k["broker_cpu_s_per_m"])
+            for name, key in (("whole", "whole_rate"), ("middle", "middle_rate"), ("job CPU", "job_cpu_s_per_m"),
+                              ("broker CPU", "broker_cpu_s_per_m")):
+                if s.get(key) and k.get(key):
+                    ratios[name].append(s[key] / k[key])
         if ratios["whole"]:
             print("shareflow / Streams, same round: " + ", ".join(
                 f"{k} {median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for k, v in ratios.items() if v))
@@ -438,27 +447,28 @@ def main() -> None:
     if broker_running() is None:
         subprocess.run([script, "start"], check=True)
         started_broker = True
-    broker = broker_running()
-    if broker is None:
-        fail("the test broker did not start; see scripts/kafka start")
-    kafka_requests.open_jmx(broker)
-
     stamp = datetime.datetime.now().strftime("%H%M%S")
     args.input = f"sb-{stamp}-in"
     results_dir = os.environ.get("SHAREFLOW_RESULTS_DIR", os.path.join(ROOT, "docs", "results"))
     os.makedirs(results_dir, exist_ok=True)
     results = os.path.join(results_dir, "streams_bench.jsonl")
-    rev = git_rev()
+    # Rows go to a partial file that replaces the results only when every run ended:
+    # an aborted bench leaves the committed results as they were.
+    partial = results + ".partial"
     rows = []
-    header = {"kind": "run", "bench": "streams_bench", "cores": os.cpu_count(), "profile": "release",
-              "started_unix_s": int(time.time()), "rev": rev,
-              "args": {"records": args.records, "rounds": args.rounds, "intervals": intervals,
-                       "value_bytes": args.value_bytes, "partitions": args.partitions,
-                       "parallelism": args.parallelism, "input_batch_bytes": args.input_batch_bytes,
-                       "systems": systems, "warm_up": args.warm_up}}
-    with open(results, "w") as f:
-        f.write(json.dumps(header) + "\n")
     try:
+        broker = broker_running()
+        if broker is None:
+            fail("the test broker did not start; see scripts/kafka start")
+        kafka_requests.open_jmx(broker)
+        header = {"kind": "run", "bench": "streams_bench", "cores": os.cpu_count(), "profile": "release",
+                  "started_unix_s": int(time.time()), "rev": git_rev(),
+                  "args": {"records": args.records, "rounds": args.rounds, "intervals": intervals,
+                           "value_bytes": args.value_bytes, "partitions": args.partitions,
+                           "parallelism": args.parallelism, "input_batch_bytes": args.input_batch_bytes,
+                           "systems": systems, "warm_up": args.warm_up}}
+        with open(partial, "w") as f:
+            f.write(json.dumps(header) + "\n")
         with tempfile.TemporaryDirectory(prefix="streams-bench-") as work:
             create_topic(args.input, args.partitions)
             log(f"writing {args.records:,} records of {args.value_bytes} bytes to {args.input}")
@@ -477,14 +487,16 @@ def main() -> None:
                         row = Run(args, classpath, system, interval, round_, stamp, work).go(broker)
                         row.update({"first": position == 0})
                         rows.append(row)
-                        with open(results, "a") as f:
+                        with open(partial, "a") as f:
                             f.write(json.dumps(row) + "\n")
                         log(f"interval {interval} ms, round {round_}, {system}: whole {row['whole_rate']:,} "
-                            f"rec/s, middle {row['middle_rate']:,}, job CPU {row['job_cpu_s_per_m']} s/M, "
+                            f"rec/s, middle {row['middle_rate']}, job CPU {row['job_cpu_s_per_m']} s/M, "
                             f"broker CPU {row['broker_cpu_s_per_m']} s/M")
+        os.replace(partial, results)
     finally:
         try:
-            delete_topics_with_prefix(f"sb-{stamp}-")
+            if broker_running() is not None:
+                delete_topics_with_prefix(f"sb-{stamp}-")
         finally:
             if started_broker:
                 subprocess.run([script, "stop"], check=False)

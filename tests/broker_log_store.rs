@@ -295,10 +295,10 @@ async fn a_damaged_batch_is_named_when_read_and_the_rest_still_reads() {
     assert_eq!(broker.fetch(&tp(0), 40, 10, IsolationLevel::ReadUncommitted).await.unwrap().len(), 10);
 }
 
-/// A poll that meets a damaged batch fails, naming it, and charges no record a
-/// delivery: not the damaged ones, and not the readable records of the other partition
-/// that the same poll acquired. Poll after poll, nothing creeps towards the delivery
-/// limit while the damage waits for repair.
+/// A poll that meets a damaged batch fails, naming it, and charges no other record a
+/// delivery: not the readable records of its partition, and not those of the other
+/// partition that the same poll acquired. The unreadable records keep theirs, so that
+/// the delivery limit archives them in the end and the group moves on.
 #[tokio::test]
 async fn a_poll_that_meets_a_damaged_batch_fails_and_charges_no_delivery() {
     let dir = tempfile::tempdir().unwrap();
@@ -339,16 +339,31 @@ async fn a_poll_that_meets_a_damaged_batch_fails_and_charges_no_delivery() {
     let broker = EmbeddedBroker::open(options(dir.path(), &clock, 256 << 10)).await.unwrap();
     let mut consumer = broker.consumer("g", ShareConfig::default()).await.unwrap();
     consumer.subscribe(&[TOPIC]).await.unwrap();
-    for attempt in 0..3 {
+    for attempt in 1..=5u16 {
         let err = corrupt(consumer.poll(100, Duration::from_millis(100)).await.expect_err("the poll fails"));
         assert!(err.contains("offsets 10..=19 of in-0"), "attempt {attempt}: {err}");
-        for (p, offset) in [(0, 0), (0, 15), (0, 25), (1, 0), (1, 29)] {
+        for (p, offset) in [(0, 0), (0, 9), (0, 20), (0, 29), (1, 0), (1, 29)] {
             let status = broker.record_status("g", &tp(p), offset).await.unwrap();
             assert_eq!(status.state, RecordState::Available, "attempt {attempt}: in-{p} offset {offset}");
             assert_eq!(status.delivery_count, 0, "attempt {attempt}: in-{p} offset {offset} was charged a delivery");
         }
+        // The unreadable records keep their delivery, so that the limit ends it.
+        let status = broker.record_status("g", &tp(0), 15).await.unwrap();
+        assert_eq!((status.state, status.delivery_count), (RecordState::Acquired, attempt));
         clock.advance(Duration::from_secs(60));
     }
+    // The delivery limit (5) archived the unreadable batch; every other record comes,
+    // as a first delivery, and the group moves on.
+    let got = consumer.poll(100, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(got.len(), 50);
+    assert!(
+        got.iter().all(|r| r.delivery_count == 1),
+        "{:?}",
+        got.iter().map(|r| r.delivery_count).collect::<Vec<_>>()
+    );
+    assert!(!got.iter().any(|r| r.partition == 0 && (10..=19).contains(&r.offset)));
+    let status = broker.record_status("g", &tp(0), 15).await.unwrap();
+    assert_eq!((status.state, status.archive_reason), (RecordState::Archived, Some(ArchiveReason::DeliveryLimit)));
     broker.close();
 }
 

@@ -134,7 +134,26 @@ async fn the_transactional_share_acknowledger_of_a_framework_without_a_producer(
     for offset in 3..6 {
         assert_eq!(f.state(0, offset).await, RecordState::Acknowledged);
     }
+    // A retry may finish only what it started: an open id holding other
+    // acknowledgements is refused, naming both counts.
+    f.produce(0, 2).await;
+    let two = poll(&mut source, 2).await;
+    {
+        let crashed = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+        let txn = crashed.begin_transaction(&txn_id(3), TXN_TIMEOUT).await.unwrap();
+        crashed.send_share_acks_to_transaction(&txn, source.member_id(), &acks(&two[..1], Accept)).await.unwrap();
+        crashed.prepare_transaction(&txn.id).await.unwrap();
+    }
+    let mut third = TransactionalShareAcknowledger::new(&f.broker, GROUP, PREFIX);
+    third.init_transactions().await.unwrap();
+    let err = third.commit_acknowledgements(3, source.member_id(), &acks(&two, Accept)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("holding 1 acknowledged records, not the 2"), "{text}");
+    assert_eq!(f.broker.transaction_state(&txn_id(3)).await.unwrap(), TransactionState::Prepare);
+    third.commit_acknowledgements(3, source.member_id(), &acks(&two[..1], Accept)).await.unwrap();
+    assert_eq!(f.state(0, two[0].offset).await, RecordState::Acknowledged);
+
     // The first acknowledger is fenced by the newer incarnation.
-    let err = acknowledger.commit_acknowledgements(3, source.member_id(), &ShareAcknowledgements::new()).await;
+    let err = acknowledger.commit_acknowledgements(4, source.member_id(), &ShareAcknowledgements::new()).await;
     assert_eq!(err.unwrap_err().kind(), ErrorKind::Fenced);
 }

@@ -85,9 +85,11 @@ impl TransactionalShareAcknowledger {
     /// `{group}-{prefix}-{checkpoint_id}`, and return its id.
     ///
     /// Idempotent by transaction id, as seed 000's table says: an id committed already
-    /// returns at once; a PREPARE one is committed; an ONGOING one that holds exactly
-    /// `acks` is prepared and committed without staging them again. An aborted id is an
-    /// error: its acknowledgements did not commit, and ids are never reused.
+    /// returns at once; a PREPARE one that holds exactly `acks` is committed; an ONGOING
+    /// one that holds exactly `acks` is prepared and committed without staging them
+    /// again, and one that holds nothing gets them. An open id that holds other
+    /// acknowledgements is an error, as is an aborted id: its acknowledgements did not
+    /// commit, and ids are never reused.
     pub async fn commit_acknowledgements(
         &self,
         checkpoint_id: u64,
@@ -101,17 +103,29 @@ impl TransactionalShareAcknowledger {
             )));
         };
         let id = TransactionId::new(&self.group, &self.prefix, checkpoint_id)?;
-        let staged = match self.broker.transaction_state(&id).await? {
+        let state = self.broker.transaction_state(&id).await?;
+        let staged = match state {
             TransactionState::Committed => return Ok(id),
-            TransactionState::Prepare => {
-                coordinator.commit_transaction(&id).await?;
-                return Ok(id);
+            TransactionState::Ongoing | TransactionState::Prepare => {
+                // A retry of this call may finish what it started, never commit another
+                // set of acknowledgements under the same id.
+                let pending = coordinator.list_pending_transactions(&self.group).await?;
+                let held = pending.into_iter().find(|p| p.id == id).map(|p| p.pending_acks).unwrap_or_default();
+                let same = &held == acks;
+                if !same && (state == TransactionState::Prepare || !held.is_empty()) {
+                    return Err(Error::InvalidRequest(format!(
+                        "transaction {id} is {state} already, holding {} acknowledged records, not the {} of this \
+                         commit: checkpoint ids are never reused; commit these under a new checkpoint id",
+                        held.record_count(),
+                        acks.record_count()
+                    )));
+                }
+                if state == TransactionState::Prepare {
+                    coordinator.commit_transaction(&id).await?;
+                    return Ok(id);
+                }
+                same && !held.is_empty()
             }
-            TransactionState::Ongoing => coordinator
-                .list_pending_transactions(&self.group)
-                .await?
-                .into_iter()
-                .any(|p| p.id == id && &p.pending_acks == acks),
             _ => false,
         };
         let txn = coordinator.begin_transaction(&id, self.timeout).await?;

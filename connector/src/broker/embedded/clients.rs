@@ -123,19 +123,30 @@ impl ShareConsumer for EmbeddedShareConsumer {
                     let journal = &self.broker.inner.journal;
                     ranges.iter().try_for_each(|(tp, range)| {
                         st.delivered_records(tp, range, &|tp, b| journal.load_batch(tp, b), &mut records)
+                            .map_err(|u| (tp.clone(), u))
                     })
                 };
-                if let Err(e) = loaded {
+                if let Err((bad_tp, bad)) = loaded {
                     // A batch that cannot be read (damaged, or its segment gone): the
-                    // poll fails, naming it, and none of its ranges is charged a
-                    // delivery, so that the readable records of other partitions do not
-                    // creep towards the delivery limit while the damage is repaired.
-                    let ranges = ranges.iter().map(|(tp, r)| (tp.clone(), r.first, r.last)).collect();
-                    let undo = Command::Unacquire { group: self.group.clone(), member: self.member, ranges };
+                    // poll fails, naming it. Every other record of the poll is taken
+                    // back uncharged, so that readable records do not creep towards the
+                    // delivery limit; the unreadable ones keep their delivery, so that
+                    // the limit archives them in the end and the group moves on.
+                    let mut back = Vec::with_capacity(ranges.len() + 1);
+                    for (tp, r) in &ranges {
+                        if *tp == bad_tp && r.first <= bad.last && bad.first <= r.last {
+                            back.push((tp.clone(), r.first, bad.first - 1));
+                            back.push((tp.clone(), bad.last + 1, r.last));
+                        } else {
+                            back.push((tp.clone(), r.first, r.last));
+                        }
+                    }
+                    back.retain(|(_, first, last)| first <= last);
+                    let undo = Command::Unacquire { group: self.group.clone(), member: self.member, ranges: back };
                     if let Err(undo) = self.broker.execute(undo).await {
                         tracing::warn!(group = %self.group, error = %undo, "could not take back a poll that failed to read");
                     }
-                    return Err(e);
+                    return Err(bad.error);
                 }
                 if self.mode == AcknowledgementMode::Implicit {
                     self.implicit = records.clone();
@@ -178,7 +189,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         }
         if acks.is_empty() {
             // Nothing to stage, but the same answer a non-empty set would get.
-            return self.broker.state()?.check_ack_target(&txn.id, txn.epoch);
+            return self.broker.read(|st| st.check_ack_target(&txn.id, txn.epoch)).await?;
         }
         self.broker
             .execute(Command::AckInTxn {
@@ -337,7 +348,11 @@ impl ShareTransactionalProducer for EmbeddedTransactionCoordinator {
         let member = self.broker.member_key(&self.group, member)?;
         if acks.is_empty() {
             // Nothing to stage, but the same answer a non-empty set would get.
-            return self.broker.state()?.check_ack_target(&txn.id, txn.epoch);
+            let staged = Command::AckInTxn { id: txn.id.clone(), epoch: txn.epoch, member, acks: acks.clone() };
+            return self
+                .broker
+                .read(|st| st.admit(&staged).and_then(|()| st.check_ack_target(&txn.id, txn.epoch)))
+                .await?;
         }
         self.broker
             .execute(Command::AckInTxn { id: txn.id.clone(), epoch: txn.epoch, member, acks: acks.clone() })

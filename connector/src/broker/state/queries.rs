@@ -89,7 +89,7 @@ impl BrokerState {
         range: &AcquiredRange,
         load: LoadBatch<'_>,
         out: &mut Vec<crate::share::Record>,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), Unreadable> {
         let Ok(log) = self.log(tp) else { return Ok(()) };
         for batch in log.batches_from(range.first) {
             if batch.base_offset > range.last {
@@ -97,11 +97,12 @@ impl BrokerState {
             }
             let from = range.first.max(batch.base_offset);
             let to = range.last.min(batch.last_offset());
-            let data = load(tp, batch)?;
+            let unreadable = |error| Unreadable { error, first: from, last: to };
+            let data = load(tp, batch).map_err(unreadable)?;
             let records =
                 batch::records(&data).skip((from - batch.base_offset) as usize).take((to - from + 1) as usize);
             for (o, r) in (from..).zip(records) {
-                let r = r.map_err(|e| damaged(tp, batch, e))?;
+                let r = r.map_err(|e| unreadable(damaged(tp, batch, e)))?;
                 out.push(crate::share::Record {
                     topic: tp.topic.clone(),
                     partition: tp.partition,
@@ -184,6 +185,15 @@ pub(crate) fn load_inline(tp: &TopicPartition, batch: &LogBatch) -> Result<Bytes
             batch.base_offset
         ))),
     }
+}
+
+/// A batch of an acquired range that could not be read: the error, and the offsets of
+/// the range that lie in that batch.
+#[derive(Debug)]
+pub(crate) struct Unreadable {
+    pub(crate) error: Error,
+    pub(crate) first: i64,
+    pub(crate) last: i64,
 }
 
 fn damaged(tp: &TopicPartition, batch: &LogBatch, e: batch::BatchError) -> Error {
