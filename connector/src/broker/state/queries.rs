@@ -89,7 +89,7 @@ impl BrokerState {
         range: &AcquiredRange,
         load: LoadBatch<'_>,
         out: &mut Vec<crate::share::Record>,
-    ) -> std::result::Result<(), Unreadable> {
+    ) -> std::result::Result<(), Box<Unreadable>> {
         let Ok(log) = self.log(tp) else { return Ok(()) };
         for batch in log.batches_from(range.first) {
             if batch.base_offset > range.last {
@@ -97,7 +97,7 @@ impl BrokerState {
             }
             let from = range.first.max(batch.base_offset);
             let to = range.last.min(batch.last_offset());
-            let unreadable = |error| Unreadable { error, first: from, last: to };
+            let unreadable = |error| Box::new(Unreadable { error, first: from, last: to });
             let data = load(tp, batch).map_err(unreadable)?;
             let records =
                 batch::records(&data).skip((from - batch.base_offset) as usize).take((to - from + 1) as usize);
