@@ -41,9 +41,6 @@ HEADLINE = [
     "restart to first output with 100,000 LOCKED records pending",
     "checkpoint commit latency p50, 64 KiB state x 4 (inlined in the manifest), file:// with fsync",
     "checkpoint commit latency p50, 64 KiB state x 4 (inlined in the manifest), s3 (MinIO)",
-    "Kafka pipeline source -> SQL -> Kafka sink (exactly-once), 4 partitions, 1 s checkpoints",
-    "Kafka pipeline source -> SQL -> Kafka sink (exactly-once), middle 80 % of the records",
-    "Kafka pipeline source -> SQL -> Kafka sink (exactly-once) / raw share consumer, middle 80 % of each (same round)",
     "first `cargo run --release -- demo`, empty target dir, crates downloaded: until its first line",
 ]
 
