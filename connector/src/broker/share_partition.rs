@@ -143,7 +143,8 @@ impl SharePartition {
         }
     }
 
-    /// One past the highest offset ever delivered (Kafka's share-partition end offset).
+    /// One past the highest offset ever acquired (Kafka's share-partition end offset):
+    /// records below it that a taken-back acquisition left are AVAILABLE with no delivery.
     pub(crate) fn fetched_end(&self) -> i64 {
         self.runs.end()
     }

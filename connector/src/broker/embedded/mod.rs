@@ -61,7 +61,8 @@ impl FetchedRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SharePartitionInfo {
-    /// One past the highest offset ever delivered.
+    /// One past the highest offset ever acquired (Kafka's share-partition end offset);
+    /// an acquisition taken back because its records could not be read still counts.
     pub fetched_end: i64,
     /// ACQUIRED plus LOCKED records (what `group.share.partition.max.record.locks` caps).
     pub in_flight: u64,
