@@ -349,6 +349,15 @@ async fn empty_acknowledgements_still_check_the_transaction_and_its_epoch() {
     let decided = old.begin_transaction(&txn_id(2), TXN_TIMEOUT).await.unwrap();
     old.prepare_transaction(&decided.id).await.unwrap();
     assert!(c.acknowledge_batches_transactional(&empty, &decided).await.is_err(), "a prepared transaction");
+    let short = old.begin_transaction(&txn_id(3), Duration::from_secs(1)).await.unwrap();
+    f.advance(Duration::from_secs(2));
+    for result in [
+        c.acknowledge_batches_transactional(&empty, &short).await,
+        old.send_share_acks_to_transaction(&short, c.member_id(), &empty).await,
+    ] {
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::IllegalTransition { state: TransactionState::Aborted, .. }), "{err:?}");
+    }
 
     let _new = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
     for result in [
