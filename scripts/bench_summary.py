@@ -336,7 +336,8 @@ def streams_bench_command(header: dict) -> str:
 
 def streams_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     """shareflow's job file against Kafka Streams, per interval: each system's rates and
-    CPU, and shareflow's over Streams' taken inside each round."""
+    CPU, and shareflow's over Streams' taken inside each round. Each figure also carries
+    where it goes in the README's side-by-side table (`versus`)."""
     args = header.get("args", {})
     cmd = streams_bench_command(header)
     what = (f"{args.get('records', 0):,} records of {args.get('value_bytes', '?')} B, "
@@ -348,48 +349,52 @@ def streams_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
             need(path, r, *(key for key, _, _ in MEASURES))
             by.setdefault((int(interval), int(round_)), {})[system] = r
     out = []
+
+    def add(f: dict, interval: int, column: str, key: str) -> None:
+        f["versus"] = {"what": what, "interval": interval, "column": column, "measure": key}
+        out.append(f)
+
     for interval in sorted({i for i, _ in by}, reverse=True):
         rounds = [pair for (i, _), pair in sorted(by.items()) if i == interval]
         for system, name in SYSTEMS.items():
             runs = [pair[system] for pair in rounds if system in pair]
             for key, label, unit in MEASURES:
                 if runs:
-                    out.append(figure(f"Kafka, {what}, {interval} ms interval: {name}, {label}", cmd, unit,
-                                      [value(path, r, lambda r=r, key=key: float(r[key])) for r in runs], header))
+                    add(figure(f"Kafka, {what}, {interval} ms interval: {name}, {label}", cmd, unit,
+                               [value(path, r, lambda r=r, key=key: float(r[key])) for r in runs], header),
+                        interval, system, key)
         pairs = [pair for pair in rounds if len(pair) == 2]
         for key, label, _ in MEASURES:
             if pairs:
-                out.append(figure(f"Kafka, {what}, {interval} ms interval: shareflow / Kafka Streams, {label} "
-                                  f"(same round)", cmd, "ratio",
-                                  [value(path, p["shareflow"], lambda p=p, key=key:
-                                         float(p["shareflow"][key]) / float(p["streams"][key])) for p in pairs],
-                                  header))
+                add(figure(f"Kafka, {what}, {interval} ms interval: shareflow / Kafka Streams, {label} "
+                           f"(same round)", cmd, "ratio",
+                           [value(path, p["shareflow"], lambda p=p, key=key:
+                                  float(p["shareflow"][key]) / float(p["streams"][key])) for p in pairs],
+                           header),
+                    interval, "ratio", key)
     return out
 
 
 def versus(figures: list[dict]) -> str:
     """The README's side-by-side table: per interval and measure, each system's median
     and the same-round ratio's median (min-max)."""
-    streams = [f for f in figures if ": shareflow (`shareflow run" in f["figure"] or ": Kafka Streams 4.4.0" in
-               f["figure"] or ": shareflow / Kafka Streams" in f["figure"]]
+    streams = [f for f in figures if "versus" in f]
     if not streams:
         raise ResultsError("the results have no streams_bench figures; run scripts/streams-bench")
-    by_name = {f["figure"]: f for f in streams}
-    prefix = streams[0]["figure"].split(", 1000 ms interval")[0].split(", 100 ms interval")[0]
-    lines = [VERSUS_BEGIN, f"{prefix}; medians of {streams[0]['runs']} rounds, `{streams[0]['command']}`:", "",
+    cell = {(f["versus"]["interval"], f["versus"]["column"], f["versus"]["measure"]): f for f in streams}
+    first = streams[0]
+    lines = [VERSUS_BEGIN, f"Kafka, {first['versus']['what']}; medians of {first['runs']} rounds, "
+             f"`{first['command']}`:", "",
              "| interval | measure | shareflow | Kafka Streams | shareflow / Streams, same round |",
              "|---|---|---|---|---|"]
-    intervals = sorted({int(f["figure"].split(" ms interval")[0].rsplit(", ", 1)[1]) for f in streams}, reverse=True)
-    for interval in intervals:
-        for _, label, unit in MEASURES:
+    for interval in sorted({f["versus"]["interval"] for f in streams}, reverse=True):
+        for key, label, unit in MEASURES:
             cells = []
-            for name in (*SYSTEMS.values(), "shareflow / Kafka Streams"):
-                key = f"{prefix}, {interval} ms interval: {name}, {label}" + \
-                    (" (same round)" if name.startswith("shareflow /") else "")
-                f = by_name.get(key)
+            for column in (*SYSTEMS, "ratio"):
+                f = cell.get((interval, column, key))
                 if f is None:
                     cells.append("-")
-                elif f["unit"] == "ratio":
+                elif column == "ratio":
                     cells.append(f"**{number(f['median'], 'ratio')}** ({number(f['min'], 'ratio')}-"
                                  f"{number(f['max'], 'ratio')})")
                 else:

@@ -196,8 +196,8 @@ class Run:
     def go(self, broker: int) -> dict:
         create_topic(self.output, self.args.partitions)
         counter = subprocess.Popen(
-            ["java", "-Xmx512m", "-cp", self.classpath, "shareflow.bench.Main", "count", BOOTSTRAP, self.output,
-             str(self.args.records), str(GRACE_MS), str(RUN_LIMIT_SECONDS * 1000), str(kafka_requests.JMX_PORT)],
+            counter_command(self.classpath, self.output, self.args.records, GRACE_MS, RUN_LIMIT_SECONDS * 1000,
+                            kafka_requests.JMX_PORT),
             stdout=subprocess.PIPE, text=True)
         killer = threading.Timer(RUN_LIMIT_SECONDS + 60, counter.kill)
         killer.start()
@@ -309,10 +309,16 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def counter_command(classpath: str, topic: str, records: int, grace_ms: int, timeout_ms: int,
+                    jmx_port: int | None = None) -> list[str]:
+    """The read_committed counter of `topic` (benches/streams, `count`)."""
+    return ["java", "-Xmx512m", "-cp", classpath, "shareflow.bench.Main", "count", BOOTSTRAP, topic, str(records),
+            str(grace_ms), str(timeout_ms), *([str(jmx_port)] if jmx_port is not None else [])]
+
+
 def counter(classpath: str, topic: str, records: int, grace_ms: int, timeout_ms: int) -> tuple[int, list[dict]]:
     """Runs the counter to its end: its exit status and its JSON lines."""
-    out = subprocess.run(["java", "-Xmx256m", "-cp", classpath, "shareflow.bench.Main", "count", BOOTSTRAP, topic,
-                          str(records), str(grace_ms), str(timeout_ms)],
+    out = subprocess.run(counter_command(classpath, topic, records, grace_ms, timeout_ms),
                          capture_output=True, text=True, timeout=timeout_ms / 1000 + 120)
     lines = []
     for line in out.stdout.splitlines():
