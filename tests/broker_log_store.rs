@@ -386,7 +386,7 @@ fn copy_dir(from: &Path, to: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_of_the_previous_format_opens_and_moves_its_records_into_segments() {
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/broker-v4"), dir.path());
+    copy_dir(&checkout_file("tests/fixtures/broker-v4"), dir.path());
     let clock = ManualClock::new(1_700_000_000_000);
     let broker = EmbeddedBroker::open(options(dir.path(), &clock, 64 << 10)).await.unwrap();
     let check = |broker: EmbeddedBroker| async move {
@@ -479,4 +479,12 @@ async fn a_read_only_view_beside_the_live_broker_reads_the_stored_records() {
     let got = view.fetch_all(&tp(0), IsolationLevel::ReadCommitted).await.unwrap();
     assert_eq!(got.len(), 300);
     assert_eq!(got[123].value, broker.fetch(&tp(0), 123, 1, IsolationLevel::ReadCommitted).await.unwrap()[0].value);
+}
+
+/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
+/// test binary built from another checkout of the same sources (a shared target dir)
+/// still reads this one's files; the compile-time path is the fallback.
+fn checkout_file(relative: &str) -> std::path::PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    std::path::Path::new(&root).join(relative)
 }

@@ -129,7 +129,18 @@ fn start_with(bin: &Path, dir: &Path, s: &Settings, log: &Path, env: &[(&str, &s
         .stdin(Stdio::null())
         .stdout(File::create(log.with_extension("out")).expect("stdout file"))
         .stderr(File::create(log.with_extension("err")).expect("stderr file"));
-    (cmd.spawn().expect("start shareflow demo"), fresh)
+    // The other test of this binary may fork while the copy of the binary is still open
+    // for writing in the child it starts (Linux then refuses to run the copy until that
+    // child execs): try again, a bounded number of times.
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            spawned => return (spawned.expect("start shareflow demo"), fresh),
+        }
+    }
+    panic!("start shareflow demo: {} stayed busy for 2 s", bin.display())
 }
 
 /// The last lines of a child's stderr and stdout, for a failure message.

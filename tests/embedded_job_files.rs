@@ -26,14 +26,13 @@ fn shareflow() -> Command {
 }
 
 fn job_file(dir: &Path) -> std::path::PathBuf {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/uppercase_embedded.toml"))
-            .unwrap()
-            .replace("/tmp/shareflow-jobs/broker", &dir.join("broker").display().to_string())
-            .replace("file:///tmp/shareflow-jobs/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
-            .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
-            // 20,000 records take 2 s or more, so every kill lands while records move.
-            .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
+    let text = std::fs::read_to_string(checkout_file("examples/jobs/uppercase_embedded.toml"))
+        .unwrap()
+        .replace("/tmp/shareflow-jobs/broker", &dir.join("broker").display().to_string())
+        .replace("file:///tmp/shareflow-jobs/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
+        .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
+        // 20,000 records take 2 s or more, so every kill lands while records move.
+        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
     let path = dir.join("job.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -188,4 +187,12 @@ fn produce_and_run_refuse_bad_input_by_name() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("broker: give kafka = \"HOST:PORT\" or broker = \"DIR\", not both"), "{err}");
+}
+
+/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
+/// test binary built from another checkout of the same sources (a shared target dir)
+/// still reads this one's files; the compile-time path is the fallback.
+fn checkout_file(relative: &str) -> std::path::PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    std::path::Path::new(&root).join(relative)
 }

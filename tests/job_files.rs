@@ -20,10 +20,12 @@ use support::kafka::{cluster, unique};
 const WITHIN: Duration = Duration::from_secs(120);
 
 /// Starts `shareflow run FILE --instance NAME --checkpoints URL --json`.
-fn start(file: &str, instance: &str, checkpoints: &str, stdout: &Path) -> Child {
+fn start(file: &Path, instance: &str, checkpoints: &str, stdout: &Path) -> Child {
     let bootstrap = support::kafka::bootstrap().unwrap();
     Command::new(env!("CARGO_BIN_EXE_shareflow"))
-        .args(["run", file, "--instance", instance, "--kafka", &bootstrap, "--checkpoints", checkpoints, "--json"])
+        .arg("run")
+        .arg(file)
+        .args(["--instance", instance, "--kafka", &bootstrap, "--checkpoints", checkpoints, "--json"])
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(stdout).unwrap())
         .stderr(Stdio::null())
@@ -47,16 +49,19 @@ fn stop(mut child: Child, stdout: &Path) -> Outcome {
 }
 
 /// The example file's value of `key` (a quoted string on its own line).
-fn file_value(file: &str, key: &str) -> String {
+fn file_value(file: &std::path::Path, key: &str) -> String {
     let text = std::fs::read_to_string(file).unwrap();
-    let line = text.lines().find(|l| l.starts_with(&format!("{key} = "))).unwrap_or_else(|| panic!("{key} in {file}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{key} = ")))
+        .unwrap_or_else(|| panic!("{key} in {}", file.display()));
     line.split('"').nth(1).unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_uppercase_job_file_writes_each_record_once_upper_cased() {
     let Some(c) = cluster().await else { return };
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs/uppercase.toml");
+    let file = &checkout_file("examples/jobs/uppercase.toml");
     let (input, output) = ("jobs-uppercase-in", file_value(file, "topic"));
     assert!(std::fs::read_to_string(file).unwrap().contains(&format!("topics = [\"{input}\"]")));
     c.ensure_topic(input, 4, &[]).await.unwrap();
@@ -112,7 +117,7 @@ async fn the_uppercase_job_file_writes_each_record_once_upper_cased() {
 async fn the_errors_job_file_publishes_only_the_error_lines_as_files() {
     use arrow::array::{Array, StringArray};
     let Some(c) = cluster().await else { return };
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs/errors_to_files.toml");
+    let file = &checkout_file("examples/jobs/errors_to_files.toml");
     let input = "jobs-logs-in";
     c.ensure_topic(input, 4, &[]).await.unwrap();
     let tag = unique("run");
@@ -169,7 +174,7 @@ async fn the_errors_job_file_publishes_only_the_error_lines_as_files() {
 #[test]
 fn a_bad_job_file_is_refused_naming_its_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs/uppercase.toml")).unwrap();
+    let good = std::fs::read_to_string(checkout_file("examples/jobs/uppercase.toml")).unwrap();
     let bad = good.replace("parallelism = 2", "parallelism = 0");
     let line = bad.lines().position(|l| l == "parallelism = 0").unwrap() + 1;
     let path = dir.path().join("bad.toml");
@@ -185,4 +190,12 @@ fn a_bad_job_file_is_refused_naming_its_line_and_key() {
     let out = Command::new(env!("CARGO_BIN_EXE_shareflow")).args(["run", "/nonexistent/job.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/job.toml"), "{out:?}");
+}
+
+/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
+/// test binary built from another checkout of the same sources (a shared target dir)
+/// still reads this one's files; the compile-time path is the fallback.
+fn checkout_file(relative: &str) -> std::path::PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    std::path::Path::new(&root).join(relative)
 }

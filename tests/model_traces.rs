@@ -347,7 +347,7 @@ async fn replay(trace: &Trace, broken: Option<Broken>) -> Result<Replayed, Repla
 }
 
 fn load(name: &str) -> Trace {
-    let path = format!("{}/tests/traces/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = checkout_file(&format!("tests/traces/{name}")).display().to_string();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
     parse(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
@@ -440,4 +440,12 @@ fn traces_the_replay_cannot_carry_out_are_refused_by_name() {
         let e = parse(text).expect_err(needle);
         assert!(matches!(e, ReplayError::Malformed { .. }) && e.to_string().contains(needle), "{needle}: {e}");
     }
+}
+
+/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
+/// test binary built from another checkout of the same sources (a shared target dir)
+/// still reads this one's files; the compile-time path is the fallback.
+fn checkout_file(relative: &str) -> std::path::PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    std::path::Path::new(&root).join(relative)
 }

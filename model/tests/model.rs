@@ -121,7 +121,7 @@ fn write_trace(name: &str, trace: &Trace) {
 /// property along them.
 #[test]
 fn committed_traces_are_counterexamples_of_this_model() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces");
+    let dir = checkout_file("../tests/traces");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .map(|e| e.expect("dir entry").path())
@@ -296,4 +296,12 @@ fn the_state_graph_has_no_cycle() {
         println!("[{name}] acyclic: {} states, {edges} edges, in {:.1?}", seen.len(), started.elapsed());
         assert!(seen.len() > 1_000, "{name}: the search visited only {} states", seen.len());
     }
+}
+
+/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
+/// test binary built from another checkout of the same sources (a shared target dir)
+/// still reads this one's files; the compile-time path is the fallback.
+fn checkout_file(relative: &str) -> std::path::PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    std::path::Path::new(&root).join(relative)
 }
