@@ -151,12 +151,12 @@ pub enum Error {
         source: Option<Arc<object_store::Error>>,
     },
     /// The disk under the broker directory is full. The write that failed was cut back:
-    /// nothing acknowledged is lost, and the journal takes no more writes until the
-    /// broker is reopened.
+    /// nothing acknowledged is lost. Until the broker has read its directory again (it
+    /// tries on its next call, at most once a second) every call fails with this error.
     #[error(
         "no space left on the device of broker directory {dir}: a journal write of {needed} bytes failed \
-         ({free}). Nothing acknowledged was lost. Free space on that device (or move the directory), \
-         then reopen the broker"
+         ({free}). Nothing acknowledged was lost. Free space on that device (or move the directory): \
+         the broker then reads its directory again on its next call and serves again"
     )]
     DiskFull {
         /// The broker directory.

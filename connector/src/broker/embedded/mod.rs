@@ -143,7 +143,14 @@ struct Inner {
     retention: Option<(Retention, BTreeMap<String, Retention>)>,
     /// Broker time of the last retention pass.
     retention_at_ms: AtomicU64,
+    /// The group config a reload starts its state from (as a reopen does).
+    default_config: ShareConfig,
+    /// When the last reload after a full disk was tried; one reload at a time.
+    reloaded_at: tokio::sync::Mutex<Option<Instant>>,
 }
+
+/// How often a broker whose disk filled reads its directory again, at most.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 /// How often retention looks at the logs, in broker time.
 const RETENTION_EVERY_MS: u64 = 1_000;
@@ -259,12 +266,13 @@ impl EmbeddedBroker {
                 }
             }
             let events = std::mem::take(&mut st.events);
+            let last = last.map(|lsn| self.inner.journal.written(lsn));
             drop(st);
             self.publish(&events);
             last
         };
         match last {
-            Some(lsn) => self.inner.journal.sync(lsn).await,
+            Some(written) => self.inner.journal.sync(written).await,
             None => Ok(()),
         }
     }
@@ -290,8 +298,40 @@ impl EmbeddedBroker {
                 retention: (options.retention.limits() || options.topic_retention.values().any(Retention::limits))
                     .then_some((options.retention, options.topic_retention)),
                 retention_at_ms: AtomicU64::new(0),
+                default_config: options.default_config,
+                reloaded_at: tokio::sync::Mutex::new(None),
             }),
         })
+    }
+
+    /// After a journal write failed on a full disk: reads the directory again, at most
+    /// once a second, so that memory matches what is on disk and the broker serves
+    /// again without a reopen once space is freed. Until then every call fails with
+    /// [`Error::DiskFull`]. Other failures need a reopen, and are returned as they are.
+    async fn reload_after_disk_full(&self) -> Result<()> {
+        if self.inner.journal.check_healthy().is_ok() || self.inner.read_only {
+            return Ok(());
+        }
+        let mut reloaded_at = self.inner.reloaded_at.lock().await;
+        if reloaded_at.is_some_and(|at| at.elapsed() < RELOAD_EVERY) {
+            return self.inner.journal.check_healthy();
+        }
+        let fresh = BrokerState::new(self.inner.default_config.clone());
+        let Some(recovered) = self.inner.journal.reload(fresh).await? else {
+            return self.inner.journal.check_healthy();
+        };
+        *reloaded_at = Some(Instant::now());
+        {
+            let mut st = self.inner.state.lock().map_err(|_| Error::Internal("broker state lock poisoned".into()))?;
+            *st = recovered.state;
+            self.inner.journal.finish_reload(recovered.next_lsn, recovered.segments)?;
+        }
+        tracing::warn!(
+            next_lsn = self.inner.journal.next_lsn(),
+            "embedded broker read its directory again after a full disk; it serves again"
+        );
+        self.inner.wake.notify_waiters();
+        Ok(())
     }
 
     /// The state, for a call that may change it or read it: fails once the broker is
@@ -318,6 +358,7 @@ impl EmbeddedBroker {
         if self.inner.read_only {
             return Err(Error::ReadOnly { what: format!("{command:?}") });
         }
+        self.reload_after_disk_full().await?;
         let (result, lsn, wrote, events) = {
             let mut st = self.state()?;
             st.admit(&command)?;
@@ -348,7 +389,7 @@ impl EmbeddedBroker {
             if let Some(last) = self.apply_retention(&mut st, now_ms)? {
                 (lsn, wrote) = (last, true);
             }
-            (result, lsn, wrote, std::mem::take(&mut st.events))
+            (result, self.inner.journal.written(lsn), wrote, std::mem::take(&mut st.events))
         };
         self.publish(&events);
         self.inner.journal.sync(lsn).await?;
@@ -421,7 +462,8 @@ impl EmbeddedBroker {
         if !self.inner.journal.wants_snapshot() || !self.inner.journal.begin_snapshot() {
             return Ok(());
         }
-        let snapshot = self.state().map(|st| (self.inner.journal.next_lsn() - 1, st.clone()));
+        let snapshot =
+            self.state().map(|st| (self.inner.journal.written(self.inner.journal.next_lsn() - 1), st.clone()));
         match snapshot {
             Ok((lsn, state)) => {
                 self.inner.journal.snapshot_detached(lsn, state);

@@ -117,6 +117,24 @@ struct Buffered {
     snapshotting: bool,
     /// Batch buffers in `bytes`: (lsn, position in `bytes`, length).
     blobs: Vec<(Lsn, usize, u32)>,
+    /// Raised by each [`reload`](JournalCore::reload): the entries of an older
+    /// generation that were not durable are lost, and their lsns are given again.
+    generation: u64,
+    /// The failure that the last reload recovered from: what a caller still waiting on
+    /// a lost entry of an older generation gets.
+    lost: Option<Error>,
+    /// For each generation that ended, its last durable lsn: its entries up to there
+    /// are kept, the rest were lost.
+    kept: Vec<Lsn>,
+}
+
+/// An entry the journal took: its lsn in the journal's generation at the time. Taken
+/// under the state lock, right after [`JournalCore::append`]; [`Journal::sync`] waits
+/// for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Written {
+    lsn: Lsn,
+    generation: u64,
 }
 
 /// Where a stored batch buffer lies: `len` bytes from byte `pos` of the segment whose
@@ -129,18 +147,25 @@ pub(crate) struct Loc {
 }
 
 impl Journal {
-    /// Returns once `lsn` is durable, writing the pending group commit if nobody is.
-    pub(crate) async fn sync(&self, lsn: Lsn) -> Result<()> {
-        if *self.durable.borrow() >= lsn {
-            return Ok(()); // the common case for a command that wrote nothing
-        }
+    /// Returns once the entry is durable, writing the pending group commit if nobody
+    /// is. An entry of an older generation than the journal's (lost in a
+    /// [`reload`](JournalCore::reload)) is an error, even once a newer entry with its
+    /// lsn is durable.
+    pub(crate) async fn sync(&self, written: Written) -> Result<()> {
+        let Written { lsn, generation } = written;
         let mut rx = self.durable.subscribe();
         loop {
-            if *rx.borrow_and_update() >= lsn {
-                return Ok(());
-            }
             let job = {
                 let mut b = self.lock()?;
+                if b.generation != generation {
+                    return match b.kept.get(generation as usize) {
+                        Some(&kept) if lsn <= kept => Ok(()),
+                        _ => Err(b.lost.clone().unwrap_or_else(|| Error::Internal("journal entry lost".into()))),
+                    };
+                }
+                if *rx.borrow_and_update() >= lsn {
+                    return Ok(());
+                }
                 if let Some(e) = &b.failed {
                     return Err(e.clone());
                 }
@@ -176,13 +201,14 @@ impl Journal {
     /// a blocking thread. The claim taken with [`begin_snapshot`](Self::begin_snapshot)
     /// is released when the task ends, however it ends; a failure is logged and the next
     /// write tries again.
-    pub(crate) fn snapshot_detached(&self, lsn: Lsn, state: BrokerState) {
+    pub(crate) fn snapshot_detached(&self, written: Written, state: BrokerState) {
         let journal = self.clone();
+        let lsn = written.lsn;
         tokio::spawn(async move {
             let result = async {
                 // Every batch of the state is durable once `lsn` is, and only then does
                 // the record index know where each one lies.
-                journal.sync(lsn).await?;
+                journal.sync(written).await?;
                 let (index, referenced) = journal.core.snapshot_index(&state)?;
                 let bytes = tokio::task::spawn_blocking(move || JournalCore::encode_snapshot(&state, &index))
                     .await
@@ -308,6 +334,9 @@ impl JournalCore {
                 last_snapshot_lsn: 0,
                 snapshotting: false,
                 blobs: Vec::new(),
+                generation: 0,
+                lost: None,
+                kept: Vec::new(),
             }),
             durable: watch::Sender::new(0),
             records: Mutex::new(RecordIndex::default()),
@@ -656,13 +685,88 @@ impl JournalCore {
         self.durable.send_modify(|_| {});
     }
 
+    /// The entry `lsn` of the journal's current generation. Call under the state lock,
+    /// where the entry was appended (or, for an entry nothing was appended for, where
+    /// the state was read).
+    pub(crate) fn written(&self, lsn: Lsn) -> Written {
+        Written { lsn, generation: self.lock().map_or(u64::MAX, |b| b.generation) }
+    }
+
+    /// After a journal write failed on a full disk, and only then: reads the directory
+    /// again, as a reopen would, so that the broker's memory can be made to match what
+    /// is on disk (entries not durable when the write failed are lost, as a crash
+    /// would lose them; none of them was acknowledged). The journal stays failed until
+    /// [`finish_reload`](Self::finish_reload) installs the result, which the caller
+    /// does under the state lock with the recovered state.
+    ///
+    /// Returns `Ok(None)` when there is nothing to do now: the journal is healthy, or a
+    /// write or snapshot is still under way (it fails soon; try again then). Any other
+    /// failure (a fault point, a closed journal, an object store) is returned as it is:
+    /// only a reopen recovers from those.
+    pub(crate) async fn reload(&self, fresh: BrokerState) -> Result<Option<Recovered>> {
+        {
+            let mut b = self.lock()?;
+            match &b.failed {
+                None => return Ok(None),
+                Some(Error::DiskFull { .. }) if !self.read_only && self.appender.is_some() => {}
+                Some(e) => return Err(e.clone()),
+            }
+            if b.writing || b.snapshotting {
+                return Ok(None);
+            }
+            // No snapshot starts until the reload is installed (or given up).
+            b.snapshotting = true;
+        }
+        // No GC deletion is under way once the guard is had, and none starts while the
+        // journal is failed (`delete_unless_closed`).
+        drop(crate::common::sync::lock(&self.gc_guard));
+        {
+            let mut index = crate::common::sync::lock(&self.records);
+            // Lsns after the durable ones will be given again: nothing cached may stay.
+            *index = RecordIndex::default();
+        }
+        let recovered = self.replay(fresh).await;
+        if recovered.is_err() {
+            self.abandon_snapshot();
+        }
+        recovered.map(Some)
+    }
+
+    /// Installs what [`reload`](Self::reload) read: the next entry follows the last
+    /// durable one, in a new generation, and the journal takes writes again. Call under
+    /// the state lock, right after putting the recovered state in place.
+    pub(crate) fn finish_reload(&self, next_lsn: Lsn, segments: Vec<(Lsn, Lsn)>) -> Result<()> {
+        let mut b = self.lock()?;
+        let Some(cause) = b.failed.take() else {
+            return Err(Error::Internal("journal reload installed on a healthy journal".into()));
+        };
+        b.lost = Some(cause);
+        b.kept.push(next_lsn - 1);
+        b.generation += 1;
+        b.bytes.clear();
+        b.blobs.clear();
+        b.first_lsn = next_lsn;
+        b.next_lsn = next_lsn;
+        b.segments = segments;
+        b.snapshotting = false;
+        if let Some(appender) = &self.appender {
+            // The failed write rolled the segment already; roll again in case the
+            // replay removed a segment it had emptied.
+            crate::common::sync::lock(appender).roll = true;
+        }
+        drop(b);
+        self.durable.send_modify(|durable| *durable = (*durable).max(next_lsn - 1));
+        Ok(())
+    }
+
     /// The last lsn durable in storage.
     pub(crate) fn durable_lsn(&self) -> Lsn {
         *self.durable.borrow()
     }
 
     /// Fails once a write has failed (the journal is poisoned): memory may then be ahead
-    /// of storage, so nothing may be read or written until the broker is reopened.
+    /// of storage, so nothing may be read or written until the broker is reopened, or
+    /// (after a full disk) until a [`reload`](Self::reload) is installed.
     pub(crate) fn check_healthy(&self) -> Result<()> {
         match &self.lock()?.failed {
             Some(e) => Err(e.clone()),
