@@ -645,6 +645,9 @@ fn to_record(r: &ConsumerRecord) -> Record {
     }
 }
 
+/// How long a subscribe waits for a group coordinator that is not ready yet.
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(30);
+
 #[async_trait]
 impl ShareConsumer for KafkaShareConsumer {
     fn member_id(&self) -> &MemberId {
@@ -652,11 +655,24 @@ impl ShareConsumer for KafkaShareConsumer {
     }
 
     async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
-        let (inner, names): (Inner, Vec<String>) = (self.inner.clone(), topics.iter().map(|t| t.to_string()).collect());
-        self.client
-            .run(async move { inner.subscribe(names).await })
-            .await?
-            .map_err(|e| kafka_error(format!("subscribe group {} to {topics:?}", self.config.group), e))?;
+        // A coordinator that is not ready yet (a new cluster, a group whose coordinator
+        // moved) answers the first heartbeat with an error that asking again clears:
+        // wait it out for a bounded time, as Kafka's clients do.
+        let deadline = std::time::Instant::now() + SUBSCRIBE_WAIT;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let (inner, names): (Inner, Vec<String>) =
+                (self.inner.clone(), topics.iter().map(|t| t.to_string()).collect());
+            match self.client.run(async move { inner.subscribe(names).await }).await? {
+                Ok(()) => break,
+                Err(e) if super::error::coordinator_not_ready(&e) && std::time::Instant::now() < deadline => {
+                    tracing::info!(group = %self.config.group, error = %e, "the group's coordinator is not ready; asking again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(kafka_error(format!("subscribe group {} to {topics:?}", self.config.group), e)),
+            }
+        }
         self.member = MemberId(self.inner.member_id());
         Ok(())
     }

@@ -55,6 +55,19 @@ pub(crate) fn kafka_error(op: impl Into<String>, e: KrafkaError) -> Error {
     KafkaError::new(op, e).into()
 }
 
+/// Whether `e` says the group's coordinator is not ready yet: on a new cluster, or for a
+/// group whose coordinator moved or is loading. Kafka's own clients wait these out by
+/// asking again; so does a share consumer's subscribe.
+pub(crate) fn coordinator_not_ready(e: &KrafkaError) -> bool {
+    matches!(
+        e,
+        KrafkaError::Broker {
+            code: ErrorCode::CoordinatorNotAvailable | ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress,
+            ..
+        }
+    )
+}
+
 const FENCED: &str = "another producer took over this transactional id (a newer instance of the job, or \
                       recovery): stop this instance";
 const RETRY: &str = "is the broker running and reachable? the call can be retried, and a job restart retries it";
@@ -173,6 +186,21 @@ mod tests {
         for code in [ErrorCode::ProducerFenced, ErrorCode::InvalidProducerEpoch, ErrorCode::FencedInstanceId] {
             assert_eq!(kind(KrafkaError::broker(code, "x")), ErrorKind::Fenced, "{code:?}");
         }
+    }
+
+    #[test]
+    fn only_a_coordinator_not_ready_yet_is_waited_out() {
+        for (code, wait) in [
+            (ErrorCode::CoordinatorNotAvailable, true),
+            (ErrorCode::NotCoordinator, true),
+            (ErrorCode::CoordinatorLoadInProgress, true),
+            (ErrorCode::GroupAuthorizationFailed, false),
+            (ErrorCode::UnknownTopicOrPartition, false),
+            (ErrorCode::InvalidRequest, false),
+        ] {
+            assert_eq!(coordinator_not_ready(&KrafkaError::broker(code, "x")), wait, "{code:?}");
+        }
+        assert!(!coordinator_not_ready(&KrafkaError::timeout("heartbeat")));
     }
 
     #[test]
