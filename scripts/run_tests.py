@@ -13,7 +13,8 @@ directory of its package, and the variables cargo sets for it.
 
 Exit status: 0 when every binary passed, 1 when any failed or timed out, 2 on bad input.
 The longest first: each run records the times it saw in --times (a JSON file beside the
-build), and the next run starts the binaries that took longest first.
+build), and the next run starts the binaries that took longest first. On a machine with
+no times yet, --baseline (committed) gives the order.
 """
 
 from __future__ import annotations
@@ -227,6 +228,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=3, help="binaries run at once (default 3)")
     parser.add_argument("--limit", type=float, default=900, help="seconds one binary may run (default 900)")
     parser.add_argument("--times", help="JSON file of each binary's last time, read and rewritten")
+    parser.add_argument("--baseline", help="JSON file of times to order by where --times has none (a fresh machine)")
     parser.add_argument("args", nargs="*", help="arguments for every binary (a test name filter)")
     ns = parser.parse_args(argv)
     if ns.jobs < 1:
@@ -237,11 +239,12 @@ def main(argv: list[str]) -> int:
         raise InputError(f"cannot read {ns.built}: {e.strerror}") from None
     binaries = parse_built(text, ns.built)
     times: dict[str, float] = {}
-    if ns.times and Path(ns.times).exists():
-        try:
-            times = {k: float(v) for k, v in json.loads(Path(ns.times).read_text()).items()}
-        except (ValueError, AttributeError):
-            print(f"[run_tests] ignoring {ns.times}: not a JSON object of times", file=sys.stderr)
+    for source in (ns.baseline, ns.times):
+        if source and Path(source).exists():
+            try:
+                times.update({k: float(v) for k, v in json.loads(Path(source).read_text()).items()})
+            except (ValueError, AttributeError):
+                print(f"[run_tests] ignoring {source}: not a JSON object of times", file=sys.stderr)
     start = time.monotonic()
     outcomes = run_all(order(binaries, times), ns.args, ns.jobs, ns.limit, print_outcome)
     wall = time.monotonic() - start
