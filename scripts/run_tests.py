@@ -81,6 +81,8 @@ def parse_built(text: str, source: str) -> list[Binary]:
         if not message.get("profile", {}).get("test"):
             continue  # a binary built for a test to run (CARGO_BIN_EXE_*), not a test
         target = message["target"]
+        if target["kind"][0] in ("bench", "example"):
+            continue  # built to be linted and kept building; `cargo bench` runs the benches
         manifest = Path(message["manifest_path"])
         package = package_name(message["package_id"], manifest)
         kind = target["kind"][0]
