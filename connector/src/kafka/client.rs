@@ -342,7 +342,7 @@ impl KafkaCluster {
         self.read_topic_from(topic, true, from).await
     }
 
-    async fn read_topic_from(
+    pub(crate) async fn read_topic_from(
         &self,
         topic: &str,
         read_committed: bool,

@@ -51,26 +51,43 @@ impl KafkaCluster {
         let topic = format!("{group}-intents");
         let mut reader = IntentsReader::default();
         let mut out = Vec::new();
-        for (_, offset, _, value) in self.read_topic(&topic, false).await? {
-            let entry = decode_intents_entry(&topic, offset, value.as_deref().unwrap_or_default())?;
-            for event in reader.feed(offset, entry) {
-                match event {
-                    ReadEvent::Seed(s) => out.extend(s.open.into_iter().map(|i| GroupIntent {
-                        by: i.by,
-                        epoch: i.epoch,
-                        ranges: i.ranges,
-                    })),
-                    ReadEvent::Entry(_, LedgerEntry::Intent { by, epoch, ranges, .. }) => {
-                        out.push(GroupIntent { by, epoch, ranges })
+        let mut from = vec![0];
+        // A live instance may trim the topic while it is read: read on to an end
+        // measured after the reader missed records (see `after_catch_up`).
+        for _ in 0..CATCH_UP_ROUNDS {
+            let (records, ends) = self.read_topic_from(&topic, false, &from).await?;
+            for (_, offset, _, value) in records {
+                let entry = decode_intents_entry(&topic, offset, value.as_deref().unwrap_or_default())?;
+                for event in reader.feed(offset, entry) {
+                    match event {
+                        ReadEvent::Seed(s) => out.extend(s.open.into_iter().map(|i| GroupIntent {
+                            by: i.by,
+                            epoch: i.epoch,
+                            ranges: i.ranges,
+                        })),
+                        ReadEvent::Entry(_, LedgerEntry::Intent { by, epoch, ranges, .. }) => {
+                            out.push(GroupIntent { by, epoch, ranges })
+                        }
+                        ReadEvent::Entry(..) => {}
                     }
-                    ReadEvent::Entry(..) => {}
                 }
             }
+            let read_to = ends.first().copied().unwrap_or(0);
+            let waiting = reader.waiting();
+            let now = match waiting {
+                Some(_) => self.end_offsets(&topic, false).await?.first().copied().unwrap_or(0),
+                None => read_to,
+            };
+            match after_catch_up(waiting, read_to, now) {
+                CatchUp::Done => return Ok(out),
+                CatchUp::ReadTo(_) => from = vec![read_to],
+                CatchUp::Unsummarised(start) => return Err(unsummarised(&topic, start)),
+            }
         }
-        if let Some(start) = reader.waiting() {
-            return Err(unsummarised(&topic, start));
+        match reader.waiting() {
+            Some(start) => Err(unsummarised(&topic, start)),
+            None => Ok(out),
         }
-        Ok(out)
     }
 }
 
@@ -102,6 +119,35 @@ fn unsummarised(topic: &str, start: i64) -> Error {
              deleted by hand? The claims below it are gone; recreating the topic empty gives up exactly-once for \
              the work in flight"
         ),
+    }
+}
+
+/// Rounds of [`GroupLedger::catch_up`] before a reader still waiting for a summary is
+/// taken for corruption.
+const CATCH_UP_ROUNDS: usize = 8;
+
+/// What a catch-up does after its tailer read the intents topic up to `read_to` (the end
+/// it measured), given the summary the reader still waits for, if any, and the topic's
+/// end measured after that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatchUp {
+    /// Nothing is missing.
+    Done,
+    /// Read on to this end: the reader jumped over records another instance trimmed
+    /// after `read_to` was measured, and the summary that explains the trim was written
+    /// before it, so it lies below this end.
+    ReadTo(i64),
+    /// The reader starts at this offset with no summary of what was below it anywhere
+    /// up to the end: the records were deleted by hand.
+    Unsummarised(i64),
+}
+
+/// See [`CatchUp`]. Pure.
+fn after_catch_up(waiting: Option<i64>, read_to: i64, end_now: i64) -> CatchUp {
+    match waiting {
+        None => CatchUp::Done,
+        Some(_) if end_now > read_to => CatchUp::ReadTo(end_now),
+        Some(start) => CatchUp::Unsummarised(start),
     }
 }
 
@@ -464,8 +510,22 @@ impl GroupLedger {
     /// Waits until the tailer has read everything written to the intents topic so far.
     pub(crate) async fn catch_up(&self, timeout: Duration) -> Result<()> {
         let topic = self.lock().topic.clone();
-        let end = self.cluster.end_offsets(&topic, false).await?.first().copied().unwrap_or(0);
-        self.wait_past(end - 1, timeout).await?;
+        let mut end = self.cluster.end_offsets(&topic, false).await?.first().copied().unwrap_or(0);
+        // Each round reads to an end measured after the last: another instance's
+        // compaction can trim the topic meanwhile, bounded by the instances' rounds.
+        for _ in 0..CATCH_UP_ROUNDS {
+            self.wait_past(end - 1, timeout).await?;
+            let waiting = self.lock().reader.waiting();
+            let now = match waiting {
+                Some(_) => self.cluster.end_offsets(&topic, false).await?.first().copied().unwrap_or(0),
+                None => end,
+            };
+            match after_catch_up(waiting, end, now) {
+                CatchUp::Done => return Ok(()),
+                CatchUp::ReadTo(next) => end = next,
+                CatchUp::Unsummarised(start) => return Err(unsummarised(&topic, start)),
+            }
+        }
         match self.lock().reader.waiting() {
             Some(start) => Err(unsummarised(&topic, start)),
             None => Ok(()),
@@ -721,6 +781,24 @@ mod tests {
         assert!(out.is_empty());
         assert_eq!(waiting, Some(7));
         assert!(unsummarised("g-intents", 7).to_string().contains("starts at offset 7"));
+    }
+
+    #[test]
+    fn a_catch_up_reads_on_past_a_trim_and_names_a_start_no_summary_explains() {
+        // (summary waited for since, end read to, end now) -> what to do
+        let table = [
+            (None, 100, 100, CatchUp::Done),
+            (None, 100, 140, CatchUp::Done),
+            // Trimmed by another instance after the end was measured: its summary came
+            // before the trim, below the end now.
+            (Some(315), 321, 323, CatchUp::ReadTo(323)),
+            // Read to the end, nothing new, still no summary: deleted by hand.
+            (Some(315), 321, 321, CatchUp::Unsummarised(315)),
+            (Some(7), 0, 0, CatchUp::Unsummarised(7)),
+        ];
+        for (waiting, read_to, now, want) in table {
+            assert_eq!(after_catch_up(waiting, read_to, now), want, "{waiting:?} {read_to} {now}");
+        }
     }
 
     #[test]
