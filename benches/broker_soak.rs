@@ -17,13 +17,14 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use bytes::Bytes;
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shareflow::checkpoint::CheckpointStore;
-use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, Retention};
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, Opened, Retention};
 use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
 use shareflow::connector::share::*;
 use shareflow::connector::{record_schema, SourceSettings};
@@ -116,14 +117,18 @@ async fn parent(args: Vec<String>, minutes: f64, retention_s: u64, retention: Re
     let small = soak_until(&args, dir.path(), started, &mut samples, &mut results, |s| {
         s["log_mib"].as_f64().unwrap_or(0.0) >= 1024.0 || started.elapsed().as_secs_f64() >= minutes * 60.0 / 2.0
     });
-    let (reopen_small_s, _, held_small) = reopen(dir.path(), retention, small).await;
-    println!("killed at {:.2} GiB held; reopened in {reopen_small_s:.3} s", held_small as f64 / (1u64 << 30) as f64);
+    let (reopen_small_s, _, held_small, opened_small) = reopen(dir.path(), retention, small).await;
+    println!(
+        "killed at {:.2} GiB held; reopened in {reopen_small_s:.3} s ({})",
+        held_small as f64 / (1u64 << 30) as f64,
+        describe(&opened_small)
+    );
     let reported = soak_until(&args, dir.path(), started, &mut samples, &mut results, |_| {
         started.elapsed().as_secs_f64() >= minutes * 60.0
     });
     let secs = started.elapsed().as_secs_f64();
     let snapshot_kib = newest_snapshot_kib(dir.path());
-    let (reopen_s, committed, held) = reopen(dir.path(), retention, reported).await;
+    let (reopen_s, committed, held, opened) = reopen(dir.path(), retention, reported).await;
     let held_gib = held as f64 / (1u64 << 30) as f64;
     // The rate and memory over the run, after its first minute.
     let col = |k: &str, from: f64, to: f64| -> Vec<f64> {
@@ -153,13 +158,20 @@ async fn parent(args: Vec<String>, minutes: f64, retention_s: u64, retention: Re
         rate_p10 / rate_median.max(1.0)
     );
     println!(
-        "reopen at {held_gib:.2} GiB held {reopen_s:.3} s, at {:.2} GiB {reopen_small_s:.3} s ({:.2} x)",
+        "reopen at {held_gib:.2} GiB held {reopen_s:.3} s ({}), at {:.2} GiB {reopen_small_s:.3} s ({:.2} x)",
+        describe(&opened),
         held_small as f64 / (1u64 << 30) as f64,
         reopen_s / reopen_small_s.max(1e-9)
     );
+    let parts = |o: &Opened| {
+        serde_json::json!({"snapshot_mib": o.snapshot_bytes as f64 / MIB, "snapshot_s": o.snapshot_secs,
+            "journal_mib": o.journal_bytes as f64 / MIB, "journal_entries": o.journal_entries,
+            "journal_s": o.journal_secs})
+    };
     results.record(serde_json::json!({"kind": "summary", "committed": committed, "secs": secs,
         "reopen_s": reopen_s, "snapshot_kib": snapshot_kib, "held_gib": held_gib,
         "reopen_small_s": reopen_small_s, "held_small_gib": held_small as f64 / (1u64 << 30) as f64,
+        "reopen_parts": parts(&opened), "reopen_small_parts": parts(&opened_small),
         "rate_median": rate_median, "rate_p10": rate_p10, "rss_max_mib": rss_max,
         "rss_minutes_5_10_mib": rss_5_10, "rss_last_10_minutes_mib": rss_last_10}));
 }
@@ -223,9 +235,24 @@ fn soak_until(
     reported
 }
 
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// Where a reopen's time went: the snapshot, then the journal written after it.
+fn describe(o: &Opened) -> String {
+    format!(
+        "snapshot {:.2} MiB in {:.3} s, then {:.1} MiB of journal ({} entries) in {:.3} s",
+        o.snapshot_bytes as f64 / MIB,
+        o.snapshot_secs,
+        o.journal_bytes as f64 / MIB,
+        o.journal_entries,
+        o.journal_secs
+    )
+}
+
 /// Opens `dir` after a kill, timed, and checks that it has the `reported` output records
-/// at least. Returns the seconds it took, the output records and the bytes the logs hold.
-async fn reopen(dir: &std::path::Path, retention: Retention, reported: u64) -> (f64, u64, u64) {
+/// at least. Returns the seconds it took, the output records, the bytes the logs hold,
+/// and what the open read.
+async fn reopen(dir: &std::path::Path, retention: Retention, reported: u64) -> (f64, u64, u64, Opened) {
     let reopening = Instant::now();
     let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir).unwrap().log_retention(retention))
         .await
@@ -234,8 +261,9 @@ async fn reopen(dir: &std::path::Path, retention: Retention, reported: u64) -> (
     let committed = total(&broker, "out", |_, e, _| e as u64).await;
     assert!(committed >= reported, "the reopened broker has {committed} output records; the child reported {reported}");
     let held = total(&broker, "in", |_, _, b| b).await + total(&broker, "out", |_, _, b| b).await;
+    let opened = broker.opened();
     broker.close();
-    (reopen_s, committed, held)
+    (reopen_s, committed, held, opened)
 }
 
 /// The soak itself, until it is killed.
@@ -261,7 +289,9 @@ async fn child(dir: std::path::PathBuf, retention: Retention) {
     let producer = tokio::spawn({
         let (broker, stop) = (broker.clone(), stop.clone());
         async move {
-            let value = vec![b'v'; 100];
+            // One topic name and one value, shared by every record: the soak measures the
+            // broker and the job, not the allocator.
+            let (topic, value): (Arc<str>, Bytes) = (Arc::from("in"), Bytes::from(vec![b'v'; 100]));
             let mut n: i64 = 0;
             while !stop.load(Ordering::Relaxed) {
                 let committed = total(&broker, "out", |_, e, _| e as u64).await as i64;
@@ -269,8 +299,9 @@ async fn child(dir: std::path::PathBuf, retention: Retention) {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
-                let batch: Vec<ProducerRecord> =
-                    (0..5_000).map(|i| ProducerRecord::new("in", ((n + i) % 4) as i32, value.clone())).collect();
+                let batch: Vec<ProducerRecord> = (0..5_000)
+                    .map(|i| ProducerRecord::new(topic.clone(), ((n + i) % 4) as i32, value.clone()))
+                    .collect();
                 broker.produce(batch).await.unwrap();
                 n += 5_000;
             }

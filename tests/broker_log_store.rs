@@ -92,8 +92,14 @@ async fn records_live_in_segments_and_snapshots_hold_none_of_them() {
     // Reads come from the segments, before and after a reopen.
     let got: Vec<Bytes> = values(&broker, &tp(0)).await.into_iter().map(|(_, v)| v).collect();
     assert_eq!(got, want);
+    let newest = files(dir.path(), "snapshot").pop().unwrap();
     broker.close();
     let broker = EmbeddedBroker::open(options(dir.path(), &clock, 1 << 20)).await.unwrap();
+    // The reopen read the newest snapshot, and of the journal only what follows it: not
+    // the 4 MiB of records.
+    let opened = broker.opened();
+    assert_eq!(opened.snapshot_bytes, size(&newest), "{opened:?}");
+    assert!(opened.journal_bytes < held / 2 && opened.journal_entries < 40, "{opened:?}");
     let got: Vec<Bytes> = values(&broker, &tp(0)).await.into_iter().map(|(_, v)| v).collect();
     assert_eq!(got, want);
     // A read from the middle of a batch starts there.

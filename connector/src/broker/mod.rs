@@ -26,7 +26,7 @@ pub use embedded::{
     Backlog, BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
     SharePartitionInfo, TransactionInfo, TransactionalShareAcknowledger, DEFAULT_RETENTION_MS,
 };
-pub use journal::Durability;
+pub use journal::{Durability, Opened};
 pub use log::Retention;
 pub use metrics::{
     Histogram, Metric, MetricValue, MetricsSnapshot, TRANSACTION_ABORT_TOTAL, TRANSACTION_ACTIVE,

@@ -271,6 +271,24 @@ pub(crate) struct Recovered {
     pub(crate) next_lsn: Lsn,
     pub(crate) segments: Vec<(Lsn, Lsn)>,
     pub(crate) truncated_tail: Option<String>,
+    /// What the open read, and how long it took.
+    pub(crate) opened: Opened,
+}
+
+/// What opening a broker directory read, and how long each part took: the newest
+/// snapshot (the metadata of everything held), then the journal written since it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Opened {
+    /// Bytes of the snapshot read.
+    pub snapshot_bytes: u64,
+    /// Seconds spent reading, decoding and checking the snapshot.
+    pub snapshot_secs: f64,
+    /// Bytes of journal segments read after the snapshot.
+    pub journal_bytes: u64,
+    /// Journal entries applied after the snapshot.
+    pub journal_entries: u64,
+    /// Seconds spent reading and applying those entries.
+    pub journal_secs: f64,
 }
 
 impl JournalCore {

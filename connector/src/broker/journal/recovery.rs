@@ -123,11 +123,14 @@ impl JournalCore {
         // after a newer snapshot exists, so this order never sees a gap between the
         // snapshot it reads and the segments it listed; a segment deleted after the
         // listing is a NotFound, which the read-only open retries.
+        let started = std::time::Instant::now();
+        let mut opened = Opened::default();
         let segments = self.list_sized("wal", ".seg").await?;
         let mut state = fresh;
         let mut snapshot_lsn = 0;
         if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
             let bytes = self.get(&path).await?;
+            opened.snapshot_bytes = bytes.len() as u64;
             let (version, payload) = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
             let index;
             (state, index) = decode_snapshot(version, &payload).map_err(|e| Error::corrupt(&path, e))?;
@@ -139,6 +142,8 @@ impl JournalCore {
                 b.last_snapshot_lsn = lsn;
             }
         }
+        opened.snapshot_secs = started.elapsed().as_secs_f64();
+        let journal_started = std::time::Instant::now();
         let mut next = snapshot_lsn + 1;
         let mut kept = Vec::new();
         let mut truncated_tail = None;
@@ -155,6 +160,7 @@ impl JournalCore {
                 }
             }
             let bytes = self.get(&path).await?;
+            opened.journal_bytes += bytes.len() as u64;
             if bytes.is_empty() && is_last {
                 // A kill between creating the segment and writing its first entry.
                 tracing::warn!(path = %path, "empty last journal segment; removing it");
@@ -230,12 +236,14 @@ impl JournalCore {
                 }
                 state.events = Default::default();
                 next += 1;
+                opened.journal_entries += 1;
             }
             if lsn > first {
                 kept.push((first, lsn - 1));
             }
         }
-        Ok(Recovered { state, next_lsn: next, segments: kept, truncated_tail })
+        opened.journal_secs = journal_started.elapsed().as_secs_f64();
+        Ok(Recovered { state, next_lsn: next, segments: kept, truncated_tail, opened })
     }
 
     /// Checks that every batch of a snapshot's state that lies in a segment has its
