@@ -36,9 +36,10 @@ mod recovery;
 mod sink;
 mod source;
 mod transactions;
+mod txn_admin;
 
 pub use claims::Claimant;
-pub use client::{KafkaCluster, KafkaTransactionInfo, ShareGroupBacklog, TopicWriter};
+pub use client::{KafkaCluster, ShareGroupBacklog, TopicWriter};
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig, WHOLE_FETCH_POLL_RECORDS};
 pub use group::GroupIntent;
 pub use join_gate::{GatePassed, JoinGate};
@@ -46,6 +47,7 @@ pub use ledger::LedgerRange;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;
 pub use transactions::{KafkaTransactions, KafkaTransactionsConfig, LedgerReads};
+pub use txn_admin::KafkaTransactionInfo;
 
 pub(crate) use error::kafka_error;
 

@@ -17,11 +17,12 @@ use shareflow_runtime::{
 };
 
 use super::claims::Claimant;
-use super::client::{await_all, enqueue_all, CachedProducer, KafkaTxnState, OUTPUT_BATCH_BYTES, OUTPUT_LINGER};
+use super::client::{await_all, enqueue_all, CachedProducer, OUTPUT_BATCH_BYTES, OUTPUT_LINGER};
 use super::group::GroupLedger;
 use super::ledger::{LedgerEntry, LedgerRange};
 use super::ledger_log::LedgerLog;
 use super::recovery::{plan, RecoveryAction, Request};
+use super::txn_admin::KafkaTxnState;
 use super::{kafka_error, KafkaCluster};
 use crate::error::runtime_error;
 use crate::error::{Error, ErrorKind};

@@ -16,6 +16,8 @@ use tokio::sync::Notify;
 mod acknowledger;
 mod clients;
 mod options;
+mod reload;
+mod retention;
 
 pub use acknowledger::TransactionalShareAcknowledger;
 pub use clients::{EmbeddedShareConsumer, EmbeddedTransactionCoordinator};
@@ -150,12 +152,6 @@ struct Inner {
     /// When the last reload after a full disk was tried; one reload at a time.
     reloaded_at: tokio::sync::Mutex<Option<Instant>>,
 }
-
-/// How often a broker whose disk filled reads its directory again, at most.
-const RELOAD_EVERY: Duration = Duration::from_secs(1);
-
-/// How often retention looks at the logs, in broker time.
-const RETENTION_EVERY_MS: u64 = 1_000;
 
 /// An in-process broker implementing KIP-932 share groups and KIP-1289 transactional
 /// acknowledgements, durable through its journal. Cheap to clone.
@@ -317,36 +313,6 @@ impl EmbeddedBroker {
         })
     }
 
-    /// After a journal write failed on a full disk: reads the directory again, at most
-    /// once a second, so that memory matches what is on disk and the broker serves
-    /// again without a reopen once space is freed. Until then every call fails with
-    /// [`Error::DiskFull`]. Other failures need a reopen, and are returned as they are.
-    async fn reload_after_disk_full(&self) -> Result<()> {
-        if self.inner.journal.check_healthy().is_ok() || self.inner.read_only {
-            return Ok(());
-        }
-        let mut reloaded_at = self.inner.reloaded_at.lock().await;
-        if reloaded_at.is_some_and(|at| at.elapsed() < RELOAD_EVERY) {
-            return self.inner.journal.check_healthy();
-        }
-        let fresh = BrokerState::new(self.inner.default_config.clone());
-        let Some(recovered) = self.inner.journal.reload(fresh).await? else {
-            return self.inner.journal.check_healthy();
-        };
-        *reloaded_at = Some(Instant::now());
-        {
-            let mut st = self.inner.state.lock().map_err(|_| Error::Internal("broker state lock poisoned".into()))?;
-            *st = recovered.state;
-            self.inner.journal.finish_reload(recovered.next_lsn, recovered.segments)?;
-        }
-        tracing::warn!(
-            next_lsn = self.inner.journal.next_lsn(),
-            "embedded broker read its directory again after a full disk; it serves again"
-        );
-        self.inner.wake.notify_waiters();
-        Ok(())
-    }
-
     /// The state, for a call that may change it or read it: fails once the broker is
     /// closed, or once a journal write failed (memory may then be ahead of storage).
     fn state(&self) -> Result<MutexGuard<'_, BrokerState>> {
@@ -443,27 +409,6 @@ impl EmbeddedBroker {
             reason: format!("a read waited {ROUNDS} group commits for the journal to catch up; retry"),
             source: None,
         })
-    }
-
-    /// At most once a second of broker time: deletes what retention allows, one
-    /// journaled `Trim` per partition. Returns the last entry written, if any.
-    fn apply_retention(&self, st: &mut BrokerState, now_ms: u64) -> Result<Option<u64>> {
-        let Some((default, per_topic)) = &self.inner.retention else { return Ok(None) };
-        let last = self.inner.retention_at_ms.load(Ordering::Relaxed);
-        if now_ms < last.saturating_add(RETENTION_EVERY_MS) {
-            return Ok(None);
-        }
-        self.inner.retention_at_ms.store(now_ms, Ordering::Relaxed);
-        let mut written = None;
-        for (tp, before) in st.retention_trims(now_ms, default, per_topic) {
-            let entry = Entry { now_ms, command: Command::Trim { tp, before } };
-            if let (Ok(outcome), _) = st.apply(&entry) {
-                if outcome.changed_state() {
-                    written = Some(self.inner.journal.append(&entry)?);
-                }
-            }
-        }
-        Ok(written)
     }
 
     /// Starts a snapshot when the journal has grown enough, and returns at once. Under
