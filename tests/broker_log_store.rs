@@ -6,6 +6,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/checkout.rs"]
+mod checkout;
+use checkout::checkout_file;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,6 +44,15 @@ fn batch(b: usize, n: usize, len: usize) -> Vec<ProducerRecord> {
             ProducerRecord::new(TOPIC, 0, v)
         })
         .collect()
+}
+
+/// A broker on `dir` with the topic, and its options: faults armed through a clone of
+/// them fire in this broker.
+async fn broker_with_topic(dir: &Path, clock: &ManualClock) -> (BrokerOptions, EmbeddedBroker) {
+    let opts = options(dir, clock, 1 << 20);
+    let broker = EmbeddedBroker::open(opts.clone()).await.unwrap();
+    broker.create_topic(TOPIC, 1).await.unwrap();
+    (opts, broker)
 }
 
 fn files(dir: &Path, sub: &str) -> Vec<PathBuf> {
@@ -252,9 +265,7 @@ async fn a_crash_at_each_step_of_roll_snapshot_and_gc_loses_nothing_acknowledged
 async fn writers_across_a_full_disk_get_an_error_or_keep_their_records() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000_000);
-    let opts = options(dir.path(), &clock, 1 << 20);
-    let broker = EmbeddedBroker::open(opts.clone()).await.unwrap();
-    broker.create_topic(TOPIC, 1).await.unwrap();
+    let (opts, broker) = broker_with_topic(dir.path(), &clock).await;
     let mut writers = Vec::new();
     for w in 0..4usize {
         let (broker, opts) = (broker.clone(), opts.clone());
@@ -306,9 +317,7 @@ async fn writers_across_a_full_disk_get_an_error_or_keep_their_records() {
 async fn a_write_lost_to_a_full_disk_is_not_answered_by_the_entry_that_took_its_place() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000_000);
-    let opts = options(dir.path(), &clock, 1 << 20);
-    let broker = EmbeddedBroker::open(opts.clone()).await.unwrap();
-    broker.create_topic(TOPIC, 1).await.unwrap();
+    let (opts, broker) = broker_with_topic(dir.path(), &clock).await;
     broker.produce(batch(0, 5, 64)).await.unwrap();
     let _ = opts.clone().fail_at(fault::DISK_FULL);
     // `a` starts the group commit that meets the full disk; `b` is taken into the
@@ -594,12 +603,4 @@ async fn a_read_only_view_beside_the_live_broker_reads_the_stored_records() {
     let got = view.fetch_all(&tp(0), IsolationLevel::ReadCommitted).await.unwrap();
     assert_eq!(got.len(), 300);
     assert_eq!(got[123].value, broker.fetch(&tp(0), 123, 1, IsolationLevel::ReadCommitted).await.unwrap()[0].value);
-}
-
-/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
-/// test binary built from another checkout of the same sources (a shared target dir)
-/// still reads this one's files; the compile-time path is the fallback.
-fn checkout_file(relative: &str) -> std::path::PathBuf {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    std::path::Path::new(&root).join(relative)
 }

@@ -4,6 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/checkout.rs"]
+mod checkout;
+use checkout::checkout_file;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -187,12 +191,4 @@ fn produce_and_run_refuse_bad_input_by_name() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("broker: give kafka = \"HOST:PORT\" or broker = \"DIR\", not both"), "{err}");
-}
-
-/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
-/// test binary built from another checkout of the same sources (a shared target dir)
-/// still reads this one's files; the compile-time path is the fallback.
-fn checkout_file(relative: &str) -> std::path::PathBuf {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    std::path::Path::new(&root).join(relative)
 }

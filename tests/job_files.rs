@@ -6,6 +6,10 @@
 
 mod support;
 
+#[path = "support/checkout.rs"]
+mod checkout;
+use checkout::checkout_file;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -190,12 +194,4 @@ fn a_bad_job_file_is_refused_naming_its_line_and_key() {
     let out = Command::new(env!("CARGO_BIN_EXE_shareflow")).args(["run", "/nonexistent/job.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/job.toml"), "{out:?}");
-}
-
-/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
-/// test binary built from another checkout of the same sources (a shared target dir)
-/// still reads this one's files; the compile-time path is the fallback.
-fn checkout_file(relative: &str) -> std::path::PathBuf {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    std::path::Path::new(&root).join(relative)
 }

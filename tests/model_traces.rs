@@ -20,6 +20,10 @@
 #[path = "support/eos.rs"]
 mod eos;
 
+#[path = "support/checkout.rs"]
+mod checkout;
+use checkout::checkout_file;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -440,12 +444,4 @@ fn traces_the_replay_cannot_carry_out_are_refused_by_name() {
         let e = parse(text).expect_err(needle);
         assert!(matches!(e, ReplayError::Malformed { .. }) && e.to_string().contains(needle), "{needle}: {e}");
     }
-}
-
-/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
-/// test binary built from another checkout of the same sources (a shared target dir)
-/// still reads this one's files; the compile-time path is the fallback.
-fn checkout_file(relative: &str) -> std::path::PathBuf {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    std::path::Path::new(&root).join(relative)
 }

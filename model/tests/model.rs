@@ -1,6 +1,10 @@
 //! Runs the model checker over the CI configurations (or the deep ones with
 //! `SHAREFLOW_MODEL_DEPTH=deep`), and shows that each broken variant is caught.
 
+#[path = "../../tests/support/checkout.rs"]
+mod checkout;
+use checkout::checkout_file;
+
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
@@ -296,12 +300,4 @@ fn the_state_graph_has_no_cycle() {
         println!("[{name}] acyclic: {} states, {edges} edges, in {:.1?}", seen.len(), started.elapsed());
         assert!(seen.len() > 1_000, "{name}: the search visited only {} states", seen.len());
     }
-}
-
-/// A file of this checkout. Cargo sets `CARGO_MANIFEST_DIR` when it runs a test, so a
-/// test binary built from another checkout of the same sources (a shared target dir)
-/// still reads this one's files; the compile-time path is the fallback.
-fn checkout_file(relative: &str) -> std::path::PathBuf {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    std::path::Path::new(&root).join(relative)
 }
