@@ -256,15 +256,14 @@ impl EmbeddedBroker {
                 // As `execute` journals: the entry carries its expiry; a Tick carries an
                 // expiry alone.
                 if matches!(result?, Outcome::Produced { .. }) {
-                    let lsn = self.inner.journal.append(&entry)?;
-                    st.store_batch(&tp, base_offset, lsn);
-                    last = Some(lsn);
+                    let written = self.inner.journal.append(&entry)?;
+                    st.store_batch(&tp, base_offset, written.lsn);
+                    last = Some(written);
                 } else if expired {
                     last = Some(self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?);
                 }
             }
             let events = std::mem::take(&mut st.events);
-            let last = last.map(|lsn| self.inner.journal.written(lsn));
             drop(st);
             self.publish(&events);
             last
@@ -338,7 +337,7 @@ impl EmbeddedBroker {
             return Err(Error::ReadOnly { what: format!("{command:?}") });
         }
         self.reload_after_disk_full().await?;
-        let (result, lsn, wrote, events) = {
+        let (result, written, wrote, events) = {
             let mut st = self.state()?;
             st.admit(&command)?;
             let now_ms = self.inner.clock.now_ms().max(st.last_now_ms);
@@ -347,8 +346,8 @@ impl EmbeddedBroker {
             // A command that changed nothing still answers from a state that may hold
             // others' entries not yet durable (a no-op commit after another caller's
             // commit): it waits for them too, which costs nothing once they are.
-            let (mut lsn, mut wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
-                let lsn = self.inner.journal.append(&entry)?;
+            let (mut written, mut wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
+                let written = self.inner.journal.append(&entry)?;
                 if let (
                     Command::Append { tp, .. } | Command::Rewrite { tp, .. },
                     Ok(Outcome::Produced { base_offset }),
@@ -356,22 +355,22 @@ impl EmbeddedBroker {
                 {
                     if self.inner.journal.stores_records() {
                         // The journal has the buffer now: the state keeps where it lies.
-                        st.store_batch(tp, *base_offset, lsn);
+                        st.store_batch(tp, *base_offset, written.lsn);
                     }
                 }
-                (lsn, true)
+                (written, true)
             } else if expired {
                 (self.inner.journal.append(&Entry { now_ms, command: Command::Tick })?, true)
             } else {
-                (self.inner.journal.next_lsn().saturating_sub(1), false)
+                (self.inner.journal.last_written(), false)
             };
             if let Some(last) = self.apply_retention(&mut st, now_ms)? {
-                (lsn, wrote) = (last, true);
+                (written, wrote) = (last, true);
             }
-            (result, self.inner.journal.written(lsn), wrote, std::mem::take(&mut st.events))
+            (result, written, wrote, std::mem::take(&mut st.events))
         };
         self.publish(&events);
-        self.inner.journal.sync(lsn).await?;
+        self.inner.journal.sync(written).await?;
         // The command is durable: a failed snapshot must not turn it into an error (the
         // caller would retry what is done). The journal simply grows until the next one.
         if wrote {
@@ -420,8 +419,7 @@ impl EmbeddedBroker {
         if !self.inner.journal.wants_snapshot() || !self.inner.journal.begin_snapshot() {
             return Ok(());
         }
-        let snapshot =
-            self.state().map(|st| (self.inner.journal.written(self.inner.journal.next_lsn() - 1), st.clone()));
+        let snapshot = self.state().map(|st| (self.inner.journal.last_written(), st.clone()));
         match snapshot {
             Ok((lsn, state)) => {
                 self.inner.journal.snapshot_detached(lsn, state);

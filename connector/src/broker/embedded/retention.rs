@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::EmbeddedBroker;
+use crate::broker::journal::Written;
 use crate::broker::state::{BrokerState, Command, Entry};
 use crate::error::Result;
 
@@ -12,7 +13,7 @@ const RETENTION_EVERY_MS: u64 = 1_000;
 impl EmbeddedBroker {
     /// At most once a second of broker time: deletes what retention allows, one
     /// journaled `Trim` per partition. Returns the last entry written, if any.
-    pub(super) fn apply_retention(&self, st: &mut BrokerState, now_ms: u64) -> Result<Option<u64>> {
+    pub(super) fn apply_retention(&self, st: &mut BrokerState, now_ms: u64) -> Result<Option<Written>> {
         let Some((default, per_topic)) = &self.inner.retention else { return Ok(None) };
         let last = self.inner.retention_at_ms.load(Ordering::Relaxed);
         if now_ms < last.saturating_add(RETENTION_EVERY_MS) {

@@ -128,12 +128,11 @@ struct Buffered {
     kept: Vec<Lsn>,
 }
 
-/// An entry the journal took: its lsn in the journal's generation at the time. Taken
-/// under the state lock, right after [`JournalCore::append`]; [`Journal::sync`] waits
-/// for it.
+/// An entry the journal took: its lsn in the journal's generation at the time, as
+/// [`JournalCore::append`] returns it; [`Journal::sync`] waits for it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Written {
-    lsn: Lsn,
+    pub(crate) lsn: Lsn,
     generation: u64,
 }
 
@@ -429,7 +428,7 @@ impl JournalCore {
     ///
     /// The caller has already applied the entry to memory, so a failure here poisons the
     /// journal: memory is ahead of storage and every later call must fail.
-    pub(crate) fn append(&self, entry: &Entry) -> Result<Lsn> {
+    pub(crate) fn append(&self, entry: &Entry) -> Result<Written> {
         let mut b = self.lock()?;
         if let Some(e) = &b.failed {
             return Err(e.clone());
@@ -457,7 +456,7 @@ impl JournalCore {
             }
         }
         b.next_lsn += 1;
-        Ok(lsn)
+        Ok(Written { lsn, generation: b.generation })
     }
 
     async fn write_segment(&self, first: Lsn, last: Lsn, bytes: Vec<u8>, blobs: Vec<(Lsn, usize, u32)>) -> Result<()> {
@@ -703,11 +702,13 @@ impl JournalCore {
         self.durable.send_modify(|_| {});
     }
 
-    /// The entry `lsn` of the journal's current generation. Call under the state lock,
-    /// where the entry was appended (or, for an entry nothing was appended for, where
-    /// the state was read).
-    pub(crate) fn written(&self, lsn: Lsn) -> Written {
-        Written { lsn, generation: self.lock().map_or(u64::MAX, |b| b.generation) }
+    /// The last entry the journal took, in its current generation: what a command that
+    /// wrote nothing waits for (call under the state lock, where the state was read).
+    pub(crate) fn last_written(&self) -> Written {
+        self.lock().map_or(Written { lsn: 0, generation: u64::MAX }, |b| Written {
+            lsn: b.next_lsn.saturating_sub(1),
+            generation: b.generation,
+        })
     }
 
     /// After a journal write failed on a full disk, and only then: reads the directory
