@@ -2,7 +2,9 @@
 //! long time, with topic retention, and what memory and the broker's snapshots do.
 //!
 //! A producer task keeps writing 100-byte records to `in` (4 partitions) as fast as the
-//! job takes them (it stays at most 200,000 records ahead); the job runs share source
+//! job takes them (it stays at most 1,500,000 records ahead: about two checkpoints' worth
+//! at full rate, so the job never waits for input; at 200,000 ahead it did, as a checkpoint
+//! commits only every 500 ms); the job runs share source
 //! -> SQL -> transactional topic sink into `out`, parallelism 2, checkpoints every
 //! 500 ms, broker journal in a local directory. Both topics keep 60 s (`log.retention.ms`,
 //! standing in for an hour). Every 10 s it prints the records committed, the rate, the
@@ -34,7 +36,7 @@ use shareflow::runtime::{JobBuilder, JobConfig};
 mod results;
 
 const PARTITIONS: i32 = 4;
-const AHEAD: i64 = 200_000;
+const AHEAD: i64 = 1_500_000;
 
 /// Resident memory of this process, in MiB (Linux).
 fn rss_mib() -> f64 {

@@ -270,28 +270,32 @@ impl JournalCore {
         segments: &[(Lsn, Path, u64)],
     ) -> Result<()> {
         let sizes: HashMap<Lsn, u64> = segments.iter().map(|(first, _, size)| (*first, *size)).collect();
-        let locs: HashMap<Lsn, Loc> = index.iter().copied().collect();
+        // The index is written sorted by lsn (`snapshot_index`): a binary search finds a
+        // batch's place without a second map of every batch held. Nothing is built per
+        // batch unless it is damaged: this loop is most of a large snapshot's reopen.
+        let index = sorted_by_lsn(index);
+        let index = &index[..];
+        let find = |lsn: Lsn| index.binary_search_by_key(&lsn, |(l, _)| *l).ok().map(|i| &index[i].1);
         for (tp, log) in state.logs() {
             for b in log.batches() {
                 let BatchData::Stored(lsn) = b.data else { continue };
                 let what = || format!("offsets {}..={} of {tp} (journal entry {lsn})", b.base_offset, b.last_offset());
-                let Some(loc) = locs.get(&lsn) else {
+                let Some(loc) = find(lsn) else {
                     return Err(Error::corrupt(
                         self.root.clone().join("snapshot"),
                         format!("the snapshot's record index does not say where {} lie; the broker directory is damaged: restore it from a copy, or start a new directory", what()),
                     ));
                 };
-                let path = self.segment_path(loc.segment);
                 match sizes.get(&loc.segment) {
                     None => {
                         return Err(Error::corrupt(
-                            &path,
+                            self.segment_path(loc.segment),
                             format!("the segment is missing, and it holds {}; restore the broker directory from a copy, or start a new directory", what()),
                         ))
                     }
                     Some(&size) if loc.pos.checked_add(u64::from(loc.len)).is_none_or(|end| end > size) => {
                         return Err(Error::corrupt(
-                            &path,
+                            self.segment_path(loc.segment),
                             format!(
                                 "the segment is {size} bytes, cut short: {} lie at bytes {}..{}; restore the broker directory from a copy, or start a new directory",
                                 what(),
@@ -305,5 +309,33 @@ impl JournalCore {
             }
         }
         Ok(())
+    }
+}
+
+/// `index` sorted by lsn: as it is, when it already is (every snapshot this build writes),
+/// or a sorted copy.
+fn sorted_by_lsn(index: &[(Lsn, Loc)]) -> std::borrow::Cow<'_, [(Lsn, Loc)]> {
+    if index.windows(2).all(|w| w[0].0 <= w[1].0) {
+        std::borrow::Cow::Borrowed(index)
+    } else {
+        let mut owned = index.to_vec();
+        owned.sort_unstable_by_key(|(lsn, _)| *lsn);
+        std::borrow::Cow::Owned(owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_is_searched_in_lsn_order_whatever_order_it_was_written_in() {
+        let loc = |segment| Loc { segment, pos: 0, len: 1 };
+        let written = [(1, loc(1)), (5, loc(1)), (9, loc(2))];
+        assert!(matches!(sorted_by_lsn(&written), std::borrow::Cow::Borrowed(_)));
+        let shuffled = [(9, loc(2)), (1, loc(1)), (5, loc(1))];
+        let sorted = sorted_by_lsn(&shuffled);
+        assert_eq!(sorted.iter().map(|(lsn, _)| *lsn).collect::<Vec<_>>(), [1, 5, 9]);
+        assert_eq!(sorted.binary_search_by_key(&9, |(l, _)| *l).map(|i| sorted[i].1.segment), Ok(2));
     }
 }
