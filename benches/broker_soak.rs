@@ -13,7 +13,9 @@
 //!
 //! The job runs in a child process. At the end the bench kills it with SIGKILL, reopens
 //! the broker directory in its own process, times that, and checks that every output
-//! record the child had reported committed is there.
+//! record the child had reported committed is there. Each kill waits until at least
+//! 128 MiB of journal follow the newest snapshot, so the reopens it compares (one at
+//! 1 GiB held, one at the end) replay about as much journal.
 //!
 //! `cargo bench --bench broker_soak -- [MINUTES] [RETENTION_SECONDS]` (default 30 and 60)
 
@@ -56,6 +58,30 @@ fn newest_snapshot_kib(dir: &std::path::Path) -> f64 {
     files.sort();
     files.last().map_or(0.0, |(_, b)| *b as f64 / 1024.0)
 }
+
+/// Bytes of journal segments written wholly after the newest snapshot began, in MiB:
+/// what a reopen now would replay, give or take the segment the snapshot's lsn lies in.
+fn journal_after_snapshot_mib(dir: &std::path::Path) -> f64 {
+    let lsns = |sub: &str, suffix: &str| -> Vec<(u64, u64)> {
+        let Ok(entries) = std::fs::read_dir(dir.join("broker").join(sub)) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                Some((name.strip_suffix(suffix)?.parse().ok()?, e.metadata().ok()?.len()))
+            })
+            .collect()
+    };
+    let snapshot = lsns("snapshot", ".snap").iter().map(|(lsn, _)| *lsn).max().unwrap_or(0);
+    let bytes: u64 = lsns("wal", ".seg").iter().filter(|(first, _)| *first > snapshot).map(|(_, b)| b).sum();
+    bytes as f64 / (1u64 << 20) as f64
+}
+
+/// Where in the snapshot cycle the bench kills a child: once at least this much journal
+/// follows the newest snapshot, so that the two reopens it compares replay about as much
+/// journal, and their difference is what grows with the records held. A reopen replays
+/// at most 256 MiB (`REPLAY_BOUND_BYTES`) whenever the kill lands.
+const KILL_AFTER_JOURNAL_MIB: f64 = 128.0;
 
 async fn total(broker: &EmbeddedBroker, topic: &str, f: impl Fn(i64, i64, u64) -> u64) -> u64 {
     let mut sum = 0;
@@ -230,7 +256,16 @@ fn soak_until(
             break;
         }
     }
+    // Wait for the same point of the snapshot cycle each time (at most 30 s), then
     // SIGKILL: what the directory holds is what a crash leaves.
+    let waiting = Instant::now();
+    while journal_after_snapshot_mib(dir) < KILL_AFTER_JOURNAL_MIB && waiting.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!(
+        "killing the child with {:.0} MiB of journal after its newest snapshot",
+        journal_after_snapshot_mib(dir)
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     reader.join().unwrap();
