@@ -262,10 +262,7 @@ fn soak_until(
     while journal_after_snapshot_mib(dir) < KILL_AFTER_JOURNAL_MIB && waiting.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    println!(
-        "killing the child with {:.0} MiB of journal after its newest snapshot",
-        journal_after_snapshot_mib(dir)
-    );
+    println!("killing the child with {:.0} MiB of journal after its newest snapshot", journal_after_snapshot_mib(dir));
     child.kill().unwrap();
     child.wait().unwrap();
     reader.join().unwrap();

@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use shareflow_checkpoint::protocol::decides_commit;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Where the transactions are.
@@ -489,10 +491,11 @@ pub(crate) enum Explicit {
     Refuse(String),
 }
 
-/// The rule of an explicit decision, as recovery's (`plan_recovery`): T(n) commits iff a
-/// complete checkpoint `restored` >= n exists. Against that rule only `--force` acts.
+/// The rule of an explicit decision is recovery's ([`decides_commit`], under
+/// `plan_recovery`): T(n) commits iff a complete checkpoint `restored` >= n exists.
+/// Against that rule only `--force` acts.
 pub(crate) fn explicit_decision(op: TxnOp, id: &str, n: u64, restored: Option<u64>, force: bool) -> Explicit {
-    let decided = restored.is_some_and(|r| n <= r);
+    let decided = decides_commit(restored, n);
     match (op, decided, force) {
         (TxnOp::Commit, true, _) | (TxnOp::Abort, false, _) => Explicit::Do { op, forced: false },
         (_, _, true) => Explicit::Do { op, forced: true },

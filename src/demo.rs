@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shareflow_checkpoint::CheckpointStore;
-use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow_connector::broker::{BrokerMetrics, BrokerOptions, EmbeddedBroker};
 use shareflow_connector::embedded::BrokerTransactions;
 use shareflow_connector::embedded::ShareGroupSource;
 use shareflow_connector::embedded::TopicSink;

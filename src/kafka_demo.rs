@@ -18,7 +18,7 @@ use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
 
 use crate::demo::{identity, run_job, value_of, ProgressLine, DELIVERY_LIMIT, TRANSFORM_SQL};
 
-/// The fault points an in-process Kafka run can crash at (DESIGN.md §4).
+/// The fault points an in-process Kafka run can crash at (docs/design.md §4).
 pub(crate) const FAULT_POINTS: &[&str] = &[
     shareflow_connector::points::SOURCE_AFTER_POLL,
     shareflow_connector::points::SOURCE_AFTER_LOCK,
@@ -87,7 +87,7 @@ impl KafkaDemoOptions {
     }
 }
 
-/// Serves a Kafka job's metrics, its source's, and seed 000's five as the job sees them
+/// Serves a Kafka job's metrics, its source's, and KIP-1289's five as the job sees them
 /// ([`shareflow_connector::kafka::seed_transaction_metrics`]).
 pub(crate) fn serve_job_metrics(
     server: &shareflow::prometheus::MetricsServer,

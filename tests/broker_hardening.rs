@@ -11,7 +11,7 @@ use std::time::Duration;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
-use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::broker::{BrokerMetrics, BrokerOptions, EmbeddedBroker};
 use shareflow::connector::share::AcknowledgeType::*;
 use shareflow::connector::share::AcknowledgementMode::*;
 use shareflow::connector::share::*;

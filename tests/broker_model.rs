@@ -1,7 +1,7 @@
 //! Model-based property test of the embedded broker: random sequences of poll, acks of
 //! every type with and without a transaction, begin, prepare, commit, abort, output,
 //! clock advances and broker restarts, checked after every step against a small
-//! reference model of seed 000's state machines.
+//! reference model of KIP-1289's state machines.
 //!
 //! Checked each step: every record is in exactly the state (and delivery count) the
 //! model says, every LOCKED record belongs to an undecided transaction, each call
@@ -314,7 +314,7 @@ async fn run(ops: Vec<Op>) {
                 let pending = model.txns.values().filter(|(s, _)| s.is_pending()).count();
                 let ok = match model.state(t) {
                     TransactionState::Empty => pending < MAX_PENDING,
-                    // Seed 000: begin "returns existing if already started".
+                    // KIP-1289: begin "returns existing if already started".
                     TransactionState::Ongoing | TransactionState::Prepare => true,
                     _ => false,
                 };

@@ -1,4 +1,4 @@
-//! One test per row of the record state machine (seed 000, DESIGN.md §3), on the
+//! One test per row of the record state machine (docs/design.md §3, "Record states"), on the
 //! embedded broker through its public API.
 
 #![allow(clippy::unwrap_used)]

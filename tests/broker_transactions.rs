@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use shareflow::connector::broker::EmbeddedTransactionCoordinator;
+use shareflow::connector::broker::{BrokerMetrics, EmbeddedTransactionCoordinator};
 use shareflow::connector::share::AcknowledgeType::*;
 use shareflow::connector::share::AcknowledgementMode::*;
 use shareflow::connector::share::*;
@@ -72,7 +72,7 @@ async fn every_other_transition_is_a_typed_error() {
         "begin",
         TransactionState::Committed,
     );
-    // Seed 000: begin "returns existing if already started" (decision 0003).
+    // KIP-1289: begin "returns existing if already started" (decision 0003).
     assert!(coord.begin_transaction(&prepared, TXN_TIMEOUT).await.is_ok());
     let unknown = txn_id(99);
     for result in [

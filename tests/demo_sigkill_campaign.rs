@@ -34,7 +34,7 @@ const DEFAULT_SEEDS: u64 = 30;
 const MIN_KILLS: u64 = 5;
 /// ...and at most this many. Each killed attempt may deliver a record without
 /// committing it, and the final run delivers it once more: stay under the limit, or
-/// records would be archived at it (DESIGN.md: where exactly-once ends).
+/// records would be archived at it (docs/design.md §3, "Where exactly-once ends").
 const MAX_KILLS: u64 = DELIVERY_LIMIT as u64 - 2;
 /// A quarter of the kills land this soon after the start: process start-up, the broker
 /// replaying its journal and opening a new segment (100-150 ms into a debug-build run),

@@ -1,4 +1,4 @@
-//! One test per named fault point (DESIGN.md §4), with checkpoints on the local file
+//! One test per named fault point (docs/design.md §4), with checkpoints on the local file
 //! system and on the S3 server: crash there, restart, run to quiescence, check I1-I7.
 
 #![allow(clippy::unwrap_used)]

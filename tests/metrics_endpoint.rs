@@ -70,7 +70,7 @@ async fn scrape_while(mut child: Child, addr: &str, moving: &[&str]) -> (Vec<BTr
     (scrapes, content_type)
 }
 
-/// Seed 000's five metrics, under their names, and the runtime's checkpoint histogram
+/// KIP-1289's five metrics, under their names, and the runtime's checkpoint histogram
 /// counting what its counter counts.
 fn check_seed_names_and_checkpoints(last: &BTreeMap<String, f64>) {
     for name in [

@@ -32,7 +32,7 @@ use shareflow::runtime::{ErrorKind, Participant, PrepareOutcome, TransactionTemp
 const GROUP: &str = "conformance";
 const PREFIX: &str = "job";
 
-/// How a participant keeps a stale instance (DESIGN.md I7) from deciding anything.
+/// How a participant keeps a stale instance (docs/design.md §4, I7) from deciding anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fencing {
     /// It has no notion of instances: the file sink and the collect sink rely on the

@@ -1,9 +1,9 @@
-//! Seed 002's two examples, line by line, on the embedded broker: the consume-transform-
+//! KIP-1289's two examples, line by line, on the embedded broker: the consume-transform-
 //! produce loop that commits output and share acknowledgements in one transaction
 //! (§2.1), and the `TransactionalShareAcknowledger` of a framework without a producer
 //! (§2.2). Also both answers to a commit from ONGOING: the coordinator's two-phase
 //! `commit_transaction` refuses it, naming the missing prepare; `commit_one_phase` is
-//! seed 002's `commitTransaction`.
+//! KIP-1289's `commitTransaction`.
 
 #![allow(clippy::unwrap_used)]
 

@@ -286,7 +286,7 @@ impl TxnAction {
     }
 }
 
-/// DESIGN.md §3 step 7, the recovery half of the commit rules (decision 0005): with
+/// docs/design.md §3 step 7, the recovery half of the commit rules (decision 0005): with
 /// checkpoint `restored` restored, every pending transaction with checkpoint id <=
 /// `restored` commits (prepared first if a participant reports it ONGOING), and every
 /// other one aborts. The plan runs in checkpoint-id order; carrying it out is idempotent,
@@ -297,13 +297,21 @@ pub fn plan_recovery(restored: Option<u64>, pending: &[PendingTxn]) -> Vec<TxnAc
     ordered
         .into_iter()
         .map(|PendingTxn { participant, checkpoint_id, prepared }| {
-            match (restored.is_some_and(|m| checkpoint_id <= m), prepared) {
+            match (decides_commit(restored, checkpoint_id), prepared) {
                 (true, true) => TxnAction::Commit { participant, checkpoint_id },
                 (true, false) => TxnAction::PrepareAndCommit { participant, checkpoint_id },
                 (false, _) => TxnAction::Abort { participant, checkpoint_id },
             }
         })
         .collect()
+}
+
+/// The rule under [`plan_recovery`]: with checkpoint `restored` the newest complete one,
+/// transaction T(`checkpoint_id`) is decided to commit iff `checkpoint_id <= restored`;
+/// every other pending transaction is decided to abort. `shareflow txn` checks a decision
+/// by hand against the same rule.
+pub fn decides_commit(restored: Option<u64>, checkpoint_id: u64) -> bool {
+    restored.is_some_and(|r| checkpoint_id <= r)
 }
 
 /// The completion half of the commit rules: once checkpoint `completed`'s manifest is
@@ -592,6 +600,16 @@ mod tests {
         ];
         for (restored, pending, expected) in rows {
             assert_eq!(plan_recovery(restored, &pending), expected, "{restored:?} {pending:?}");
+        }
+    }
+
+    #[test]
+    fn a_transaction_commits_iff_a_complete_checkpoint_at_or_above_it_is_restored() {
+        // (restored, checkpoint id, commits)
+        let rows = [(None, 0, false), (None, 7, false), (Some(0), 0, true), (Some(5), 4, true), (Some(5), 5, true)];
+        let rows = rows.into_iter().chain([(Some(5), 6, false), (Some(u64::MAX), u64::MAX, true)]);
+        for (restored, n, commits) in rows {
+            assert_eq!(decides_commit(restored, n), commits, "{restored:?} {n}");
         }
     }
 

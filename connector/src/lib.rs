@@ -34,24 +34,38 @@
 //! into a transaction, and LOCKED -> ACKNOWLEDGED in the same atomic step that makes the
 //! transaction's output visible. See [`broker::EmbeddedBroker`] for a runnable example.
 
-pub mod broker;
 mod common;
 pub mod embedded;
-mod error;
 #[cfg(feature = "kafka")]
 pub mod kafka;
-#[cfg(feature = "model")]
-#[doc(hidden)]
-pub mod model;
-pub mod share;
 mod sinks;
 pub mod stream;
-#[cfg(feature = "testing")]
 pub mod verify;
+
+/// The KIP-932 + KIP-1289 contract (crate `shareflow-share`): records,
+/// acknowledgements, transaction ids, the two state machines, configuration, and the
+/// async traits that both backends implement.
+pub mod share {
+    pub use shareflow_share::{
+        keys, validate_group_id, validate_prefix, AckRanges, AcknowledgeType, AcknowledgementBatch,
+        AcknowledgementMode, ArchiveReason, IsolationLevel, MemberId, PendingTransaction, ProducerEpoch,
+        ProducerRecord, Record, RecordState, ShareAcknowledgements, ShareConfig, ShareConfigBuilder, ShareConsumer,
+        ShareTransactionCoordinator, ShareTransactionalProducer, TopicPartition, TransactionHandle, TransactionId,
+        TransactionState,
+    };
+}
+
+/// The embedded broker (crate `shareflow-broker`), with its metrics read as the
+/// runtime's ([`BrokerMetrics`](broker::BrokerMetrics)).
+pub mod broker {
+    pub use crate::embedded::BrokerMetrics;
+    pub use shareflow_broker::*;
+    pub use shareflow_runtime::{Histogram, Metric, MetricValue};
+}
 
 pub use common::{
     points, record_schema, records_to_batch, Decoder, SourceMetrics, SourceSettings, DEFAULT_MAX_POLL_RECORDS,
     DEFAULT_POLL_TIMEOUT,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use shareflow_share::{Error, ErrorKind, Result};
 pub use sinks::{FileCommitter, FileSink, PrintSink};

@@ -78,18 +78,18 @@ use arrow::record_batch::RecordBatch;
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use serde::{Deserialize, Serialize};
-use shareflow_checkpoint::protocol::{plan_completion, plan_recovery, PendingTxn, TxnAction};
+use shareflow_checkpoint::protocol::plan_completion;
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{
-    ErrorKind, Participant, PrepareOutcome, Result, RuntimeError, Source, SourceEvent, SubtaskContext,
-    TransactionTemplate,
+    ErrorKind, JobMetrics, Participant, PrepareOutcome, RecoveryMarks, Result, RuntimeError, Source, SourceEvent,
+    SubtaskContext, TransactionTemplate,
 };
 
 use crate::broker::EmbeddedBroker;
+use crate::common::runtime_error;
 use crate::common::{SourceMetrics, SourceSettings};
 use crate::embedded::{BrokerTransactions, ShareGroupSource};
-use crate::error::runtime_error;
 use crate::share::{AcknowledgementMode, ProducerRecord, ShareTransactionalProducer};
 
 /// The name errors of the stream carry.
@@ -372,37 +372,14 @@ impl ShareStream {
         if let Some(h) = p.highest_checkpoint_id(&template).await? {
             highest = highest.max(h);
         }
-        let pending: Vec<PendingTxn> = p
-            .pending(&template)
-            .await?
-            .into_iter()
-            .map(|t| PendingTxn { participant: 0, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared })
-            .collect();
-        highest = pending.iter().map(|t| t.checkpoint_id).fold(highest, u64::max);
-        // The commit rules are the job's: checkpoint::protocol decides, this carries it out.
-        for action in plan_recovery(restored, &pending) {
-            let txn = template.transaction(action.checkpoint_id());
-            match action {
-                TxnAction::Commit { .. } => p.commit(&txn).await?,
-                TxnAction::PrepareAndCommit { .. } => {
-                    if p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
-                        return Err(RuntimeError::task_message(
-                            NAME,
-                            ErrorKind::Data,
-                            format!(
-                                "{txn} is covered by the persisted handle {} but the broker already aborted it: its \
-                                 records come back and its output is gone; the caller's state of that handle \
-                                 includes work that did not commit",
-                                last.map_or_else(String::new, ToString::to_string)
-                            ),
-                        ));
-                    }
-                    p.commit(&txn).await?;
-                }
-                TxnAction::Abort { .. } => p.abort(&txn).await?,
-            }
-            tracing::info!(%txn, ?action, "share stream recovery");
+        for t in p.pending(&template).await? {
+            highest = highest.max(t.id.checkpoint_id());
         }
+        // The commit rules and the loop that carries them out are the job's
+        // (`shareflow_runtime::decide`); the caller keeps its checkpoint handles, so no
+        // checkpoint is tombstoned here.
+        let marks = RecoveryMarks { checkpoints: None, metrics: &JobMetrics::default(), mid: None };
+        shareflow_runtime::decide(std::slice::from_ref(&p), &template, restored, marks).await?;
         p.take_over(&template).await?;
         let epoch = highest + 1;
         p.begin(&template.transaction(epoch)).await?;

@@ -1,11 +1,11 @@
-//! The exactly-once checker: invariants I1-I5 of DESIGN.md §4, checked from outside the
+//! The exactly-once checker: invariants I1-I4 and I8 of docs/design.md §4, checked from outside the
 //! pipeline (the demo and the failure-recovery tests use it).
 
 use std::collections::BTreeMap;
 
 use crate::broker::EmbeddedBroker;
-use crate::error::Result;
 use crate::share::{IsolationLevel, RecordState, TopicPartition};
+use shareflow_share::Result;
 
 /// What the checker found, from outside the pipeline: the input topic's records and
 /// their share-partition states, and the output topic read with read_committed.
@@ -24,7 +24,7 @@ pub struct ExactlyOnceReport {
     pub lost: u64,
     /// Input records ARCHIVED, by reason.
     pub archived: BTreeMap<String, u64>,
-    /// Every broken invariant, one line each (I1-I5 of DESIGN.md §4).
+    /// Every broken invariant, one line each (I1-I4 and I8 of docs/design.md §4).
     pub violations: Vec<String>,
 }
 
@@ -35,7 +35,7 @@ impl ExactlyOnceReport {
     }
 }
 
-/// Checks invariants I1-I5 at quiescence. `identity` extracts the input record's id
+/// Checks invariants I1-I4 and I8 at quiescence. `identity` extracts the input record's id
 /// from an input value and from an output value (the pipeline must carry it through).
 pub async fn check_exactly_once(
     broker: &EmbeddedBroker,

@@ -1,8 +1,8 @@
 //! # shareflow-model
 //!
-//! A [`stateright`] model of shareflow's commit protocol (DESIGN.md §3-4, decisions 0005
+//! A [`stateright`] model of shareflow's commit protocol (docs/design.md §3-4, decisions 0005
 //! and 0007) that drives the real pure cores:
-//! - the embedded broker's state machine, through `shareflow_connector::model::ModelBroker`,
+//! - the embedded broker's state machine, through `shareflow_broker::model::ModelBroker`,
 //!   which runs every step as a journal entry through the real `BrokerState::apply`;
 //! - the checkpoint planners `plan_completion`, `plan_recovery`, `resolve`,
 //!   `plan_adoption` and `check_instance_start` of `shareflow_checkpoint::protocol`.
@@ -17,13 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use shareflow_broker::model::ModelBroker;
 use shareflow_checkpoint::manifest::{Manifest, ParticipantState, TransactionRecord};
 use shareflow_checkpoint::protocol::{
     check_instance_start, plan_adoption, plan_completion, plan_recovery, resolve, AdoptionStep, InstanceView,
     ManifestStatus, Observed, ObservedCheckpoint, PendingTxn, RetentionPolicy, TxnAction,
 };
-use shareflow_connector::model::ModelBroker;
-use shareflow_connector::share::{
+use shareflow_share::{
     AcknowledgeType, AcknowledgementMode, RecordState, ShareConfig, TopicPartition, TransactionId, TransactionState,
 };
 use stateright::{Model, Property};

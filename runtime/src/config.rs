@@ -132,7 +132,7 @@ impl InstanceConfig {
 }
 
 impl JobConfig {
-    /// Defaults: no periodic checkpoints, 60 s timeout, no restarts, 3 retained,
+    /// Defaults: no periodic checkpoints, 30 s timeout, no restarts, 3 retained,
     /// channel capacity 4, parallelism 1.
     pub fn new(storage: CheckpointStore, group: &str, prefix: &str) -> Self {
         Self {

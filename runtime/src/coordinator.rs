@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use crate::channel::Barrier;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
-use crate::failpoint::{points, Broken, Failpoints};
+#[cfg(feature = "testing")]
+use crate::failpoint::Broken;
+use crate::failpoint::{points, Failpoints};
 use crate::instance::Instance;
 use crate::metrics::JobMetrics;
 use crate::operator::{Participant, PrepareOutcome, StateItems, TransactionTemplate};
@@ -273,8 +275,11 @@ impl Coordinator<'_> {
             state_files: files,
             transactions,
         };
-        // A broken variant (tests only) commits before the decision is written.
+        // A broken variant (feature `testing` only) commits before the decision is written.
+        #[cfg(feature = "testing")]
         let early = self.failpoints.is_broken(Broken::CommitBeforeManifest);
+        #[cfg(not(feature = "testing"))]
+        let early = false;
         let mut committed_in = if early { self.commit_phase(&to_commit).await? } else { Default::default() };
         storage.publish_manifest(&manifest).await?;
         self.failpoints.hit(points::AFTER_MANIFEST)?;

@@ -1,6 +1,6 @@
 //! Named failpoints: a test arms one, and the job "crashes" the moment it is reached.
 //!
-//! The runtime's points (DESIGN.md §4) are listed in [`points`]. Connectors add their
+//! The runtime's points (docs/design.md §4) are listed in [`points`]. Connectors add their
 //! own (`source.after_poll`, `sink.after_write`, ...) through the same registry.
 
 use std::collections::HashMap;
@@ -44,7 +44,9 @@ pub mod points {
 /// the model's broken variants (docs/model.md). The tests that replay the model's
 /// counterexamples against the runtime select one to show that the replay catches what
 /// the model caught. Only the `testing` feature can select one
-/// ([`Failpoints::break_protocol`]); without it the runtime never consults this.
+/// ([`Failpoints::break_protocol`]); without it neither this type nor any branch that
+/// consults it is compiled.
+#[cfg(feature = "testing")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Broken {
@@ -176,18 +178,10 @@ impl Failpoints {
         *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = broken;
     }
 
-    /// Whether the protocol is broken as `broken` says. Always `false` without the
-    /// `testing` feature.
+    /// Whether the protocol is broken as `broken` says.
+    #[cfg(feature = "testing")]
     pub(crate) fn is_broken(&self, broken: Broken) -> bool {
-        #[cfg(feature = "testing")]
-        {
-            *self.broken.lock().unwrap_or_else(|p| p.into_inner()) == Some(broken)
-        }
-        #[cfg(not(feature = "testing"))]
-        {
-            let _ = broken;
-            false
-        }
+        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) == Some(broken)
     }
 
     /// Crashes of the schedule that have not fired yet.

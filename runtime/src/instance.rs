@@ -15,7 +15,9 @@ use shareflow_checkpoint::CheckpointStore;
 
 use crate::config::InstanceConfig;
 use crate::error::{Result, RuntimeError};
-use crate::failpoint::{points, Broken, Failpoints};
+#[cfg(feature = "testing")]
+use crate::failpoint::Broken;
+use crate::failpoint::{points, Failpoints};
 use crate::metrics::JobMetrics;
 use crate::operator::{Participant, PrepareOutcome, TransactionTemplate};
 
@@ -167,7 +169,8 @@ impl Instance {
         let latest = resolve(&observed, &RetentionPolicy::default()).restored_id();
         let restored = self.registry.record_plan(prefix, latest).await?;
         failpoints.hit(points::ADOPTION_MID)?;
-        let decided = decide(&adopters, &template, &theirs, restored, metrics, None).await?;
+        let marks = RecoveryMarks { checkpoints: Some(&theirs), metrics, mid: None };
+        let decided = decide(&adopters, &template, restored, marks).await?;
         // Its transactions are decided: fence what is left of it and take its work over,
         // with that of every instance it held (holding is transitive).
         let records = self.registry.observe().await?;
@@ -261,41 +264,57 @@ pub async fn resolve_pending(
         for p in participants {
             p.open(template).await?;
         }
-        decide(participants, template, storage, restored, &JobMetrics::default(), None).await?;
+        let marks = RecoveryMarks { checkpoints: Some(storage), metrics: &JobMetrics::default(), mid: None };
+        decide(participants, template, restored, marks).await?;
     }
     Ok(plan)
 }
 
-/// Carries out `plan_recovery` for `template`'s pending transactions on `participants`:
-/// what a restart does for its own prefix and an adopter for another's. Before aborting
-/// T(k) it tombstones checkpoint k in `storage` (that prefix's checkpoints). Returns how many
-/// transactions it decided. `mid` is hit after the first decision, if given.
-pub(crate) async fn decide(
+/// What carrying out a recovery plan marks besides the participants' transactions.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryMarks<'a> {
+    /// The prefix's checkpoints: before T(k) aborts, checkpoint k is tombstoned there, so
+    /// that a manifest a fenced, paused incarnation writes later is never restored. The
+    /// Stream API, whose caller keeps its own checkpoint handles, has none.
+    pub checkpoints: Option<&'a CheckpointStore>,
+    /// Counts the transactions committed and aborted.
+    pub metrics: &'a JobMetrics,
+    /// Hit (`recovery.mid`) after the first decision.
+    pub mid: Option<&'a Failpoints>,
+}
+
+/// The one loop that carries out the recovery half of the commit rules
+/// (`shareflow_checkpoint::protocol::plan_recovery`) for `template`'s pending
+/// transactions on `participants`: what a job's restart does for its own prefix, an
+/// adopter for another's, and the Stream API when it opens. `restored` is the newest
+/// complete checkpoint (or handle). Returns how many transactions it decided.
+pub async fn decide(
     participants: &[Participant],
     template: &TransactionTemplate,
-    storage: &CheckpointStore,
     restored: Option<u64>,
-    metrics: &JobMetrics,
-    mid: Option<&Failpoints>,
+    marks: RecoveryMarks<'_>,
 ) -> Result<usize> {
+    let RecoveryMarks { checkpoints, metrics, mid } = marks;
     let mut pending = Vec::new();
     for (index, p) in participants.iter().enumerate() {
         for t in p.pending(template).await? {
             pending.push(PendingTxn { participant: index, checkpoint_id: t.id.checkpoint_id(), prepared: t.prepared });
         }
     }
-    let mut plan = plan_recovery(restored, &pending);
-    if mid.is_some_and(|f| f.is_broken(Broken::RecoveryAbortsDecided)) {
-        // A broken variant (tests only): every pending transaction aborted.
-        plan = plan
-            .into_iter()
+    let plan = plan_recovery(restored, &pending);
+    // A broken variant (feature `testing` only): every pending transaction aborted.
+    #[cfg(feature = "testing")]
+    let plan = if mid.is_some_and(|f| f.is_broken(Broken::RecoveryAbortsDecided)) {
+        plan.into_iter()
             .map(|a| match a {
                 TxnAction::Commit { participant, checkpoint_id }
                 | TxnAction::PrepareAndCommit { participant, checkpoint_id }
                 | TxnAction::Abort { participant, checkpoint_id } => TxnAction::Abort { participant, checkpoint_id },
             })
-            .collect();
-    }
+            .collect()
+    } else {
+        plan
+    };
     let decided: BTreeSet<u64> = plan.iter().map(TxnAction::checkpoint_id).collect();
     for (i, action) in plan.into_iter().enumerate() {
         let (index, commit, prepare) = match action {
@@ -307,7 +326,8 @@ pub(crate) async fn decide(
         let txn = template.transaction(action.checkpoint_id());
         if prepare && p.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
             return Err(RuntimeError::Internal(format!(
-                "{txn} of {} is covered by checkpoint {restored:?} but was aborted",
+                "{txn} of {} is covered by checkpoint {restored:?} but the broker already aborted it: its records \
+                 come back and its output is gone; the restored state includes work that did not commit",
                 p.name()
             )));
         }
@@ -318,7 +338,9 @@ pub(crate) async fn decide(
         } else {
             // Tombstone first: a manifest for it that a fenced, paused incarnation writes
             // later must never be restored (docs/model.md, finding 1).
-            storage.mark_aborted(action.checkpoint_id()).await?;
+            if let Some(storage) = checkpoints {
+                storage.mark_aborted(action.checkpoint_id()).await?;
+            }
             tracing::info!(txn = %txn, participant = p.name(), "aborting an undecided transaction");
             p.abort(&txn).await?;
             metrics.checkpoints(|c| c.transactions_aborted += 1);

@@ -193,7 +193,7 @@ impl Job {
         }
     }
 
-    /// DESIGN.md §3 step 7: restore the newest complete checkpoint, then commit the
+    /// docs/design.md §3 step 7: restore the newest complete checkpoint, then commit the
     /// PREPARE transactions it covers and abort everything else. Idempotent.
     async fn recover(&self, instance: Option<&Instance>) -> Result<Recovered> {
         for p in &self.spec.participants {
@@ -219,15 +219,9 @@ impl Job {
         }
         // The commit rules are decided in one place (checkpoint::protocol); this only
         // carries the plan out.
-        instance::decide(
-            &self.spec.participants,
-            &self.template,
-            storage,
-            restored,
-            &self.metrics,
-            Some(&self.failpoints),
-        )
-        .await?;
+        let marks =
+            instance::RecoveryMarks { checkpoints: Some(storage), metrics: &self.metrics, mid: Some(&self.failpoints) };
+        instance::decide(&self.spec.participants, &self.template, restored, marks).await?;
         // Everything of our prefix, and of every prefix we adopted, is decided: the
         // participants take the rest of their work over before any task starts.
         let held = match instance {

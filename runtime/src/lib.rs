@@ -58,9 +58,11 @@ pub use async_trait::async_trait;
 pub use channel::Collector;
 pub use config::{InstanceConfig, JobConfig, RestartStrategy};
 pub use error::{ErrorKind, Result, RuntimeError};
-pub use failpoint::{Broken, Failpoints};
+#[cfg(feature = "testing")]
+pub use failpoint::Broken;
+pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};
-pub use instance::{resolve_pending, Resolution};
+pub use instance::{decide, resolve_pending, RecoveryMarks, Resolution};
 pub use job::{Job, JobReport, StopHandle};
 pub use metrics::{
     CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,

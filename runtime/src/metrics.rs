@@ -81,7 +81,7 @@ pub enum MetricValue {
 /// One named metric, for an exporter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
-    /// The name, words joined by `-` (seed 000's spelling); an exporter whose format
+    /// The name, words joined by `-` (KIP-1289's spelling); an exporter whose format
     /// forbids `-` writes `_`.
     pub name: &'static str,
     /// One line saying what it measures.

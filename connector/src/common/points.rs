@@ -1,4 +1,4 @@
-//! The connector's named fault points (DESIGN.md §4). One point has one name on both
+//! The connector's named fault points (docs/design.md §4). One point has one name on both
 //! backends, so a crash schedule written for one runs unchanged on the other.
 //!
 //! The runtime's points (`checkpoint.*`, `commit.*`, `recovery.mid`) are in
@@ -11,7 +11,8 @@ pub const SOURCE_AFTER_POLL: &str = "source.after_poll";
 ///
 /// On the embedded broker they are LOCKED in T(n) (KIP-1289: acknowledged with the
 /// transaction's handle). On Kafka the ledger's intent entry naming them is durable in
-/// T(n), and they are not yet accepted at the share group.
+/// the group's intents topic (written outside any transaction), and they are not yet
+/// accepted at the share group.
 pub const SOURCE_AFTER_LOCK: &str = "source.after_lock";
 
 /// `sink.after_write`: the output of the epoch is written into T(n), the barrier is not

@@ -14,7 +14,7 @@ use shareflow_runtime::{ErrorKind, Result, RuntimeError};
 
 use crate::share::Record;
 
-/// The schema of the batches a share source emits (DESIGN.md §2).
+/// The schema of the batches a share source emits (docs/design.md §2).
 pub fn record_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("topic", DataType::Utf8, false),

@@ -7,10 +7,12 @@
 //! output of epoch n join the same T(n) on the same broker, so one commit makes both
 //! visible. The broker itself is [`crate::broker::EmbeddedBroker`].
 
+mod metrics;
 mod participant;
 mod sink;
 mod source;
 
+pub use metrics::BrokerMetrics;
 pub use participant::BrokerTransactions;
 pub use sink::TopicSink;
 pub use source::ShareGroupSource;

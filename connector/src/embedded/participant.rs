@@ -13,9 +13,10 @@ use shareflow_runtime::{
 };
 
 use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
-use crate::common::sync::lock;
-use crate::error::{runtime_error, Error};
+use crate::common::runtime_error;
 use crate::share::{ShareTransactionCoordinator, TransactionHandle, TransactionState};
+use shareflow_share::sync::lock;
+use shareflow_share::Error;
 
 /// The embedded broker's KIP-1289 coordinator, bound to the job's group and prefix.
 #[derive(Debug)]

@@ -10,8 +10,8 @@ use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext,
 
 use super::BrokerTransactions;
 use crate::broker::EmbeddedBroker;
+use crate::common::runtime_error;
 use crate::common::{key_values, points};
-use crate::error::runtime_error;
 use crate::share::{ProducerRecord, ShareTransactionalProducer};
 
 /// Writes each row's `value` (and `key`, if present) to a topic of the embedded broker.

@@ -20,8 +20,8 @@ use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, St
 
 use super::BrokerTransactions;
 use crate::broker::{EmbeddedBroker, EmbeddedShareConsumer};
+use crate::common::runtime_error;
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
-use crate::error::runtime_error;
 use crate::share::{
     AcknowledgeType, AcknowledgementBatch, AcknowledgementMode, ProducerRecord, Record, ShareAcknowledgements,
     ShareConfig, ShareConsumer, ShareTransactionalProducer,

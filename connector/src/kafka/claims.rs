@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::ledger::{LedgerRange, LedgerSummary, OpenIntent, PrefixHighest, RangeSet};
-use crate::common::ranges::OffsetRanges;
+use shareflow_share::ranges::OffsetRanges;
 
 /// One job attempt of one instance: its prefix and the attempt's generation. Every
 /// attempt has a generation of its own, higher than any its prefix used before.

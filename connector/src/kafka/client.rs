@@ -16,7 +16,7 @@ use krafka::producer::{DeliveryHandle, Producer};
 use krafka::Kafka;
 
 use super::kafka_error;
-use crate::error::{Error, ErrorKind, Result};
+use shareflow_share::{Error, ErrorKind, Result};
 
 /// How long a fetch of a bounded read (up to end offsets known in advance) may wait at
 /// the log end. Short: such a fetch shares the job's socket, and the broker serves that

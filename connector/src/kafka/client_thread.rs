@@ -11,7 +11,7 @@
 
 use std::future::Future;
 
-use crate::error::{Error, ErrorKind, Result};
+use shareflow_share::{Error, ErrorKind, Result};
 
 /// A thread running a current-thread Tokio runtime until the `ClientThread` is
 /// dropped; the client's tasks (request managers, heartbeats, connections) die with it.

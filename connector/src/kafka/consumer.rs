@@ -11,8 +11,8 @@ use krafka::ConsumerRecord;
 
 use super::client_thread::ClientThread;
 use super::{kafka_error, KafkaCluster};
-use crate::error::{Error, ErrorKind, Result};
 use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
+use shareflow_share::{Error, ErrorKind, Result};
 
 /// A poll size above what one share fetch can bring to a member of up to 5 partitions,
 /// so that each poll takes a whole fetch: the `max_poll_records` of `shareflow run` and

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use krafka::error::{ErrorCode, ProtocolErrorKind};
 use krafka::KrafkaError;
 
-use crate::error::{Error, ErrorKind};
+use shareflow_share::{Error, ErrorKind};
 
 /// A failed Kafka call: what was attempted (`op`, naming the topic, group or
 /// transaction) and the client's error, kept as the source.

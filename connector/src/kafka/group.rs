@@ -12,7 +12,7 @@ use super::claims::{ClaimIndex, Claimant, Holdings};
 use super::ledger::{replay_piece, LedgerEntry, LedgerRange, LedgerSummary, RangeSet};
 use super::ledger_log::LedgerLog;
 use super::{kafka_error, KafkaCluster};
-use crate::error::{Error, ErrorKind, Result};
+use shareflow_share::{Error, ErrorKind, Result};
 
 /// Partition key.
 type Tp = (Arc<str>, i32);
@@ -360,7 +360,7 @@ pub(crate) struct Compaction {
 
 impl Drop for GroupLedger {
     fn drop(&mut self) {
-        if let Some(h) = crate::common::sync::lock(&self.tailer).take() {
+        if let Some(h) = shareflow_share::sync::lock(&self.tailer).take() {
             h.abort();
         }
     }
@@ -383,7 +383,7 @@ impl GroupLedger {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        crate::common::sync::lock(&self.inner)
+        shareflow_share::sync::lock(&self.inner)
     }
 
     /// Forgets everything and tails `topic` from its start: a new attempt.
@@ -409,7 +409,7 @@ impl GroupLedger {
                 me.position.send_modify(|_| {});
             }
         });
-        if let Some(old) = crate::common::sync::lock(&self.tailer).replace(handle) {
+        if let Some(old) = shareflow_share::sync::lock(&self.tailer).replace(handle) {
             old.abort();
         }
     }

@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::KafkaShareConsumer;
-use crate::error::Result;
 use crate::share::ShareConsumer;
+use shareflow_share::Result;
 
 /// What a member at the gate does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

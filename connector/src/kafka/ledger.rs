@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::claims::Claimant;
-use crate::common::ranges::OffsetRanges;
+use shareflow_share::ranges::OffsetRanges;
 
 /// The first bytes of every ledger record value.
 const MAGIC: &[u8; 4] = b"SFL2";
@@ -319,7 +319,7 @@ mod tests {
             }
         }
         let err = frame("the test value", &Unencodable).unwrap_err();
-        assert_eq!(err.kind(), crate::error::ErrorKind::Internal);
+        assert_eq!(err.kind(), shareflow_share::ErrorKind::Internal);
         assert!(err.to_string().contains("cannot encode the test value for the ledger"), "{err}");
     }
 

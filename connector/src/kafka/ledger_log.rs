@@ -14,8 +14,8 @@ use bytes::Bytes;
 use super::client::CachedProducer;
 use super::ledger::{LedgerEntry, LedgerRange};
 use super::{kafka_error, KafkaCluster};
-use crate::error::{Error, ErrorKind, Result};
 use crate::share::Record;
+use shareflow_share::{Error, ErrorKind, Result};
 
 /// Ledger intents are small, latency-bound writes: no linger, small batches.
 const INTENT_BATCH_BYTES: usize = 64 << 10;

@@ -51,17 +51,17 @@ pub use txn_admin::KafkaTransactionInfo;
 
 pub(crate) use error::kafka_error;
 
-/// Seed 000's five transaction metrics as a job on stock Kafka sees them. Kafka has no
+/// KIP-1289's five transaction metrics as a job on stock Kafka sees them. Kafka has no
 /// share transactions to count, so the coordinator's view stands in: active is the job's
 /// open transactions, prepare and commit time are a checkpoint's phases one and two
 /// over every participant, and timeouts are the prepares refused because the
 /// transaction had already aborted.
 pub fn seed_transaction_metrics(job: &shareflow_runtime::JobMetricsSnapshot) -> Vec<shareflow_runtime::Metric> {
-    use crate::broker::{
+    use shareflow_runtime::{Metric, MetricValue};
+    use shareflow_share::metric_names::{
         TRANSACTION_ABORT_TOTAL, TRANSACTION_ACTIVE, TRANSACTION_COMMIT_TIME_MS, TRANSACTION_PREPARE_TIME_MS,
         TRANSACTION_TIMEOUT_TOTAL,
     };
-    use shareflow_runtime::{Metric, MetricValue};
     let c = &job.checkpoints;
     vec![
         Metric::new(

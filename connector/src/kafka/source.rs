@@ -18,8 +18,8 @@ use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, St
 use super::group::GroupLedger;
 use super::ledger::to_ranges;
 use super::{JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
+use crate::common::runtime_error;
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
-use crate::error::runtime_error;
 use crate::share::{AcknowledgeType, Record, ShareConsumer};
 
 /// One subtask of a share-group source on real Kafka.

@@ -24,9 +24,9 @@ use super::ledger_log::LedgerLog;
 use super::recovery::{plan, RecoveryAction, Request};
 use super::txn_admin::KafkaTxnState;
 use super::{kafka_error, KafkaCluster};
-use crate::error::runtime_error;
-use crate::error::{Error, ErrorKind};
+use crate::common::runtime_error;
 use crate::share::Record;
+use shareflow_share::{Error, ErrorKind};
 
 const NAME: &str = "kafka";
 
@@ -967,7 +967,7 @@ fn check_transaction_timeout(timeout: Duration, needed: Duration, broker_max: Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
+    use shareflow_share::ErrorKind;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::kafka_error;
 use super::KafkaCluster;
-use crate::error::{Error, ErrorKind, Result};
+use shareflow_share::{Error, ErrorKind, Result};
 
 /// The state of a Kafka transaction, as DescribeTransactions and ListTransactions name
 /// it: Kafka's `TransactionState` (`org.apache.kafka.coordinator.transaction`), parsed
