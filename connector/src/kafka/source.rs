@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
-use super::group::GroupLedger;
 use super::ledger::to_ranges;
+use super::ledger::GroupLedger;
 use super::{JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
 use crate::common::runtime_error;
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};

@@ -2,7 +2,7 @@
 //! transaction on one of a bounded pool of transactional ids (decision 0008: the
 //! generation's slot `n mod K`); the participant also recovers transactions a crash left
 //! open, and takes over a dead or adopted instance's work. What to do with each
-//! transaction it finds is decided by [`super::recovery::plan`], which claims lost and
+//! transaction it finds is decided by [`super::ledger::recovery::plan`], which claims lost and
 //! which offsets to replay by [`super::claims`]; this module carries the decisions out.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,14 +16,11 @@ use shareflow_runtime::{
     Participant, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
 };
 
-use super::claims::Claimant;
-use super::client::{await_all, enqueue_all, CachedProducer, OUTPUT_BATCH_BYTES, OUTPUT_LINGER};
-use super::group::GroupLedger;
-use super::ledger::{LedgerEntry, LedgerRange};
-use super::ledger_log::LedgerLog;
-use super::recovery::{plan, RecoveryAction, Request};
-use super::txn_admin::KafkaTxnState;
-use super::{kafka_error, KafkaCluster};
+use super::client::{
+    await_all, enqueue_all, kafka_error, CachedProducer, KafkaCluster, KafkaTxnState, OUTPUT_BATCH_BYTES, OUTPUT_LINGER,
+};
+use super::ledger::recovery::{plan, RecoveryAction, Request};
+use super::ledger::{Claimant, GroupLedger, LedgerEntry, LedgerLog, LedgerRange};
 use crate::common::runtime_error;
 use crate::share::Record;
 use shareflow_share::{Error, ErrorKind};

@@ -19,8 +19,30 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::claims::Claimant;
 use shareflow_share::ranges::OffsetRanges;
+
+/// One job attempt of one instance: its prefix and the attempt's generation. Every
+/// attempt has a generation of its own, higher than any its prefix used before.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Claimant {
+    /// The instance's prefix.
+    pub prefix: String,
+    /// The attempt's generation.
+    pub generation: u32,
+}
+
+impl Claimant {
+    /// `prefix` at `generation`.
+    pub fn new(prefix: impl Into<String>, generation: u32) -> Self {
+        Self { prefix: prefix.into(), generation }
+    }
+}
+
+impl std::fmt::Display for Claimant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/g{}", self.prefix, self.generation)
+    }
+}
 
 /// The first bytes of every ledger record value.
 const MAGIC: &[u8; 4] = b"SFL2";

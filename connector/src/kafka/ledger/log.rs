@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::client::CachedProducer;
-use super::ledger::{LedgerEntry, LedgerRange};
-use super::{kafka_error, KafkaCluster};
+use super::entries::{LedgerEntry, LedgerRange};
+use crate::kafka::client::CachedProducer;
+use crate::kafka::client::{kafka_error, KafkaCluster};
 use crate::share::Record;
 use shareflow_share::{Error, ErrorKind, Result};
 
@@ -136,7 +136,7 @@ impl LedgerLog {
                 .cluster
                 .client()
                 .consumer_without_group()
-                .fetch_max_wait(super::client::BOUNDED_READ_WAIT)
+                .fetch_max_wait(crate::kafka::client::BOUNDED_READ_WAIT)
                 .build()
                 .await
                 .map_err(|e| kafka_error(op("read"), e))?;

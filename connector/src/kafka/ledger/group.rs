@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::claims::{ClaimIndex, Claimant, Holdings};
-use super::ledger::{replay_piece, LedgerEntry, LedgerRange, LedgerSummary, RangeSet};
-use super::ledger_log::LedgerLog;
-use super::{kafka_error, KafkaCluster};
+use super::claims::{ClaimIndex, Holdings};
+use super::entries::{replay_piece, Claimant, LedgerEntry, LedgerRange, LedgerSummary, RangeSet};
+use super::log::LedgerLog;
+use crate::kafka::client::{kafka_error, KafkaCluster};
 use shareflow_share::{Error, ErrorKind, Result};
 
 /// Partition key.

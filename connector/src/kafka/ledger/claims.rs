@@ -16,33 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use super::ledger::{LedgerRange, LedgerSummary, OpenIntent, PrefixHighest, RangeSet};
+use super::entries::{Claimant, LedgerRange, LedgerSummary, OpenIntent, PrefixHighest, RangeSet};
 use shareflow_share::ranges::OffsetRanges;
-
-/// One job attempt of one instance: its prefix and the attempt's generation. Every
-/// attempt has a generation of its own, higher than any its prefix used before.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Claimant {
-    /// The instance's prefix.
-    pub prefix: String,
-    /// The attempt's generation.
-    pub generation: u32,
-}
-
-impl Claimant {
-    /// `prefix` at `generation`.
-    pub fn new(prefix: impl Into<String>, generation: u32) -> Self {
-        Self { prefix: prefix.into(), generation }
-    }
-}
-
-impl std::fmt::Display for Claimant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/g{}", self.prefix, self.generation)
-    }
-}
 
 /// What the current attempt owns: itself, the earlier generations of its prefix, and
 /// every prefix it (or an instance it adopted) adopted. The claims of all but itself

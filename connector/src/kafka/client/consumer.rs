@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use krafka::share_consumer::{AcknowledgementMode as KafkaAckMode, ShareConsumer as Inner};
 use krafka::ConsumerRecord;
 
-use super::client_thread::ClientThread;
+use super::thread::ClientThread;
 use super::{kafka_error, KafkaCluster};
 use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
 use shareflow_share::{Error, ErrorKind, Result};

@@ -35,8 +35,8 @@ pub(crate) const OUTPUT_LINGER: Duration = Duration::from_millis(2);
 #[derive(Clone)]
 pub struct KafkaCluster {
     bootstrap: String,
-    pub(super) kafka: Kafka,
-    pub(super) admin: std::sync::Arc<AdminClient>,
+    pub(crate) kafka: Kafka,
+    pub(crate) admin: std::sync::Arc<AdminClient>,
 }
 
 impl std::fmt::Debug for KafkaCluster {

@@ -13,7 +13,7 @@
 //! - A transaction the broker no longer holds open (aborted by a timeout or a fence,
 //!   expired, or never written to) can only be aborted: its output is gone.
 
-use super::txn_admin::{KafkaTxnDescription, KafkaTxnState};
+use crate::kafka::client::{KafkaTxnDescription, KafkaTxnState};
 
 /// What was asked about T(n), which this instance does not hold live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
