@@ -11,7 +11,8 @@
 //! process's resident memory, the newest snapshot's size and the bytes the logs hold.
 //! After the first retention period the last three must stay flat.
 //!
-//! The job runs in a child process. At the end the bench kills it with SIGKILL, reopens
+//! The job runs in a child process, with `MALLOC_ARENA_MAX=2` unless the environment
+//! sets it (decision 0033). At the end the bench kills it with SIGKILL, reopens
 //! the broker directory in its own process, times that, and checks that every output
 //! record the child had reported committed is there. Each kill waits until at least
 //! 128 MiB of journal follow the newest snapshot, so the reopens it compares (one at
@@ -215,12 +216,14 @@ fn soak_until(
     results: &mut results::Results,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> u64 {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(args)
-        .env(CHILD_DIR, dir)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.args(args).env(CHILD_DIR, dir).stdout(std::process::Stdio::piped());
+    // glibc's malloc: two arenas, as docs/operations.md advises for a long run (decision
+    // 0033), unless the caller's environment chooses.
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        child.env("MALLOC_ARENA_MAX", "2");
+    }
+    let mut child = child.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
     let reader = std::thread::spawn(move || {
