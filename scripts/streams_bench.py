@@ -349,7 +349,9 @@ def self_test(classpath: str) -> None:
             fail(f"self-test: the counter should fail a topic holding every id twice, in lowercase, with status 3, "
                  f"200 duplicates and 400 values not upper-cased; it gave status {status}: {lines}")
 
-        status, lines = counter(classpath, twice, 300, 0, 5_000)
+        # Long enough for the counter to join and read all 200 under a loaded test run
+        # (5 s was not: it timed out having read nothing).
+        status, lines = counter(classpath, twice, 300, 0, 20_000)
         timeout = next((line for line in lines if line.get("event") == "timeout"), {})
         if status != 4 or timeout.get("distinct") != 200:
             fail(f"self-test: the counter should time out (status 4) with 200 of 300 ids; it gave status {status}: "
