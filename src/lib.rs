@@ -7,6 +7,8 @@
 //! - [`checkpoint`]: checkpoint storage and its durable format;
 //! - [`prometheus`]: a metrics endpoint for a job, its sources and the embedded broker.
 
+#![forbid(missing_docs)]
+
 pub mod prometheus;
 
 // The Rust examples of the documents under docs/ run as doctests, as the README's do.

@@ -39,6 +39,8 @@
 //! # Ok::<(), shareflow_checkpoint::CheckpointError>(()) }).unwrap();
 //! ```
 
+#![forbid(missing_docs)]
+
 pub mod envelope;
 mod error;
 pub mod instances;

@@ -34,6 +34,8 @@
 //! into a transaction, and LOCKED -> ACKNOWLEDGED in the same atomic step that makes the
 //! transaction's output visible. See [`broker::EmbeddedBroker`] for a runnable example.
 
+#![forbid(missing_docs)]
+
 mod common;
 pub mod embedded;
 #[cfg(feature = "kafka")]

@@ -37,6 +37,8 @@
 //! # Ok::<(), shareflow_runtime::RuntimeError>(()) }).unwrap();
 //! ```
 
+#![forbid(missing_docs)]
+
 mod channel;
 mod config;
 mod coordinator;

@@ -13,6 +13,8 @@
 //!   same store restores topics, ACKNOWLEDGED, ARCHIVED and LOCKED records and every
 //!   transaction; ACQUIRED records come back AVAILABLE, as in Kafka.
 
+#![forbid(missing_docs)]
+
 pub(crate) mod batch;
 mod clock;
 mod embedded;
