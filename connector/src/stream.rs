@@ -372,14 +372,12 @@ impl ShareStream {
         if let Some(h) = p.highest_checkpoint_id(&template).await? {
             highest = highest.max(h);
         }
-        for t in p.pending(&template).await? {
-            highest = highest.max(t.id.checkpoint_id());
-        }
         // The commit rules and the loop that carries them out are the job's
         // (`shareflow_runtime::decide`); the caller keeps its checkpoint handles, so no
         // checkpoint is tombstoned here.
         let marks = RecoveryMarks { checkpoints: None, metrics: &JobMetrics::default(), mid: None };
-        shareflow_runtime::decide(std::slice::from_ref(&p), &template, restored, marks).await?;
+        let decided = shareflow_runtime::decide(std::slice::from_ref(&p), &template, restored, marks).await?;
+        highest = highest.max(decided.highest.unwrap_or(0));
         p.take_over(&template).await?;
         let epoch = highest + 1;
         p.begin(&template.transaction(epoch)).await?;

@@ -170,7 +170,7 @@ impl Instance {
         let restored = self.registry.record_plan(prefix, latest).await?;
         failpoints.hit(points::ADOPTION_MID)?;
         let marks = RecoveryMarks { checkpoints: Some(&theirs), metrics, mid: None };
-        let decided = decide(&adopters, &template, restored, marks).await?;
+        let decided = decide(&adopters, &template, restored, marks).await?.checkpoints;
         // Its transactions are decided: fence what is left of it and take its work over,
         // with that of every instance it held (holding is transitive).
         let records = self.registry.observe().await?;
@@ -283,17 +283,27 @@ pub struct RecoveryMarks<'a> {
     pub mid: Option<&'a Failpoints>,
 }
 
+/// What [`decide`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    /// Checkpoints whose transactions it committed or aborted.
+    pub checkpoints: usize,
+    /// The highest checkpoint id among the pending transactions it found, if any: a
+    /// new attempt begins above it.
+    pub highest: Option<u64>,
+}
+
 /// The one loop that carries out the recovery half of the commit rules
 /// (`shareflow_checkpoint::protocol::plan_recovery`) for `template`'s pending
 /// transactions on `participants`: what a job's restart does for its own prefix, an
 /// adopter for another's, and the Stream API when it opens. `restored` is the newest
-/// complete checkpoint (or handle). Returns how many transactions it decided.
+/// complete checkpoint (or handle).
 pub async fn decide(
     participants: &[Participant],
     template: &TransactionTemplate,
     restored: Option<u64>,
     marks: RecoveryMarks<'_>,
-) -> Result<usize> {
+) -> Result<Decided> {
     let RecoveryMarks { checkpoints, metrics, mid } = marks;
     let mut pending = Vec::new();
     for (index, p) in participants.iter().enumerate() {
@@ -351,5 +361,6 @@ pub async fn decide(
             }
         }
     }
-    Ok(decided.len())
+    let highest = pending.iter().map(|t| t.checkpoint_id).max();
+    Ok(Decided { checkpoints: decided.len(), highest })
 }

@@ -213,15 +213,13 @@ impl Job {
             if let Some(h) = p.highest_checkpoint_id(&self.template).await? {
                 highest = highest.max(h);
             }
-            for t in p.pending(&self.template).await? {
-                highest = highest.max(t.id.checkpoint_id());
-            }
         }
         // The commit rules are decided in one place (checkpoint::protocol); this only
         // carries the plan out.
         let marks =
             instance::RecoveryMarks { checkpoints: Some(storage), metrics: &self.metrics, mid: Some(&self.failpoints) };
-        instance::decide(&self.spec.participants, &self.template, restored, marks).await?;
+        let decided = instance::decide(&self.spec.participants, &self.template, restored, marks).await?;
+        highest = highest.max(decided.highest.unwrap_or(0));
         // Everything of our prefix, and of every prefix we adopted, is decided: the
         // participants take the rest of their work over before any task starts.
         let held = match instance {

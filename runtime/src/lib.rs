@@ -64,7 +64,7 @@ pub use error::{ErrorKind, Result, RuntimeError};
 pub use failpoint::Broken;
 pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};
-pub use instance::{decide, resolve_pending, RecoveryMarks, Resolution};
+pub use instance::{decide, resolve_pending, Decided, RecoveryMarks, Resolution};
 pub use job::{Job, JobReport, StopHandle};
 pub use metrics::{
     CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,
