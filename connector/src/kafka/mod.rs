@@ -29,6 +29,7 @@ mod metrics;
 mod sink;
 mod source;
 mod transactions;
+mod txn_config;
 
 pub use client::{
     GatePassed, JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactionInfo,
@@ -38,4 +39,5 @@ pub use ledger::{Claimant, GroupIntent, LedgerRange};
 pub use metrics::seed_transaction_metrics;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;
-pub use transactions::{KafkaTransactions, KafkaTransactionsConfig, LedgerReads};
+pub use transactions::{KafkaTransactions, LedgerReads};
+pub use txn_config::KafkaTransactionsConfig;

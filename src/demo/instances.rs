@@ -1,0 +1,225 @@
+//! `demo --instances N`: N instances of the demo's job on one broker, one of them killed
+//! and adopted.
+
+use super::*;
+
+/// One instance of `--instances N`: the demo's job as prefix `prefix`, checkpoints under
+/// `{checkpoints}/{prefix}`; its sources run until it is stopped.
+fn instance_job(
+    broker: &EmbeddedBroker,
+    checkpoints_url: &str,
+    prefix: &str,
+    group_config: &ShareConfig,
+    options: &DemoOptions,
+    restarts: u32,
+) -> Result<(shareflow_runtime::Job, Arc<SourceMetrics>), Box<dyn std::error::Error + Send + Sync>> {
+    let storage = CheckpointStore::from_url(checkpoints_url, &[], prefix)?;
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let metrics = Arc::new(SourceMetrics::default());
+    let mut source_config = SourceSettings::new(GROUP, &[INPUT]);
+    source_config.max_poll_records = 2_000;
+    let job = pipeline(broker, Some(txns), source_config, group_config.clone(), options.parallelism, metrics.clone());
+    let checkpoint_timeout = Duration::from_secs(3);
+    let mut config = JobConfig::new(storage, GROUP, prefix)
+        .checkpoint_interval(options.interval)
+        .checkpoint_timeout(checkpoint_timeout)
+        .restart(restart_strategy(restarts))
+        .instance(shareflow_runtime::InstanceConfig::new(
+            options.interval + checkpoint_timeout + Duration::from_secs(1),
+        ));
+    config.channel_capacity = 8;
+    config.tolerable_checkpoint_failures = 3;
+    Ok((job.build(config)?, metrics))
+}
+
+/// What the schedule of `--instances N` does with one instance.
+struct InstancePlan {
+    prefix: String,
+    role: &'static str,
+    /// `(fault point, hits to let pass)`.
+    crashes: Vec<(String, u32)>,
+    restarts: u32,
+}
+
+/// `--instances N` (decision 0007): N instances of the job in this process, in one share
+/// group, with the seeded crashes spread over instances 2..N (which restart); instance 1
+/// dies for good at a manifest and must be adopted; one more instance joins late. A
+/// watcher stops every live instance once all input is done and no dead instance holds
+/// an undecided transaction; a last instance joins to adopt what died too late for the
+/// others. Then the output is checked from outside.
+pub(super) async fn run_instances(
+    options: &DemoOptions,
+    broker: &EmbeddedBroker,
+    dir: &Path,
+    group_config: ShareConfig,
+    total: u64,
+) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
+    let checkpoints_url =
+        options.checkpoints.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
+    let n = options.instances as usize;
+    let schedule: Vec<(String, u32)> = match &options.schedule {
+        Some(s) => s.clone(),
+        None => crash_schedule(options.seed, options.crashes).into_iter().map(|(p, s)| (p.to_string(), s)).collect(),
+    };
+    let mut seed = options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut plans: Vec<InstancePlan> = Vec::new();
+    let doomed_skip = (next(&mut seed) % 3) as u32 + 1;
+    plans.push(InstancePlan {
+        prefix: "demo-1".into(),
+        role: "dies for good",
+        crashes: vec![(runtime_points::AFTER_MANIFEST.to_string(), doomed_skip)],
+        restarts: 0,
+    });
+    for i in 2..=n {
+        let mine: Vec<(String, u32)> =
+            schedule.iter().enumerate().filter(|(k, _)| k % (n - 1) == i - 2).map(|(_, c)| c.clone()).collect();
+        let role = if mine.is_empty() { "steady" } else { "crashes and restarts" };
+        let restarts = mine.len() as u32 + 3;
+        plans.push(InstancePlan { prefix: format!("demo-{i}"), role, crashes: mine, restarts });
+    }
+    plans.push(InstancePlan {
+        prefix: format!("demo-{}", n + 1),
+        role: "joins late",
+        crashes: Vec::new(),
+        restarts: 3,
+    });
+    let mut jobs = Vec::new();
+    for p in &plans {
+        let (job, metrics) = instance_job(broker, &checkpoints_url, &p.prefix, &group_config, options, p.restarts)?;
+        job.failpoints().schedule(p.crashes.clone());
+        jobs.push((job, metrics));
+    }
+    let stops: Vec<_> = jobs.iter().map(|(j, _)| j.stop_handle()).collect();
+    let ended: Vec<std::sync::atomic::AtomicBool> = jobs.iter().map(|_| Default::default()).collect();
+    let prefixes: Vec<&str> = plans.iter().map(|p| p.prefix.as_str()).collect();
+    let orphaned = |open: &[shareflow_connector::broker::TransactionInfo], dead: &dyn Fn(usize) -> bool| {
+        open.iter()
+            .filter(|t| t.state.is_pending())
+            .any(|t| prefixes.iter().position(|p| *p == t.id.prefix()).is_none_or(&dead))
+    };
+    let started = Instant::now();
+    let join_after = options.interval * 4;
+    let runs = futures::future::join_all(jobs.iter().zip(&ended).enumerate().map(|(i, ((job, _), ended))| {
+        let late = i == n;
+        async move {
+            if late {
+                tokio::time::sleep(join_after).await;
+            }
+            let r = job.run().await;
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        }
+    }));
+    let watcher = async {
+        let mut printed = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Every instance ended (all of them failed): nothing will make progress.
+            if ended.iter().all(|e| e.load(std::sync::atomic::Ordering::SeqCst)) {
+                break;
+            }
+            let Ok(b) = broker.backlog(GROUP, INPUT).await else { continue };
+            if b.acknowledged + b.archived < total {
+                if options.progress && printed.elapsed() >= Duration::from_secs(1) {
+                    printed = Instant::now();
+                    eprintln!(
+                        "progress: {:>6.1}% done",
+                        100.0 * (b.acknowledged + b.archived) as f64 / total.max(1) as f64
+                    );
+                }
+                continue;
+            }
+            let Ok(open) = broker.transactions().await else { continue };
+            if !orphaned(&open, &|i| ended[i].load(std::sync::atomic::Ordering::SeqCst)) {
+                break;
+            }
+        }
+        for s in &stops {
+            s.stop();
+        }
+    };
+    let (results, ()) = tokio::join!(runs, watcher);
+    let mut seconds = started.elapsed().as_secs_f64();
+    let mut summaries = Vec::new();
+    for ((plan, (job, metrics)), result) in plans.iter().zip(&jobs).zip(&results) {
+        let (attempts, adoptions, outcome) = match result {
+            Ok(r) => (r.attempts, r.metrics.checkpoints.instances_adopted, "stopped".to_string()),
+            // A run that failed used every attempt its restart strategy allowed.
+            Err(e) => (plan.restarts + 1, job.metrics().checkpoints.instances_adopted, e.to_string()),
+        };
+        summaries.push(InstanceSummary {
+            prefix: plan.prefix.clone(),
+            role: plan.role,
+            records_emitted: metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
+            crashes: job.failpoints().fired().len(),
+            attempts,
+            adoptions,
+            outcome,
+        });
+    }
+    // Whatever died after the others were told to stop is adopted by one more instance.
+    let mut late_cost = CrashCost::default();
+    let dead = |i: usize| results.get(i).is_none_or(|r| r.is_err());
+    if orphaned(&broker.transactions().await?, &dead) {
+        let prefix = format!("demo-{}", n + 2);
+        let (job, metrics) = instance_job(broker, &checkpoints_url, &prefix, &group_config, options, 3)?;
+        let stop = job.stop_handle();
+        let (report, ()) = tokio::join!(job.run(), async {
+            let until = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if broker.transactions().await.is_ok_and(|open| !orphaned(&open, &dead)) {
+                    break;
+                }
+            }
+            stop.stop();
+        });
+        let report = report?;
+        late_cost = CrashCost::of(&job, &metrics);
+        summaries.push(InstanceSummary {
+            prefix,
+            role: "joins to adopt the last",
+            records_emitted: metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
+            crashes: 0,
+            attempts: report.attempts,
+            adoptions: report.metrics.checkpoints.instances_adopted,
+            outcome: "stopped".into(),
+        });
+        seconds = started.elapsed().as_secs_f64();
+    }
+    let mut check: ExactlyOnceReport = check_exactly_once(broker, GROUP, INPUT, OUTPUT, identity).await?;
+    if check.produced != total {
+        check.violations.push(format!("the input topic holds {} records, not {total}", check.produced));
+    }
+    let broker_metrics = broker.metrics().await?;
+    let fired: Vec<String> = jobs.iter().flat_map(|(j, _)| j.failpoints().fired()).collect();
+    let crash_cost = jobs.iter().fold(late_cost, |sum, (j, m)| sum.add(CrashCost::of(j, m)));
+    let all = jobs.iter().map(|(j, _)| j.metrics().checkpoints);
+    let (completed, aborted, recovered) =
+        all.fold((0, 0, 0), |(c, a, r), m| (c + m.completed, a + m.aborted, r + m.transactions_recovered));
+    Ok(DemoSummary {
+        records_produced: check.produced,
+        records_committed: check.committed_output,
+        duplicates: check.duplicates,
+        lost: check.lost,
+        archived: check.archived.values().sum(),
+        crashes: fired.len(),
+        crashes_scheduled: plans.iter().map(|p| p.crashes.len()).sum(),
+        crash_points: fired,
+        checkpoints_completed: completed,
+        checkpoints_aborted: aborted,
+        transactions_committed: broker_metrics.transaction_commit_total,
+        transactions_aborted: broker_metrics.transaction_abort_total,
+        transactions_recovered: recovered,
+        attempts: summaries.iter().map(|s| s.attempts).sum(),
+        crash_cost,
+        resumed: false,
+        records_per_second: total as f64 / seconds,
+        processed_seconds: None,
+        seconds,
+        violations: check.violations,
+        instances: summaries,
+        stopped: false,
+        left_for_resume: 0,
+    })
+}
