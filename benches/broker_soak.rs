@@ -40,6 +40,10 @@ mod results;
 
 const PARTITIONS: i32 = 4;
 const AHEAD: i64 = 1_500_000;
+/// Records per produce call, as the demo's input (src/demo.rs).
+const CHUNK: i64 = 20_000;
+/// Produce calls in flight at once.
+const IN_FLIGHT: usize = 4;
 
 /// Resident memory of this process, in MiB (Linux).
 fn rss_mib() -> f64 {
@@ -327,20 +331,37 @@ async fn child(dir: std::path::PathBuf, retention: Retention) {
         let (broker, stop) = (broker.clone(), stop.clone());
         async move {
             // One topic name and one value, shared by every record: the soak measures the
-            // broker and the job, not the allocator.
+            // broker and the job, not the allocator. Up to IN_FLIGHT produce calls at once,
+            // as a Kafka producer keeps several requests in flight: one call at a time
+            // waits out each journal sync and held the job under its rate.
             let (topic, value): (Arc<str>, Bytes) = (Arc::from("in"), Bytes::from(vec![b'v'; 100]));
-            let mut n: i64 = 0;
+            // A child that follows a killed one counts what that one produced.
+            let mut n = total(&broker, "in", |_, e, _| e as u64).await as i64;
+            let mut committed = 0;
+            let mut in_flight: tokio::task::JoinSet<shareflow::connector::Result<_>> = tokio::task::JoinSet::new();
             while !stop.load(Ordering::Relaxed) {
-                let committed = total(&broker, "out", |_, e, _| e as u64).await as i64;
-                if n - committed > AHEAD {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                if in_flight.len() >= IN_FLIGHT {
+                    in_flight.join_next().await.unwrap().unwrap().unwrap();
                     continue;
                 }
-                let batch: Vec<ProducerRecord> = (0..5_000)
+                // The committed output is read only when the producer may be too far
+                // ahead: a read waits until the journal is durable.
+                if n - committed > AHEAD {
+                    committed = total(&broker, "out", |_, e, _| e as u64).await as i64;
+                    if n - committed > AHEAD {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
+                let batch: Vec<ProducerRecord> = (0..CHUNK)
                     .map(|i| ProducerRecord::new(topic.clone(), ((n + i) % 4) as i32, value.clone()))
                     .collect();
-                broker.produce(batch).await.unwrap();
-                n += 5_000;
+                let broker = broker.clone();
+                in_flight.spawn(async move { broker.produce(batch).await });
+                n += CHUNK;
+            }
+            while let Some(done) = in_flight.join_next().await {
+                done.unwrap().unwrap();
             }
         }
     });
