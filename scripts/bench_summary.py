@@ -157,7 +157,7 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
                 # held and at the end.
                 out.append(figure("embedded broker soak: records held when killed at the end", cmd, "GiB",
                                   [value(path, r, lambda: float(r["held_gib"]))], header))
-                out.append(figure("embedded broker soak: reopen after SIGKILL at the end / at 1 GiB held", cmd,
+                out.append(figure("embedded broker soak: reopen after SIGKILL at the end / at the first kill (at least 1 GiB held)", cmd,
                                   "ratio", [value(path, r, lambda: float(reopen) / float(r["reopen_small_s"]))],
                                   header))
                 out.append(figure("embedded broker soak: newest snapshot / record bytes held, at the end", cmd,
