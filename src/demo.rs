@@ -24,9 +24,11 @@ use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 
 mod instances;
+mod lone;
 mod summary;
 
 use instances::run_instances;
+use lone::run_lone;
 pub(crate) use summary::{CrashCost, DemoSummary, InstanceSummary};
 
 /// The fault points the demo crashes at. The recovery points are left out:
@@ -464,32 +466,51 @@ fn start_afresh(dir: &Path, input: &DemoInput) -> Result<(), DemoError> {
 
 /// Runs the demo and checks the result.
 pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
-    if options.schedule.is_none() && options.crashes > FAULT_POINTS.len() {
-        return Err(DemoError::TooManyCrashes { asked: options.crashes, points: FAULT_POINTS.len() }.into());
-    }
-    if options.instances > 1 {
-        if options.mode != AcknowledgementMode::Transactional {
-            return Err(
-                DemoError::Instances { reason: "instances need exactly-once mode; drop --at-least-once" }.into()
-            );
-        }
-        if options.resume {
-            return Err(
-                DemoError::Instances { reason: "a run of several instances cannot be resumed; drop --resume" }.into()
-            );
-        }
-        if options.metrics_addr.is_some() {
-            return Err(DemoError::Instances {
-                reason: "--metrics-addr serves one job; run each instance with `shareflow run --metrics-addr`",
-            }
-            .into());
-        }
-    }
+    check_options(options)?;
     // A checkpoint URL that cannot open fails before anything is produced.
     if let Some(url) = &options.checkpoints {
         CheckpointStore::from_url(url, &[], "demo")?;
     }
     let endpoint = metrics_endpoint(options.metrics_addr.as_deref()).await?;
+    let (input, dir) = prepare_dir(options)?;
+    let (broker, group_config) = open_broker(&dir, &input, options.instances).await?;
+
+    // Input: all of it, or on a resume what the first run did not produce.
+    produce_and_report(options, &broker, &input, &dir).await?;
+
+    if options.instances > 1 {
+        return run_instances(options, &broker, &dir, group_config, input.records).await;
+    }
+    run_lone(options, &broker, &dir, group_config, &input, endpoint.as_ref()).await
+}
+
+/// Refuses options the demo cannot run with: more crashes than fault points, or
+/// `--instances N` with at-least-once mode, `--resume` or `--metrics-addr`.
+fn check_options(options: &DemoOptions) -> Result<(), DemoError> {
+    if options.schedule.is_none() && options.crashes > FAULT_POINTS.len() {
+        return Err(DemoError::TooManyCrashes { asked: options.crashes, points: FAULT_POINTS.len() });
+    }
+    if options.instances > 1 {
+        if options.mode != AcknowledgementMode::Transactional {
+            return Err(DemoError::Instances { reason: "instances need exactly-once mode; drop --at-least-once" });
+        }
+        if options.resume {
+            return Err(DemoError::Instances { reason: "a run of several instances cannot be resumed; drop --resume" });
+        }
+        if options.metrics_addr.is_some() {
+            return Err(DemoError::Instances {
+                reason: "--metrics-addr serves one job; run each instance with `shareflow run --metrics-addr`",
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Prepares `--dir` for the run. With `--resume`, reads the input of the run started
+/// there and checks its mode is the one asked for; otherwise creates the directory and
+/// starts afresh there, unless a live demo's broker holds it. Returns the input and the
+/// directory's canonical path.
+fn prepare_dir(options: &DemoOptions) -> Result<(DemoInput, PathBuf), Box<dyn std::error::Error + Send + Sync>> {
     let input = if options.resume {
         if !options.dir.is_dir() {
             return Err(DemoError::NothingToResume { dir: options.dir.clone() }.into());
@@ -520,6 +541,17 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         path: options.dir.clone(),
         source,
     })?;
+    Ok((input, dir))
+}
+
+/// Opens the embedded broker under `dir` with the demo group's configuration (room for
+/// the open transactions of `instances` instances), creates the topics of `input` and
+/// configures the group. Returns the broker and the group's configuration.
+async fn open_broker(
+    dir: &Path,
+    input: &DemoInput,
+    instances: u32,
+) -> Result<(EmbeddedBroker, ShareConfig), Box<dyn std::error::Error + Send + Sync>> {
     let lock = Duration::from_secs(2);
     let group_config = ShareConfig::builder()
         .acknowledgement_mode(input.mode)
@@ -528,7 +560,7 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
         .partition_max_record_locks(1_000_000)
         // Per group: each live instance keeps up to two transactions open, a dead one
         // its own until it is adopted.
-        .max_pending_transactions(5.max(4 * (options.instances + 1)))
+        .max_pending_transactions(5.max(4 * (instances + 1)))
         .build()?;
     let broker =
         EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker"))?.default_config(group_config.clone()))
@@ -536,10 +568,20 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
     broker.create_topic(INPUT, input.partitions).await?;
     broker.create_topic(OUTPUT, input.partitions).await?;
     broker.configure_group(GROUP, group_config.clone()).await?;
+    Ok((broker, group_config))
+}
 
-    // Input: all of it, or on a resume what the first run did not produce.
+/// Produces what the input topic lacks of `input` ([`produce_input`]) and, with progress
+/// on, says how many records that was and how long it took; on a resume, also which run
+/// in `dir` it continues.
+async fn produce_and_report(
+    options: &DemoOptions,
+    broker: &EmbeddedBroker,
+    input: &DemoInput,
+    dir: &Path,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let produce_started = Instant::now();
-    let produced = produce_input(&broker, &input).await?;
+    let produced = produce_input(broker, input).await?;
     if options.progress {
         let seconds = produce_started.elapsed().as_secs_f64();
         if options.resume {
@@ -552,143 +594,7 @@ pub(crate) async fn run(options: &DemoOptions) -> Result<DemoSummary, Box<dyn st
             eprintln!("produced {produced} records in {seconds:.2} s");
         }
     }
-
-    if options.instances > 1 {
-        return run_instances(options, &broker, &dir, group_config, input.records).await;
-    }
-
-    // The job.
-    let transactional = input.mode == AcknowledgementMode::Transactional;
-    let checkpoints_url =
-        options.checkpoints.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
-    let storage = CheckpointStore::from_url(&checkpoints_url, &[], "demo")?;
-    let txns = transactional.then(|| BrokerTransactions::new(broker.clone(), Duration::from_secs(60)));
-    let metrics = Arc::new(SourceMetrics::default());
-    let mut source_config = SourceSettings::new(GROUP, &[INPUT]);
-    source_config.stop_when_drained = true;
-    source_config.max_poll_records = 2_000;
-    let job = pipeline(&broker, txns.clone(), source_config, group_config, options.parallelism, metrics.clone());
-    let schedule: Vec<(String, u32)> = match &options.schedule {
-        Some(s) => s.clone(),
-        None => crash_schedule(options.seed, options.crashes).into_iter().map(|(p, s)| (p.to_string(), s)).collect(),
-    };
-    let mut config = JobConfig::new(storage, GROUP, "demo")
-        .checkpoint_interval(options.interval)
-        .restart(restart_strategy(schedule.len() as u32 + 3));
-    config.channel_capacity = 8;
-    config.tolerable_checkpoint_failures = 3;
-    let job = job.build(config)?;
-    job.failpoints().schedule(schedule.clone());
-    if let Some(server) = &endpoint {
-        server.add(shareflow::prometheus::job_source(&job));
-        let source = metrics.clone();
-        server.add(shareflow::prometheus::source(move || source.metrics()));
-        let b = broker.clone();
-        server.add(Arc::new(move || {
-            let b = b.clone();
-            Box::pin(async move { b.metrics().await.map(|m| m.metrics()).unwrap_or_default() })
-        }));
-    }
-
-    let progress = options.progress.then(|| {
-        let broker = broker.clone();
-        let total = input.records;
-        move || -> ProgressLine {
-            let broker = broker.clone();
-            Box::pin(async move {
-                let b = broker.backlog(GROUP, INPUT).await.ok()?;
-                let done = b.acknowledged + b.archived;
-                Some(crate::progress::ProgressState {
-                    done,
-                    total: Some(total),
-                    lag: Some(total.saturating_sub(done + b.locked)),
-                    line: format!(
-                        "progress: {:>6.1}% done ({} acknowledged, {} locked in open checkpoints)",
-                        100.0 * done as f64 / total.max(1) as f64,
-                        b.acknowledged,
-                        b.locked
-                    ),
-                })
-            })
-        }
-    });
-    // SIGTERM or Ctrl-C stops the job gracefully: a final checkpoint, commit, close.
-    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let on_signal = tokio::spawn({
-        let (stop, stopped) = (job.stop_handle(), stopped.clone());
-        async move {
-            stop_signal().await;
-            stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-            stop.stop();
-        }
-    });
-    // run_job starts its own clock just after this one, so the time to the sink's last
-    // batch is capped at the run's below.
-    let started = Instant::now();
-    let outcome = run_job(&job, progress).await;
-    on_signal.abort();
-    let (report, seconds) = outcome?;
-    // When the sink's last batch came in, if it took in the whole input.
-    let sink = job.metrics().operators.get(SINK).copied().unwrap_or_default();
-    let processed = (sink.rows_in >= input.records)
-        .then_some(sink.last_input)
-        .flatten()
-        .map(|last| last.saturating_duration_since(started).as_secs_f64().min(seconds));
-    let stopped = stopped.load(std::sync::atomic::Ordering::SeqCst);
-    let mut left = 0;
-    // Independent check: the output topic read_committed, and every share-partition state.
-    let mut check: ExactlyOnceReport = check_exactly_once(&broker, GROUP, INPUT, OUTPUT, identity).await?;
-    if stopped {
-        // What a stopped run had not reached is AVAILABLE for `--resume`; anything else
-        // (a duplicate, a record left LOCKED, an undecided transaction) still counts.
-        let before = check.violations.len();
-        check
-            .violations
-            .retain(|v| !(v.starts_with("I1: ") && v.ends_with(" is AVAILABLE at quiescence, with no output")));
-        let remaining = (before - check.violations.len()) as u64;
-        check.lost -= remaining.min(check.lost);
-        left = remaining;
-        if options.progress {
-            eprintln!("stopped by a signal after a final checkpoint; `shareflow demo --resume` finishes the run");
-        }
-    }
-    if check.produced != input.records {
-        check.violations.push(format!(
-            "the input topic holds {} records, not the {} the run started with",
-            check.produced, input.records
-        ));
-    }
-    let broker_metrics = broker.metrics().await?;
-    let fired = job.failpoints().fired();
-    let crash_cost = CrashCost::of(&job, &metrics);
-    // The sink's count is of rows, not records: it stands for the input only when each
-    // record went through once (no restart, no redelivery, the whole input in this run).
-    let once = report.attempts == 1 && !options.resume && !stopped && crash_cost.records_emitted == input.records;
-    Ok(DemoSummary {
-        records_produced: check.produced,
-        records_committed: check.committed_output,
-        duplicates: check.duplicates,
-        lost: check.lost,
-        archived: check.archived.values().sum(),
-        crashes: fired.len(),
-        crashes_scheduled: schedule.len(),
-        crash_points: fired,
-        checkpoints_completed: report.metrics.checkpoints.completed,
-        checkpoints_aborted: report.metrics.checkpoints.aborted,
-        transactions_committed: broker_metrics.transaction_commit_total,
-        transactions_aborted: broker_metrics.transaction_abort_total,
-        transactions_recovered: report.metrics.checkpoints.transactions_recovered,
-        attempts: report.attempts,
-        crash_cost,
-        resumed: options.resume,
-        records_per_second: input.records as f64 / seconds,
-        processed_seconds: processed.filter(|_| once),
-        seconds,
-        violations: check.violations,
-        instances: Vec::new(),
-        stopped,
-        left_for_resume: left,
-    })
+    Ok(())
 }
 
 /// The demo's pipeline: share source -> [`TRANSFORM_SQL`] -> topic sink, at

@@ -176,98 +176,169 @@ impl JobFile {
         Self::parse(&file, &text)
     }
 
-    /// Checks the job file `text`, named `file` in errors.
+    /// Checks the job file `text`, named `file` in errors: the broker, the checkpoint
+    /// root and the instance, then each table in the order the file gives them.
     pub(crate) fn parse(file: &str, text: &str) -> Result<Self, JobFileError> {
-        let err = |span: Range<usize>, key: &str, message: String| JobFileError {
-            file: file.to_string(),
-            line: line_of(text, span.start),
-            key: key.to_string(),
-            message,
-        };
+        let check = Checker { file, text };
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map_or(0, |s| line_of(text, s.start));
             // toml's message carries its own excerpt; its first line says what is wrong.
             let message = e.message().trim().to_string();
             JobFileError { file: file.to_string(), line, key: key_at(text, line), message }
         })?;
-        let non_empty = |v: &Spanned<String>, key: &str| -> Result<String, JobFileError> {
-            let s = v.get_ref().trim();
-            if s.is_empty() {
-                return Err(err(v.span(), key, "must not be empty".into()));
-            }
-            Ok(s.to_string())
-        };
-        let positive = |v: &Option<Spanned<i64>>, key: &str, default: u64, max: u64| -> Result<u64, JobFileError> {
-            match v {
-                None => Ok(default),
-                Some(n) if *n.get_ref() >= 1 && (*n.get_ref() as u64) <= max => Ok(*n.get_ref() as u64),
-                Some(n) => Err(err(n.span(), key, format!("{} is out of range: give 1 to {max}", n.get_ref()))),
-            }
-        };
-        let backend = match (&raw.kafka, &raw.broker) {
-            (Some(kafka), None) => {
-                let k = non_empty(kafka, "kafka")?;
-                if !k.contains(':') {
-                    return Err(err(kafka.span(), "kafka", format!("{k:?} is not HOST:PORT")));
-                }
-                Backend::Kafka(k)
-            }
-            (None, Some(broker)) => Backend::Embedded(non_empty(broker, "broker")?),
-            (Some(_), Some(broker)) => {
-                return Err(err(
-                    broker.span(),
-                    "broker",
-                    "give kafka = \"HOST:PORT\" or broker = \"DIR\", not both".into(),
-                ))
-            }
-            (None, None) => {
-                return Err(err(
-                    0..0,
-                    "kafka",
-                    "give kafka = \"HOST:PORT\" (a Kafka 4.x broker) or broker = \"DIR\" (an embedded broker \
-                     directory, no server needed)"
-                        .into(),
-                ))
-            }
-        };
-        let checkpoints = non_empty(&raw.checkpoints, "checkpoints")?;
+        let backend = check.backend(&raw)?;
+        let checkpoints = check.non_empty(&raw.checkpoints, "checkpoints")?;
         shareflow::checkpoint::open_url(&checkpoints, &[])
-            .map_err(|e| err(raw.checkpoints.span(), "checkpoints", e.to_string()))?;
-        let instance = raw.instance.as_ref().map(|i| non_empty(i, "instance")).transpose()?;
-        let source = raw.source.get_ref();
-        let group = non_empty(&source.group, "source.group")?;
+            .map_err(|e| check.err(raw.checkpoints.span(), "checkpoints", e.to_string()))?;
+        let instance = raw.instance.as_ref().map(|i| check.non_empty(i, "instance")).transpose()?;
+        let source = check.source(raw.source.get_ref())?;
+        let job = check.job(&raw.job)?;
+        let (transforms, writes_value) = check.transforms(&raw.transform)?;
+        let sink = check.sink(&raw.sink, writes_value)?;
+        Ok(Self {
+            backend,
+            checkpoints,
+            instance,
+            group: source.group,
+            topics: source.topics,
+            exactly_once: source.exactly_once,
+            from_earliest: source.from_earliest,
+            max_rate: source.max_rate,
+            transforms,
+            sink,
+            parallelism: job.parallelism,
+            partitions: job.partitions,
+            interval: job.interval,
+            checkpoint_timeout: job.checkpoint_timeout,
+            adoption_timeout: job.adoption_timeout,
+        })
+    }
+}
+
+/// The checked `[source]` table.
+struct SourceTable {
+    group: String,
+    topics: Vec<String>,
+    exactly_once: bool,
+    from_earliest: bool,
+    max_rate: Option<u64>,
+}
+
+/// The checked `[job]` table.
+struct JobTable {
+    parallelism: u32,
+    partitions: u32,
+    interval: Duration,
+    checkpoint_timeout: Duration,
+    adoption_timeout: Duration,
+}
+
+/// Checks the values of one job file; each error names the file, the line and the key.
+struct Checker<'a> {
+    /// The file, as errors name it.
+    file: &'a str,
+    /// Its text, where the lines are counted.
+    text: &'a str,
+}
+
+impl Checker<'_> {
+    /// The error `message` about `key`, at the line where byte range `span` starts.
+    fn err(&self, span: Range<usize>, key: &str, message: String) -> JobFileError {
+        JobFileError {
+            file: self.file.to_string(),
+            line: line_of(self.text, span.start),
+            key: key.to_string(),
+            message,
+        }
+    }
+
+    /// The string `v`, trimmed; an error if nothing is left.
+    fn non_empty(&self, v: &Spanned<String>, key: &str) -> Result<String, JobFileError> {
+        let s = v.get_ref().trim();
+        if s.is_empty() {
+            return Err(self.err(v.span(), key, "must not be empty".into()));
+        }
+        Ok(s.to_string())
+    }
+
+    /// The number `v`, 1 to `max`, or `default` if it is not given.
+    fn positive(&self, v: &Option<Spanned<i64>>, key: &str, default: u64, max: u64) -> Result<u64, JobFileError> {
+        match v {
+            None => Ok(default),
+            Some(n) if *n.get_ref() >= 1 && (*n.get_ref() as u64) <= max => Ok(*n.get_ref() as u64),
+            Some(n) => Err(self.err(n.span(), key, format!("{} is out of range: give 1 to {max}", n.get_ref()))),
+        }
+    }
+
+    /// The milliseconds `v` (at most a day), or `default` ms if it is not given.
+    fn ms(&self, v: &Option<Spanned<i64>>, key: &str, default: u64) -> Result<Duration, JobFileError> {
+        self.positive(v, key, default, 86_400_000).map(Duration::from_millis)
+    }
+
+    /// `kafka = "HOST:PORT"` or `broker = "DIR"`: exactly one of them.
+    fn backend(&self, raw: &RawFile) -> Result<Backend, JobFileError> {
+        match (&raw.kafka, &raw.broker) {
+            (Some(kafka), None) => {
+                let k = self.non_empty(kafka, "kafka")?;
+                if !k.contains(':') {
+                    return Err(self.err(kafka.span(), "kafka", format!("{k:?} is not HOST:PORT")));
+                }
+                Ok(Backend::Kafka(k))
+            }
+            (None, Some(broker)) => Ok(Backend::Embedded(self.non_empty(broker, "broker")?)),
+            (Some(_), Some(broker)) => Err(self.err(
+                broker.span(),
+                "broker",
+                "give kafka = \"HOST:PORT\" or broker = \"DIR\", not both".into(),
+            )),
+            (None, None) => Err(self.err(
+                0..0,
+                "kafka",
+                "give kafka = \"HOST:PORT\" (a Kafka 4.x broker) or broker = \"DIR\" (an embedded broker \
+                 directory, no server needed)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The `[source]` table: group, topics, mode, where to start, and the rate limit.
+    fn source(&self, source: &RawSource) -> Result<SourceTable, JobFileError> {
+        let group = self.non_empty(&source.group, "source.group")?;
         let topics: Vec<String> = source.topics.get_ref().iter().map(|t| t.trim().to_string()).collect();
         if topics.is_empty() || topics.iter().any(String::is_empty) {
-            return Err(err(source.topics.span(), "source.topics", "give one or more topic names".into()));
+            return Err(self.err(source.topics.span(), "source.topics", "give one or more topic names".into()));
         }
         let exactly_once = match source.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
             None | Some(("exactly-once", _)) => true,
             Some(("at-least-once", _)) => false,
             Some((m, span)) => {
-                return Err(err(span, "source.mode", format!("{m:?}: give \"exactly-once\" or \"at-least-once\"")))
+                return Err(self.err(span, "source.mode", format!("{m:?}: give \"exactly-once\" or \"at-least-once\"")))
             }
         };
         let from_earliest = match source.from.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
             None | Some(("earliest", _)) => true,
             Some(("latest", _)) => false,
-            Some((m, span)) => return Err(err(span, "source.from", format!("{m:?}: give \"earliest\" or \"latest\""))),
+            Some((m, span)) => {
+                return Err(self.err(span, "source.from", format!("{m:?}: give \"earliest\" or \"latest\"")))
+            }
         };
         let max_rate = match &source.max_rate {
             None => None,
-            some => Some(positive(some, "source.max_rate", 0, u64::from(u32::MAX))?),
+            some => Some(self.positive(some, "source.max_rate", 0, u64::from(u32::MAX))?),
         };
-        let job = &raw.job;
-        let parallelism = positive(&job.parallelism, "job.parallelism", 2, 64)? as u32;
-        let partitions = positive(&job.partitions, "job.partitions", 4, 10_000)? as u32;
-        let ms = |v: &Option<Spanned<i64>>, key: &str, default: u64| {
-            positive(v, key, default, 86_400_000).map(Duration::from_millis)
-        };
-        let interval = ms(&job.checkpoint_interval_ms, "job.checkpoint_interval_ms", 1_000)?;
-        let checkpoint_timeout = ms(&job.checkpoint_timeout_ms, "job.checkpoint_timeout_ms", 10_000)?;
-        let adoption_timeout = ms(&job.adoption_timeout_ms, "job.adoption_timeout_ms", 30_000)?;
+        Ok(SourceTable { group, topics, exactly_once, from_earliest, max_rate })
+    }
+
+    /// The `[job]` table: parallelism, partitions and the checkpoint and adoption timing.
+    fn job(&self, job: &RawJob) -> Result<JobTable, JobFileError> {
+        let parallelism = self.positive(&job.parallelism, "job.parallelism", 2, 64)? as u32;
+        let partitions = self.positive(&job.partitions, "job.partitions", 4, 10_000)? as u32;
+        let interval = self.ms(&job.checkpoint_interval_ms, "job.checkpoint_interval_ms", 1_000)?;
+        let checkpoint_timeout = self.ms(&job.checkpoint_timeout_ms, "job.checkpoint_timeout_ms", 10_000)?;
+        let adoption_timeout = self.ms(&job.adoption_timeout_ms, "job.adoption_timeout_ms", 30_000)?;
         if adoption_timeout <= interval + checkpoint_timeout {
             let span = job.adoption_timeout_ms.as_ref().map_or(0..0, Spanned::span);
-            return Err(err(
+            return Err(self.err(
                 span,
                 "job.adoption_timeout_ms",
                 format!(
@@ -278,74 +349,67 @@ impl JobFile {
                 ),
             ));
         }
+        Ok(JobTable { parallelism, partitions, interval, checkpoint_timeout, adoption_timeout })
+    }
+
+    /// The `[[transform]]` tables: (operator name, SQL) in order, and whether the rows
+    /// that leave the last one have a `value` column.
+    fn transforms(&self, raw: &[Spanned<RawTransform>]) -> Result<(Vec<(String, String)>, bool), JobFileError> {
         // Every transform plans against what reaches it: the source's rows, then the
         // previous transform's output.
         let mut schema = shareflow::connector::record_schema();
         let mut transforms = Vec::new();
-        for (i, t) in raw.transform.iter().enumerate() {
+        for (i, t) in raw.iter().enumerate() {
             let t = t.get_ref();
             let key = format!("transform[{i}].sql");
             let name = match &t.name {
-                Some(n) => non_empty(n, &format!("transform[{i}].name"))?,
+                Some(n) => self.non_empty(n, &format!("transform[{i}].name"))?,
                 None => format!("transform-{i}"),
             };
             let plan = shareflow::runtime::sql::SqlPlan::plan(t.sql.get_ref(), schema.clone())
-                .map_err(|e| err(t.sql.span(), &key, format!("{e} (the rows reach it as the table `input`)")))?;
+                .map_err(|e| self.err(t.sql.span(), &key, format!("{e} (the rows reach it as the table `input`)")))?;
             schema = plan.output_schema();
             transforms.push((name, t.sql.get_ref().clone()));
         }
-        let sink = raw.sink.get_ref();
-        let sink = match sink.kind.get_ref().as_str() {
+        Ok((transforms, schema.index_of("value").is_ok()))
+    }
+
+    /// The `[sink]` table; a topic sink needs the `value` column (`writes_value`).
+    fn sink(&self, raw: &Spanned<RawSink>, writes_value: bool) -> Result<SinkSpec, JobFileError> {
+        let sink = raw.get_ref();
+        match sink.kind.get_ref().as_str() {
             "kafka" | "topic" => {
                 let topic = sink
                     .topic
                     .as_ref()
-                    .ok_or_else(|| err(raw.sink.span(), "sink.topic", "a topic sink needs topic = \"...\"".into()))?;
-                if schema.index_of("value").is_err() {
-                    return Err(err(
-                        raw.sink.span(),
+                    .ok_or_else(|| self.err(raw.span(), "sink.topic", "a topic sink needs topic = \"...\"".into()))?;
+                if !writes_value {
+                    return Err(self.err(
+                        raw.span(),
                         "sink",
                         "a topic sink writes the column `value` (and `key` if there is one); the last transform \
                          has no `value` column"
                             .into(),
                     ));
                 }
-                SinkSpec::Topic { topic: non_empty(topic, "sink.topic")? }
+                Ok(SinkSpec::Topic { topic: self.non_empty(topic, "sink.topic")? })
             }
             "files" => {
                 let url = sink.url.as_ref().ok_or_else(|| {
-                    err(raw.sink.span(), "sink.url", "a files sink needs url = \"file:///...\"".into())
+                    self.err(raw.span(), "sink.url", "a files sink needs url = \"file:///...\"".into())
                 })?;
-                let u = non_empty(url, "sink.url")?;
-                shareflow::checkpoint::open_url(&u, &[]).map_err(|e| err(url.span(), "sink.url", e.to_string()))?;
-                SinkSpec::Files { url: u }
+                let u = self.non_empty(url, "sink.url")?;
+                shareflow::checkpoint::open_url(&u, &[])
+                    .map_err(|e| self.err(url.span(), "sink.url", e.to_string()))?;
+                Ok(SinkSpec::Files { url: u })
             }
-            "print" => SinkSpec::Print,
-            other => {
-                return Err(err(
-                    sink.kind.span(),
-                    "sink.kind",
-                    format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\" or \"print\""),
-                ))
-            }
-        };
-        Ok(Self {
-            backend,
-            checkpoints,
-            instance,
-            group,
-            topics,
-            exactly_once,
-            from_earliest,
-            max_rate,
-            transforms,
-            sink,
-            parallelism,
-            partitions,
-            interval,
-            checkpoint_timeout,
-            adoption_timeout,
-        })
+            "print" => Ok(SinkSpec::Print),
+            other => Err(self.err(
+                sink.kind.span(),
+                "sink.kind",
+                format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\" or \"print\""),
+            )),
+        }
     }
 }
 

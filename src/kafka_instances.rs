@@ -478,58 +478,120 @@ async fn named_by(cluster: &KafkaCluster, group: &str, prefix: &str, input: &str
 /// Runs the schedule, then checks the output.
 pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, BoxError> {
     options.validate()?;
-    let say = |line: String| {
-        if options.progress {
-            eprintln!("{line}");
-        }
-    };
-    // The checkpoint root opens before anything is produced.
-    let checkpoints =
-        options.checkpoints.clone().unwrap_or_else(|| crate::kafka_demo::default_checkpoints(&options.name));
-    let registry = CheckpointStore::from_url(&checkpoints, &[], "instances")?.registry();
-    let cluster = KafkaCluster::connect(&options.bootstrap).await?;
-    let (input, output) = (input_topic(&options.name), output_topic(&options.name));
-    cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
-    cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
-    crate::kafka_demo::demo_group_limits(&cluster, &options.name).await?;
-    let mut id = 0;
-    while id < options.records {
-        let n = 20_000.min(options.records - id);
-        cluster.produce(&input, (id..id + n).map(|i| (None, Bytes::from(value_of(i, options.value_len))))).await?;
-        id += n;
-    }
-    let shared = Input { cluster: &cluster, group: &options.name, topic: &input };
-    let mut rng = Schedule(options.seed | 1);
-    let mut summary = InstancesSummary { seed: options.seed, ..InstancesSummary::default() };
-    let started = Instant::now();
-    let at = |what: String| format!("{:>6.1} s: {what}", started.elapsed().as_secs_f64());
-
-    let mut committed = CommittedOutput::default();
-    let mut live: Vec<Process> = Vec::new();
-    for n in 1..=options.instances {
-        let name = format!("i{n}");
-        live.push(Process::start(options, &name, &checkpoints)?);
-        summary.instances.entry(name).or_default().processes += 1;
-    }
-    for p in &mut live {
-        p.wait_processing(&shared).await?;
-    }
-    say(at(format!("{} instances processing", live.len())));
-
+    let setup = Setup::prepare(options).await?;
+    let mut state = Run::new(options, &setup);
+    state.start_all().await?;
     if options.kills > 0 {
+        state.kill_for_good().await?;
+        state.kill_and_restart().await?;
+        state.pause_past_adoption().await?;
+    }
+    state.finish_input().await?;
+    state.retire().await?;
+    state.check_output().await
+}
+
+/// What the instances share on the broker's side, set up before the first starts.
+struct Setup {
+    /// The checkpoint root every instance shares.
+    checkpoints: String,
+    /// The instance registry under that root.
+    registry: shareflow_checkpoint::instances::InstanceRegistry,
+    /// The broker.
+    cluster: KafkaCluster,
+    /// The input topic.
+    input: String,
+    /// The output topic.
+    output: String,
+}
+
+impl Setup {
+    /// Opens the checkpoint root, creates the topics, sets the group's limits and
+    /// produces the whole input.
+    async fn prepare(options: &InstancesOptions) -> Result<Self, BoxError> {
+        // The checkpoint root opens before anything is produced.
+        let checkpoints =
+            options.checkpoints.clone().unwrap_or_else(|| crate::kafka_demo::default_checkpoints(&options.name));
+        let registry = CheckpointStore::from_url(&checkpoints, &[], "instances")?.registry();
+        let cluster = KafkaCluster::connect(&options.bootstrap).await?;
+        let (input, output) = (input_topic(&options.name), output_topic(&options.name));
+        cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
+        cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
+        crate::kafka_demo::demo_group_limits(&cluster, &options.name).await?;
+        let mut id = 0;
+        while id < options.records {
+            let n = 20_000.min(options.records - id);
+            cluster.produce(&input, (id..id + n).map(|i| (None, Bytes::from(value_of(i, options.value_len))))).await?;
+            id += n;
+        }
+        Ok(Self { checkpoints, registry, cluster, input, output })
+    }
+}
+
+/// A run under way: what the steps of the schedule read and change.
+struct Run<'a> {
+    options: &'a InstancesOptions,
+    setup: &'a Setup,
+    /// The input, to ask the group what is left of it.
+    shared: Input<'a>,
+    rng: Schedule,
+    summary: InstancesSummary,
+    /// When the first instance started.
+    started: Instant,
+    committed: CommittedOutput,
+    /// The processes running now.
+    live: Vec<Process>,
+}
+
+impl<'a> Run<'a> {
+    /// A run of `options` on `setup`, its clock started, no instance yet.
+    fn new(options: &'a InstancesOptions, setup: &'a Setup) -> Self {
+        let shared = Input { cluster: &setup.cluster, group: &options.name, topic: &setup.input };
+        let rng = Schedule(options.seed | 1);
+        let summary = InstancesSummary { seed: options.seed, ..InstancesSummary::default() };
+        let started = Instant::now();
+        Self { options, setup, shared, rng, summary, started, committed: CommittedOutput::default(), live: Vec::new() }
+    }
+
+    /// Prints `what` to stderr at the seconds since the first start, with progress on.
+    fn say(&self, what: String) {
+        if self.options.progress {
+            eprintln!("{:>6.1} s: {what}", self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Starts the instances `i1` to `iN` and waits until each processes records.
+    async fn start_all(&mut self) -> Result<(), BoxError> {
+        for n in 1..=self.options.instances {
+            let name = format!("i{n}");
+            self.live.push(Process::start(self.options, &name, &self.setup.checkpoints)?);
+            self.summary.instances.entry(name).or_default().processes += 1;
+        }
+        for p in &mut self.live {
+            p.wait_processing(&self.shared).await?;
+        }
+        self.say(format!("{} instances processing", self.live.len()));
+        Ok(())
+    }
+
+    /// SIGKILLs `i1` for good after a seeded while, and measures how long until the
+    /// registry records its adoption, and until every record its intents named and no
+    /// committed output held at the kill is committed.
+    async fn kill_for_good(&mut self) -> Result<(), BoxError> {
+        let (options, setup) = (self.options, self.setup);
         // i1 dies for good: a live instance must adopt it and replay what it named.
-        tokio::time::sleep(Duration::from_millis(500 + rng.below(2_000))).await;
-        let gone = live.remove(0);
-        say(at(format!("SIGKILL {} for good (emitted {})", gone.name, gone.emitted())));
+        tokio::time::sleep(Duration::from_millis(500 + self.rng.below(2_000))).await;
+        let gone = self.live.remove(0);
+        self.say(format!("SIGKILL {} for good (emitted {})", gone.name, gone.emitted()));
         let killed_at = Instant::now();
         let name = gone.name.clone();
-        gone.sigkill(summary.instances.entry(name.clone()).or_default());
-        summary.sigkills += 1;
-        let committed_at_kill = committed.advance(&cluster, &output).await?.clone();
+        gone.sigkill(self.summary.instances.entry(name.clone()).or_default());
+        self.summary.sigkills += 1;
+        let committed_at_kill = self.committed.advance(&setup.cluster, &setup.output).await?.clone();
         let deadline = killed_at + options.adoption_timeout * 4 + Duration::from_secs(60);
         let adopted = async {
             loop {
-                if registry.observe().await?.iter().any(|r| r.prefix == name && r.adoption_done) {
+                if setup.registry.observe().await?.iter().any(|r| r.prefix == name && r.adoption_done) {
                     return Ok::<_, BoxError>(killed_at.elapsed().as_secs_f64());
                 }
                 if Instant::now() > deadline {
@@ -542,18 +604,18 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
         // the kill, long before anyone may adopt it.
         let named = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            named_by(&cluster, &options.name, &name, &input).await
+            named_by(&setup.cluster, &options.name, &name, &setup.input).await
         };
         let (adopted, named) = tokio::join!(adopted, named);
-        summary.adoption_seconds = Some(adopted?);
+        self.summary.adoption_seconds = Some(adopted?);
         let named = named?;
-        summary.adopted_uncommitted = named.difference(&committed_at_kill).count() as u64;
+        self.summary.adopted_uncommitted = named.difference(&committed_at_kill).count() as u64;
         loop {
             // Timed at the read's start: it takes the last stable offsets first, so what
             // it returns was committed within milliseconds of that.
             let read_at = killed_at.elapsed().as_secs_f64();
-            if committed.advance(&cluster, &output).await?.is_superset(&named) {
-                summary.adopted_output_seconds = Some(read_at);
+            if self.committed.advance(&setup.cluster, &setup.output).await?.is_superset(&named) {
+                self.summary.adopted_output_seconds = Some(read_at);
                 break;
             }
             if Instant::now() > deadline {
@@ -565,46 +627,56 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        say(at(format!(
+        self.say(format!(
             "{name} adopted after {:.1} s; its {} uncommitted records committed after {:.1} s",
-            summary.adoption_seconds.unwrap_or_default(),
-            summary.adopted_uncommitted,
-            summary.adopted_output_seconds.unwrap_or_default()
-        )));
+            self.summary.adoption_seconds.unwrap_or_default(),
+            self.summary.adopted_uncommitted,
+            self.summary.adopted_output_seconds.unwrap_or_default()
+        ));
+        Ok(())
+    }
 
+    /// The restartable SIGKILLs: each of a random live instance after a seeded while,
+    /// restarted under its own name; halfway through, a new instance joins.
+    async fn kill_and_restart(&mut self) -> Result<(), BoxError> {
+        let (options, setup) = (self.options, self.setup);
         let joiner = format!("i{}", options.instances + 1);
         for kill in 0..options.kills {
             if kill == options.kills / 2 {
-                say(at(format!("{joiner} joins")));
-                let mut p = Process::start(options, &joiner, &checkpoints)?;
-                p.wait_processing(&shared).await?;
-                summary.instances.entry(joiner.clone()).or_default().processes += 1;
-                live.push(p);
+                self.say(format!("{joiner} joins"));
+                let mut p = Process::start(options, &joiner, &setup.checkpoints)?;
+                p.wait_processing(&self.shared).await?;
+                self.summary.instances.entry(joiner.clone()).or_default().processes += 1;
+                self.live.push(p);
             }
-            tokio::time::sleep(Duration::from_millis(300 + rng.below(2_000))).await;
-            let victim = live.remove(rng.below(live.len() as u64) as usize);
+            tokio::time::sleep(Duration::from_millis(300 + self.rng.below(2_000))).await;
+            let victim = self.live.remove(self.rng.below(self.live.len() as u64) as usize);
             let name = victim.name.clone();
-            say(at(format!("SIGKILL {name} (emitted {})", victim.emitted())));
-            victim.sigkill(summary.instances.entry(name.clone()).or_default());
-            summary.sigkills += 1;
-            tokio::time::sleep(Duration::from_millis(rng.below(1_500))).await;
-            let mut again = Process::start(options, &name, &checkpoints)?;
-            summary.instances.entry(name.clone()).or_default().processes += 1;
-            again.wait_processing(&shared).await?;
-            live.push(again);
+            self.say(format!("SIGKILL {name} (emitted {})", victim.emitted()));
+            victim.sigkill(self.summary.instances.entry(name.clone()).or_default());
+            self.summary.sigkills += 1;
+            tokio::time::sleep(Duration::from_millis(self.rng.below(1_500))).await;
+            let mut again = Process::start(options, &name, &setup.checkpoints)?;
+            self.summary.instances.entry(name.clone()).or_default().processes += 1;
+            again.wait_processing(&self.shared).await?;
+            self.live.push(again);
         }
+        Ok(())
+    }
 
-        // One is paused past the adoption timeout: another adopts and fences it; resumed,
-        // it must stop with an error instead of committing anything.
-        let paused = live.remove(rng.below(live.len() as u64) as usize);
-        say(at(format!("SIGSTOP {}", paused.name)));
+    /// Pauses a random live instance with SIGSTOP past the adoption timeout: another
+    /// adopts and fences it; resumed, it must stop with an error instead of committing
+    /// anything.
+    async fn pause_past_adoption(&mut self) -> Result<(), BoxError> {
+        let paused = self.live.remove(self.rng.below(self.live.len() as u64) as usize);
+        self.say(format!("SIGSTOP {}", paused.name));
         paused.signal("-STOP")?;
-        tokio::time::sleep(options.adoption_timeout * 2 + Duration::from_secs(2)).await;
+        tokio::time::sleep(self.options.adoption_timeout * 2 + Duration::from_secs(2)).await;
         paused.signal("-CONT")?;
-        say(at(format!("SIGCONT {}", paused.name)));
-        summary.paused = Some(paused.name.clone());
+        self.say(format!("SIGCONT {}", paused.name));
+        self.summary.paused = Some(paused.name.clone());
         let (status, _, tail, p) = paused.wait_exit(Duration::from_secs(120)).await?;
-        let counts = summary.instances.entry(p.name.clone()).or_default();
+        let counts = self.summary.instances.entry(p.name.clone()).or_default();
         p.account(counts);
         if status.success() || !(tail.contains("fenced") || tail.contains("adopt")) {
             return Err(
@@ -612,64 +684,84 @@ pub(crate) async fn run(options: &InstancesOptions) -> Result<InstancesSummary, 
             );
         }
         counts.end = "fenced".into();
-        summary.fenced += 1;
+        self.summary.fenced += 1;
+        Ok(())
     }
 
-    // The survivors finish the input, including everything adopted.
-    let deadline = Instant::now() + Duration::from_secs(600 + options.records / 500);
-    loop {
-        let distinct = committed.advance(&cluster, &output).await?.len() as u64;
-        if distinct >= options.records {
-            break;
-        }
-        for p in &mut live {
-            if let Some(status) = p.child.try_wait()? {
-                return Err(format!("instance {} ended on its own ({status}):\n{}", p.name, p.tail()).into());
+    /// Waits until the survivors have committed every record, everything adopted
+    /// included, and times the run; an instance that ends on its own fails it.
+    async fn finish_input(&mut self) -> Result<(), BoxError> {
+        let (options, setup) = (self.options, self.setup);
+        // The survivors finish the input, including everything adopted.
+        let deadline = Instant::now() + Duration::from_secs(600 + options.records / 500);
+        loop {
+            let distinct = self.committed.advance(&setup.cluster, &setup.output).await?.len() as u64;
+            if distinct >= options.records {
+                break;
             }
+            for p in &mut self.live {
+                if let Some(status) = p.child.try_wait()? {
+                    return Err(format!("instance {} ended on its own ({status}):\n{}", p.name, p.tail()).into());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("only {distinct} of {} records committed by the deadline", options.records).into());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        if Instant::now() > deadline {
-            return Err(format!("only {distinct} of {} records committed by the deadline", options.records).into());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.records_per_second = options.records as f64 / summary.seconds;
-    say(at("every record committed; SIGTERM the instances".into()));
-
-    for p in &live {
-        p.signal("-TERM")?;
-    }
-    for p in live {
-        let (status, out, tail, p) = p.wait_exit(Duration::from_secs(120)).await?;
-        let counts = summary.instances.entry(p.name.clone()).or_default();
-        let last: serde_json::Value =
-            out.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null);
-        if !status.success() || last["stopped"] != serde_json::Value::Bool(true) {
-            counts.end = "failed".into();
-            return Err(format!("instance {} did not stop cleanly ({status}): {last}\n{tail}", p.name).into());
-        }
-        counts.end = "retired".into();
-        counts.adoptions = last["adoptions"].as_u64().unwrap_or_default();
-        // Its own count is exact; the progress line lags by up to a second.
-        counts.emitted += last["emitted"].as_u64().unwrap_or_default();
-        counts.seconds += p.started.elapsed().as_secs_f64();
+        self.summary.seconds = self.started.elapsed().as_secs_f64();
+        self.summary.records_per_second = options.records as f64 / self.summary.seconds;
+        self.say("every record committed; SIGTERM the instances".into());
+        Ok(())
     }
 
-    cluster.wait_stable(&output, Duration::from_secs(30)).await?;
-    let out: Vec<Bytes> = cluster.read_committed(&output).await?.into_iter().filter_map(|(_, _, _, v)| v).collect();
-    summary.input_records = cluster.end_offsets(&input, false).await?.iter().map(|&o| o.max(0) as u64).sum();
-    summary.output_records = out.len() as u64;
-    (summary.duplicates, summary.lost) = check(summary.input_records, &out);
-    let ids = cluster.transactional_ids(&format!("{}-", options.name)).await?;
-    summary.transactional_ids = ids.len();
-    summary.open_transactions =
-        ids.into_iter().filter(|(_, st)| st == "Ongoing" || st.starts_with("Prepare")).map(|(id, _)| id).collect();
-    summary.adoptions = registry
-        .observe()
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((r.prefix, r.adopted_by?)))
-        .filter(|(a, _)| summary.instances.contains_key(a))
-        .collect();
-    Ok(summary)
+    /// Stops the survivors with SIGTERM and adds up what each did: each must stop
+    /// cleanly, with a last JSON summary saying so.
+    async fn retire(&mut self) -> Result<(), BoxError> {
+        for p in &self.live {
+            p.signal("-TERM")?;
+        }
+        for p in std::mem::take(&mut self.live) {
+            let (status, out, tail, p) = p.wait_exit(Duration::from_secs(120)).await?;
+            let counts = self.summary.instances.entry(p.name.clone()).or_default();
+            let last: serde_json::Value =
+                out.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null);
+            if !status.success() || last["stopped"] != serde_json::Value::Bool(true) {
+                counts.end = "failed".into();
+                return Err(format!("instance {} did not stop cleanly ({status}): {last}\n{tail}", p.name).into());
+            }
+            counts.end = "retired".into();
+            counts.adoptions = last["adoptions"].as_u64().unwrap_or_default();
+            // Its own count is exact; the progress line lags by up to a second.
+            counts.emitted += last["emitted"].as_u64().unwrap_or_default();
+            counts.seconds += p.started.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+
+    /// The independent check: the output read_committed against the input, the group's
+    /// transactions left open, and the adoptions the registry records. Returns the
+    /// summary of the run.
+    async fn check_output(self) -> Result<InstancesSummary, BoxError> {
+        let (options, setup, mut summary) = (self.options, self.setup, self.summary);
+        let (cluster, input, output) = (&setup.cluster, &setup.input, &setup.output);
+        cluster.wait_stable(output, Duration::from_secs(30)).await?;
+        let out: Vec<Bytes> = cluster.read_committed(output).await?.into_iter().filter_map(|(_, _, _, v)| v).collect();
+        summary.input_records = cluster.end_offsets(input, false).await?.iter().map(|&o| o.max(0) as u64).sum();
+        summary.output_records = out.len() as u64;
+        (summary.duplicates, summary.lost) = check(summary.input_records, &out);
+        let ids = cluster.transactional_ids(&format!("{}-", options.name)).await?;
+        summary.transactional_ids = ids.len();
+        summary.open_transactions =
+            ids.into_iter().filter(|(_, st)| st == "Ongoing" || st.starts_with("Prepare")).map(|(id, _)| id).collect();
+        summary.adoptions = setup
+            .registry
+            .observe()
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((r.prefix, r.adopted_by?)))
+            .filter(|(a, _)| summary.instances.contains_key(a))
+            .collect();
+        Ok(summary)
+    }
 }

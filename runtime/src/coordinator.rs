@@ -139,18 +139,8 @@ impl Coordinator<'_> {
                         f.acks.insert((node, subtask), state);
                         if f.acks.len() == self.subtasks {
                             let Some(done) = in_flight.take() else { continue };
-                            // An instance beats while its checkpoint commits: a broker
-                            // or store slow to answer must not look like silence (an
-                            // 8 s broker stall got a live instance adopted).
                             let (id, acks, started) = (done.barrier.checkpoint_id, done.acks, done.started);
-                            match self.instance.take() {
-                                Some(i) => {
-                                    let r = i.beating(self.complete(id, acks, started)).await;
-                                    self.instance = Some(i);
-                                    r?;
-                                }
-                                None => self.complete(id, acks, started).await?,
-                            }
+                            self.complete_beating(id, acks, started).await?;
                             last_completed = Some(done.barrier.checkpoint_id);
                             consecutive_failures = 0;
                             retained.push_back(done.barrier.checkpoint_id);
@@ -169,20 +159,8 @@ impl Coordinator<'_> {
                 _ = sleep_until(wake), if wake.is_some() => {
                     match in_flight.take() {
                         Some(f) if Instant::now() >= f.started + self.config.checkpoint_timeout => {
-                            let n = f.barrier.checkpoint_id;
-                            tracing::warn!(checkpoint = n, acks = f.acks.len(), expected = self.subtasks, "checkpoint timed out; aborting it");
-                            self.notify(Control::Aborted(n));
-                            self.metrics.checkpoints(|c| c.aborted += 1);
                             consecutive_failures += 1;
-                            if f.barrier.is_final {
-                                return Err(RuntimeError::Cancelled(format!("the final checkpoint {n} timed out")));
-                            }
-                            if consecutive_failures > self.config.tolerable_checkpoint_failures {
-                                return Err(RuntimeError::Cancelled(format!(
-                                    "{consecutive_failures} consecutive checkpoints failed, more than the {} tolerated",
-                                    self.config.tolerable_checkpoint_failures
-                                )));
-                            }
+                            self.abort_timed_out(&f, consecutive_failures)?;
                             next_trigger = interval.map(|i| Instant::now() + i.max(self.config.min_pause_between_checkpoints));
                         }
                         Some(f) => in_flight = Some(f),
@@ -199,6 +177,50 @@ impl Coordinator<'_> {
                 next_tick = self.instance.as_ref().map(|i| Instant::now() + i.interval());
             }
         }
+    }
+
+    /// Completes checkpoint n (see `complete`). An instance beats while its checkpoint
+    /// commits: a broker or store slow to answer must not look like silence (an 8 s
+    /// broker stall got a live instance adopted).
+    async fn complete_beating(
+        &mut self,
+        n: u64,
+        acks: BTreeMap<(usize, u32), StateItems>,
+        started: Instant,
+    ) -> Result<()> {
+        match self.instance.take() {
+            Some(i) => {
+                let r = i.beating(self.complete(n, acks, started)).await;
+                self.instance = Some(i);
+                r
+            }
+            None => self.complete(n, acks, started).await,
+        }
+    }
+
+    /// Checkpoint `f` timed out: aborts it. The job fails if it was the final checkpoint,
+    /// or if more checkpoints than tolerated failed in a row (`failures`, this one
+    /// included).
+    fn abort_timed_out(&self, f: &InFlight, failures: u32) -> Result<()> {
+        let n = f.barrier.checkpoint_id;
+        tracing::warn!(
+            checkpoint = n,
+            acks = f.acks.len(),
+            expected = self.subtasks,
+            "checkpoint timed out; aborting it"
+        );
+        self.notify(Control::Aborted(n));
+        self.metrics.checkpoints(|c| c.aborted += 1);
+        if f.barrier.is_final {
+            return Err(RuntimeError::Cancelled(format!("the final checkpoint {n} timed out")));
+        }
+        if failures > self.config.tolerable_checkpoint_failures {
+            return Err(RuntimeError::Cancelled(format!(
+                "{failures} consecutive checkpoints failed, more than the {} tolerated",
+                self.config.tolerable_checkpoint_failures
+            )));
+        }
+        Ok(())
     }
 
     /// An instance's heartbeat and look around (decision 0007).

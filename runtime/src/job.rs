@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use shareflow_checkpoint::protocol::RetentionPolicy;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use crate::channel::{Collector, OutEdge, Tagged};
+use crate::channel::{Barrier, Collector, OutEdge, Tagged};
 use crate::config::JobConfig;
 use crate::coordinator::Coordinator;
 use crate::error::{ErrorKind, Result, RuntimeError};
@@ -353,32 +354,14 @@ impl Job {
                     report: report_tx.clone(),
                     metrics: metrics.clone(),
                 };
-                let report = report_tx.clone();
-                match &node.kind {
-                    NodeKind::Source(factory) => {
-                        let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
-                        triggers.push(trigger_tx);
-                        let source = factory(&io.ctx);
-                        handles.push(tokio::spawn(async move {
-                            if let Err(e) = task::run_source(source, trigger_rx, io).await {
-                                let _ = report.send(Report::Failed(e));
-                            }
-                        }));
-                    }
-                    NodeKind::Operator(factory) => {
-                        let op = factory(&io.ctx);
-                        let rx = receivers[i][s as usize]
-                            .take()
-                            .ok_or_else(|| RuntimeError::Internal("receiver taken twice".into()))?;
-                        let edge_of = std::mem::take(&mut input_edge[i][s as usize]);
-                        let inputs = Inputs::new(rx, edge_of.len(), edge_of);
-                        handles.push(tokio::spawn(async move {
-                            if let Err(e) = task::run_operator(op, inputs, io).await {
-                                let _ = report.send(Report::Failed(e));
-                            }
-                        }));
-                    }
-                }
+                let handle = Self::spawn_task(
+                    &node.kind,
+                    io,
+                    &mut receivers[i][s as usize],
+                    &mut input_edge[i][s as usize],
+                    &mut triggers,
+                )?;
+                handles.push(handle);
             }
         }
         drop(report_tx);
@@ -400,23 +383,57 @@ impl Job {
         };
         coordinator.uncommitted.insert(recovered.first_epoch);
         let result = coordinator.run().await;
-        match result {
-            Ok(()) => {
-                for h in handles {
-                    let _ = h.await;
-                }
-                Ok(recovered.restored_from)
+        join_tasks(handles, result.is_err()).await;
+        result.map(|()| recovered.restored_from)
+    }
+
+    /// Spawns the task of one subtask of a node of `kind`: a source gets the channel its
+    /// barriers come through (its sender pushed to `triggers`); an operator takes its
+    /// receiver and the input edges of its inputs.
+    fn spawn_task(
+        kind: &NodeKind,
+        io: TaskIo,
+        receiver: &mut Option<mpsc::Receiver<Tagged>>,
+        input_edge: &mut Vec<usize>,
+        triggers: &mut Vec<mpsc::UnboundedSender<Barrier>>,
+    ) -> Result<JoinHandle<()>> {
+        let report = io.report.clone();
+        let handle = match kind {
+            NodeKind::Source(factory) => {
+                let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+                triggers.push(trigger_tx);
+                let source = factory(&io.ctx);
+                tokio::spawn(async move {
+                    if let Err(e) = task::run_source(source, trigger_rx, io).await {
+                        let _ = report.send(Report::Failed(e));
+                    }
+                })
             }
-            Err(e) => {
-                // As a crash: tasks stop where they are; recovery sorts out the rest.
-                for h in &handles {
-                    h.abort();
-                }
-                for h in handles {
-                    let _ = h.await;
-                }
-                Err(e)
+            NodeKind::Operator(factory) => {
+                let op = factory(&io.ctx);
+                let rx = receiver.take().ok_or_else(|| RuntimeError::Internal("receiver taken twice".into()))?;
+                let edge_of = std::mem::take(input_edge);
+                let inputs = Inputs::new(rx, edge_of.len(), edge_of);
+                tokio::spawn(async move {
+                    if let Err(e) = task::run_operator(op, inputs, io).await {
+                        let _ = report.send(Report::Failed(e));
+                    }
+                })
             }
+        };
+        Ok(handle)
+    }
+}
+
+/// Waits for the tasks to end once the coordinator returned. After a failure they are
+/// aborted first, as in a crash: tasks stop where they are; recovery sorts out the rest.
+async fn join_tasks(handles: Vec<JoinHandle<()>>, failed: bool) {
+    if failed {
+        for h in &handles {
+            h.abort();
         }
+    }
+    for h in handles {
+        let _ = h.await;
     }
 }

@@ -41,6 +41,12 @@ struct InstancePlan {
     restarts: u32,
 }
 
+/// An instance's job and its sources' metrics.
+type InstanceJob = (shareflow_runtime::Job, Arc<SourceMetrics>);
+
+/// How an instance's run ended.
+type InstanceResult = shareflow_runtime::Result<shareflow_runtime::JobReport>;
+
 /// `--instances N` (decision 0007): N instances of the job in this process, in one share
 /// group, with the seeded crashes spread over instances 2..N (which restart); instance 1
 /// dies for good at a manifest and must be adopted; one more instance joins late. A
@@ -56,6 +62,35 @@ pub(super) async fn run_instances(
 ) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
     let checkpoints_url =
         options.checkpoints.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
+    let plans = plan_instances(options);
+    let mut jobs = Vec::new();
+    for p in &plans {
+        let (job, metrics) = instance_job(broker, &checkpoints_url, &p.prefix, &group_config, options, p.restarts)?;
+        job.failpoints().schedule(p.crashes.clone());
+        jobs.push((job, metrics));
+    }
+    let prefixes: Vec<&str> = plans.iter().map(|p| p.prefix.as_str()).collect();
+    let started = Instant::now();
+    let results = run_together(options, broker, &jobs, &prefixes, total).await;
+    let mut seconds = started.elapsed().as_secs_f64();
+    let mut summaries = instance_summaries(&plans, &jobs, &results);
+    // Whatever died after the others were told to stop is adopted by one more instance.
+    let mut late_cost = CrashCost::default();
+    let dead = |i: usize| results.get(i).is_none_or(|r| r.is_err());
+    if orphaned(&prefixes, &broker.transactions().await?, &dead) {
+        let (summary, cost) =
+            adopt_the_last(options, broker, &checkpoints_url, &group_config, &prefixes, &dead).await?;
+        late_cost = cost;
+        summaries.push(summary);
+        seconds = started.elapsed().as_secs_f64();
+    }
+    check_and_summarise(broker, &plans, &jobs, summaries, late_cost, total, seconds).await
+}
+
+/// The plan of `--instances N`: instance 1 dies for good at a manifest after a seeded
+/// number of them, the crash schedule (`--crash-at`, or the seed's) is spread over
+/// instances 2..N, and instance N + 1 joins late.
+fn plan_instances(options: &DemoOptions) -> Vec<InstancePlan> {
     let n = options.instances as usize;
     let schedule: Vec<(String, u32)> = match &options.schedule {
         Some(s) => s.clone(),
@@ -83,21 +118,35 @@ pub(super) async fn run_instances(
         crashes: Vec::new(),
         restarts: 3,
     });
-    let mut jobs = Vec::new();
-    for p in &plans {
-        let (job, metrics) = instance_job(broker, &checkpoints_url, &p.prefix, &group_config, options, p.restarts)?;
-        job.failpoints().schedule(p.crashes.clone());
-        jobs.push((job, metrics));
-    }
+    plans
+}
+
+/// Whether `open` holds an undecided transaction of an instance that is `dead`, or of
+/// none of the instances (`prefixes`, in the order of their jobs).
+fn orphaned(
+    prefixes: &[&str],
+    open: &[shareflow_connector::broker::TransactionInfo],
+    dead: &dyn Fn(usize) -> bool,
+) -> bool {
+    open.iter()
+        .filter(|t| t.state.is_pending())
+        .any(|t| prefixes.iter().position(|p| *p == t.id.prefix()).is_none_or(&dead))
+}
+
+/// Runs the instances' `jobs` at once, the last of them joining late. A watcher prints
+/// progress and stops every live instance once all `total` input records are done and
+/// no dead instance holds an undecided transaction, or as soon as every instance ended.
+/// Returns how each run ended, in the order of `jobs`.
+async fn run_together(
+    options: &DemoOptions,
+    broker: &EmbeddedBroker,
+    jobs: &[InstanceJob],
+    prefixes: &[&str],
+    total: u64,
+) -> Vec<InstanceResult> {
+    let n = options.instances as usize;
     let stops: Vec<_> = jobs.iter().map(|(j, _)| j.stop_handle()).collect();
     let ended: Vec<std::sync::atomic::AtomicBool> = jobs.iter().map(|_| Default::default()).collect();
-    let prefixes: Vec<&str> = plans.iter().map(|p| p.prefix.as_str()).collect();
-    let orphaned = |open: &[shareflow_connector::broker::TransactionInfo], dead: &dyn Fn(usize) -> bool| {
-        open.iter()
-            .filter(|t| t.state.is_pending())
-            .any(|t| prefixes.iter().position(|p| *p == t.id.prefix()).is_none_or(&dead))
-    };
-    let started = Instant::now();
     let join_after = options.interval * 4;
     let runs = futures::future::join_all(jobs.iter().zip(&ended).enumerate().map(|(i, ((job, _), ended))| {
         let late = i == n;
@@ -130,7 +179,7 @@ pub(super) async fn run_instances(
                 continue;
             }
             let Ok(open) = broker.transactions().await else { continue };
-            if !orphaned(&open, &|i| ended[i].load(std::sync::atomic::Ordering::SeqCst)) {
+            if !orphaned(prefixes, &open, &|i| ended[i].load(std::sync::atomic::Ordering::SeqCst)) {
                 break;
             }
         }
@@ -139,9 +188,17 @@ pub(super) async fn run_instances(
         }
     };
     let (results, ()) = tokio::join!(runs, watcher);
-    let mut seconds = started.elapsed().as_secs_f64();
+    results
+}
+
+/// What each planned instance did, from its job and how its run ended.
+fn instance_summaries(
+    plans: &[InstancePlan],
+    jobs: &[InstanceJob],
+    results: &[InstanceResult],
+) -> Vec<InstanceSummary> {
     let mut summaries = Vec::new();
-    for ((plan, (job, metrics)), result) in plans.iter().zip(&jobs).zip(&results) {
+    for ((plan, (job, metrics)), result) in plans.iter().zip(jobs).zip(results) {
         let (attempts, adoptions, outcome) = match result {
             Ok(r) => (r.attempts, r.metrics.checkpoints.instances_adopted, "stopped".to_string()),
             // A run that failed used every attempt its restart strategy allowed.
@@ -157,36 +214,60 @@ pub(super) async fn run_instances(
             outcome,
         });
     }
-    // Whatever died after the others were told to stop is adopted by one more instance.
-    let mut late_cost = CrashCost::default();
-    let dead = |i: usize| results.get(i).is_none_or(|r| r.is_err());
-    if orphaned(&broker.transactions().await?, &dead) {
-        let prefix = format!("demo-{}", n + 2);
-        let (job, metrics) = instance_job(broker, &checkpoints_url, &prefix, &group_config, options, 3)?;
-        let stop = job.stop_handle();
-        let (report, ()) = tokio::join!(job.run(), async {
-            let until = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                if broker.transactions().await.is_ok_and(|open| !orphaned(&open, &dead)) {
-                    break;
-                }
+    summaries
+}
+
+/// Runs one more instance, `demo-{N + 2}`, until no instance that is `dead` holds an
+/// undecided transaction any more (60 s at most), so that it adopts what died after the
+/// others were told to stop. Returns what it did and its crash cost.
+async fn adopt_the_last(
+    options: &DemoOptions,
+    broker: &EmbeddedBroker,
+    checkpoints_url: &str,
+    group_config: &ShareConfig,
+    prefixes: &[&str],
+    dead: &impl Fn(usize) -> bool,
+) -> Result<(InstanceSummary, CrashCost), Box<dyn std::error::Error + Send + Sync>> {
+    let n = options.instances as usize;
+    let prefix = format!("demo-{}", n + 2);
+    let (job, metrics) = instance_job(broker, checkpoints_url, &prefix, group_config, options, 3)?;
+    let stop = job.stop_handle();
+    let (report, ()) = tokio::join!(job.run(), async {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if broker.transactions().await.is_ok_and(|open| !orphaned(prefixes, &open, dead)) {
+                break;
             }
-            stop.stop();
-        });
-        let report = report?;
-        late_cost = CrashCost::of(&job, &metrics);
-        summaries.push(InstanceSummary {
-            prefix,
-            role: "joins to adopt the last",
-            records_emitted: metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
-            crashes: 0,
-            attempts: report.attempts,
-            adoptions: report.metrics.checkpoints.instances_adopted,
-            outcome: "stopped".into(),
-        });
-        seconds = started.elapsed().as_secs_f64();
-    }
+        }
+        stop.stop();
+    });
+    let report = report?;
+    let late_cost = CrashCost::of(&job, &metrics);
+    let summary = InstanceSummary {
+        prefix,
+        role: "joins to adopt the last",
+        records_emitted: metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
+        crashes: 0,
+        attempts: report.attempts,
+        adoptions: report.metrics.checkpoints.instances_adopted,
+        outcome: "stopped".into(),
+    };
+    Ok((summary, late_cost))
+}
+
+/// Checks the output from outside against the `total` input records and sums the run
+/// up: the instances' `summaries`, their crashes and checkpoints, the crash cost of
+/// `jobs` on top of `late_cost`, and the `seconds` it took.
+async fn check_and_summarise(
+    broker: &EmbeddedBroker,
+    plans: &[InstancePlan],
+    jobs: &[InstanceJob],
+    summaries: Vec<InstanceSummary>,
+    late_cost: CrashCost,
+    total: u64,
+    seconds: f64,
+) -> Result<DemoSummary, Box<dyn std::error::Error + Send + Sync>> {
     let mut check: ExactlyOnceReport = check_exactly_once(broker, GROUP, INPUT, OUTPUT, identity).await?;
     if check.produced != total {
         check.violations.push(format!("the input topic holds {} records, not {total}", check.produced));

@@ -126,22 +126,7 @@ impl JournalCore {
         let started = std::time::Instant::now();
         let mut opened = Opened::default();
         let segments = self.list_sized("wal", ".seg").await?;
-        let mut state = fresh;
-        let mut snapshot_lsn = 0;
-        if let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() {
-            let bytes = self.get(&path).await?;
-            opened.snapshot_bytes = bytes.len() as u64;
-            let (version, payload) = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
-            let index;
-            (state, index) = decode_snapshot(version, &payload).map_err(|e| Error::corrupt(&path, e))?;
-            self.check_index(&state, &index, &segments)?;
-            shareflow_share::sync::lock(&self.records).locs = index.into_iter().collect();
-            snapshot_lsn = lsn;
-            if let Ok(mut b) = self.lock() {
-                b.last_snapshot_bytes = bytes.len() as u64;
-                b.last_snapshot_lsn = lsn;
-            }
-        }
+        let (mut state, snapshot_lsn) = self.read_snapshot(&segments, &mut opened).await?.unwrap_or((fresh, 0));
         opened.snapshot_secs = started.elapsed().as_secs_f64();
         let journal_started = std::time::Instant::now();
         let mut next = snapshot_lsn + 1;
@@ -173,33 +158,11 @@ impl JournalCore {
             let mut pos = 0;
             let mut lsn = first;
             while pos < bytes.len() {
-                let frame = match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
-                    Ok(f) => f,
-                    // Only entries after the snapshot can be a torn tail: one it covers
-                    // was durable before it, and a batch of it may be pointed at.
-                    Err(e)
-                        if is_last
-                            && lsn >= next
-                            && is_torn_tail(&bytes[pos..], &e)
-                            && !valid_frame_follows(&bytes[pos..]) =>
-                    {
-                        tracing::warn!(path = %path, offset = pos, error = %e, "torn journal tail; truncating to the last good entry");
-                        truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
-                        if !self.read_only {
-                            self.cut_tail(&path, &bytes, pos).await?;
-                        }
-                        break;
-                    }
-                    Err(e) => {
-                        return Err(Error::corrupt(
-                            &path,
-                            format!(
-                            "journal entry at byte {pos} is damaged ({e}) and is not the torn tail of the last write; \
-                                 refusing to guess. Restore the broker directory from a backup"
-                        ),
-                        ))
-                    }
-                };
+                // Only entries after the snapshot can be a torn tail: one it covers
+                // was durable before it, and a batch of it may be pointed at.
+                let may_be_torn = is_last && lsn >= next;
+                let frame = self.next_frame(&path, &bytes, pos, may_be_torn, &mut truncated_tail).await?;
+                let Some(frame) = frame else { break };
                 let frame_start = pos;
                 pos += frame.len;
                 let (entry_lsn, entry): (Lsn, Entry) = postcard::from_bytes(frame.payload).map_err(|e| {
@@ -244,6 +207,64 @@ impl JournalCore {
         }
         opened.journal_secs = journal_started.elapsed().as_secs_f64();
         Ok(Recovered { state, next_lsn: next, segments: kept, truncated_tail, opened })
+    }
+
+    /// Reads the newest snapshot, if there is one: the state it holds, and its lsn. The
+    /// batch index it carries is checked against `segments`, then installed.
+    async fn read_snapshot(
+        &self,
+        segments: &[(Lsn, Path, u64)],
+        opened: &mut Opened,
+    ) -> Result<Option<(BrokerState, Lsn)>> {
+        let Some((lsn, path)) = self.list("snapshot", ".snap").await?.pop() else { return Ok(None) };
+        let bytes = self.get(&path).await?;
+        opened.snapshot_bytes = bytes.len() as u64;
+        let (version, payload) = snapshot_payload(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+        let (state, index) = decode_snapshot(version, &payload).map_err(|e| Error::corrupt(&path, e))?;
+        self.check_index(&state, &index, segments)?;
+        shareflow_share::sync::lock(&self.records).locs = index.into_iter().collect();
+        if let Ok(mut b) = self.lock() {
+            b.last_snapshot_bytes = bytes.len() as u64;
+            b.last_snapshot_lsn = lsn;
+        }
+        Ok(Some((state, lsn)))
+    }
+
+    /// Decodes the entry frame at `pos` of a segment. A damaged frame that may be a torn
+    /// tail (`may_be_torn`) and is one is cut off (unless read-only) and noted in
+    /// `truncated_tail`: `None`, nothing more to read in this segment. Any other damage
+    /// is corruption.
+    async fn next_frame<'b>(
+        &self,
+        path: &Path,
+        bytes: &'b bytes::Bytes,
+        pos: usize,
+        may_be_torn: bool,
+        truncated_tail: &mut Option<String>,
+    ) -> Result<Option<envelope::Frame<'b>>> {
+        match envelope::decode_frame(ENTRY_MAGIC, FORMAT_VERSION, &bytes[pos..]) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if may_be_torn && is_torn_tail(&bytes[pos..], &e) && !valid_frame_follows(&bytes[pos..]) => {
+                tracing::warn!(
+                    path = %path,
+                    offset = pos,
+                    error = %e,
+                    "torn journal tail; truncating to the last good entry"
+                );
+                *truncated_tail = Some(format!("{path} at byte {pos}: {e}"));
+                if !self.read_only {
+                    self.cut_tail(path, bytes, pos).await?;
+                }
+                Ok(None)
+            }
+            Err(e) => Err(Error::corrupt(
+                path,
+                format!(
+                    "journal entry at byte {pos} is damaged ({e}) and is not the torn tail of the last write; \
+                     refusing to guess. Restore the broker directory from a backup"
+                ),
+            )),
+        }
     }
 
     /// Checks that every batch of a snapshot's state that lies in a segment has its

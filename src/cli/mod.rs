@@ -1,0 +1,26 @@
+//! The commands of the `shareflow` binary, one module each (`main.rs` only dispatches
+//! on the command's name), and what they share: the argument parser ([`args`]), the
+//! usage text ([`usage`]), how an outcome becomes the exit code ([`exit`]) and the
+//! demo's checkpoint root.
+
+pub(crate) mod args;
+pub(crate) mod checkpoints;
+pub(crate) mod crash_at;
+pub(crate) mod demo;
+pub(crate) mod exit;
+pub(crate) mod instances;
+pub(crate) mod produce;
+pub(crate) mod run;
+pub(crate) mod txn;
+pub(crate) mod usage;
+
+/// What a command that needs Kafka says in a build without the `kafka` feature.
+#[cfg(not(feature = "kafka"))]
+pub(crate) const WITHOUT_KAFKA: &str = "this shareflow was built without the kafka feature (--no-default-features); \
+     build it with `cargo build --release` (the feature is on by default), or `cargo build --release --features kafka`";
+
+/// The demo's checkpoint root, the default of the admin commands' `--checkpoints`.
+pub(crate) fn demo_checkpoints() -> String {
+    let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+    format!("file://{cwd}/target/shareflow-demo/checkpoints")
+}
