@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use shareflow::connector::share::AcknowledgementMode;
 use shareflow::runtime::{
-    async_trait, Collector, Operator, Result as JobResult, Source, SourceEvent, StateItems, SubtaskContext,
+    async_trait, CheckpointId, Collector, Operator, Result as JobResult, Source, SourceEvent, StateItems,
+    SubtaskContext,
 };
 
 #[path = "support/demo.rs"]
@@ -121,23 +122,23 @@ impl<S: Source> Source for Marked<S> {
         self.inner.open(ctx, restored).await
     }
 
-    async fn poll_next(&mut self, epoch: u64) -> JobResult<SourceEvent> {
-        let event = self.inner.poll_next(epoch).await?;
+    async fn poll_next(&mut self, checkpoint_id: CheckpointId) -> JobResult<SourceEvent> {
+        let event = self.inner.poll_next(checkpoint_id).await?;
         if matches!(event, SourceEvent::Batch(_)) {
             let _ = self.first.set(Instant::now());
         }
         Ok(event)
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: u64) -> JobResult<StateItems> {
+    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId) -> JobResult<StateItems> {
         self.inner.snapshot_state(checkpoint_id).await
     }
 
-    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> JobResult<()> {
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: CheckpointId) -> JobResult<()> {
         self.inner.notify_checkpoint_complete(checkpoint_id).await
     }
 
-    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> JobResult<()> {
+    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: CheckpointId) -> JobResult<()> {
         self.inner.notify_checkpoint_aborted(checkpoint_id).await
     }
 
@@ -158,15 +159,15 @@ impl<O: Operator> Operator for Marked<O> {
         Ok(())
     }
 
-    async fn snapshot_state(&mut self, checkpoint_id: u64, out: &mut Collector) -> JobResult<StateItems> {
+    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId, out: &mut Collector) -> JobResult<StateItems> {
         self.inner.snapshot_state(checkpoint_id, out).await
     }
 
-    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> JobResult<()> {
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: CheckpointId) -> JobResult<()> {
         self.inner.notify_checkpoint_complete(checkpoint_id).await
     }
 
-    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> JobResult<()> {
+    async fn notify_checkpoint_aborted(&mut self, checkpoint_id: CheckpointId) -> JobResult<()> {
         self.inner.notify_checkpoint_aborted(checkpoint_id).await
     }
 

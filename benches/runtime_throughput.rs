@@ -49,7 +49,7 @@ impl Source for Repeat {
         }
         Ok(())
     }
-    async fn poll_next(&mut self, _epoch: u64) -> Result<SourceEvent> {
+    async fn poll_next(&mut self, _checkpoint_id: u64) -> Result<SourceEvent> {
         if self.left == 0 {
             return Ok(SourceEvent::Finished);
         }

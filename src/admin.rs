@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use shareflow_checkpoint::protocol::decides_commit;
+use shareflow_checkpoint::CheckpointId;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -175,7 +176,7 @@ impl TxnList {
         let txns: Vec<_> =
             broker.transactions().await?.into_iter().filter(|t| t.id.to_string().starts_with(&wanted)).collect();
         // For each prefix, which manifest names which transaction.
-        let mut deciders: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut deciders: BTreeMap<String, BTreeMap<String, CheckpointId>> = BTreeMap::new();
         if let Some(root) = &root {
             for t in &txns {
                 let prefix = t.id.prefix().to_string();
@@ -415,7 +416,7 @@ impl TxnResolve {
 
 /// `checkpoints inspect N`: one checkpoint's manifest, its transactions and state files,
 /// each state file read back and checked against its size and CRC-32C.
-pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: u64, json: bool) -> Result<(), BoxError> {
+pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: CheckpointId, json: bool) -> Result<(), BoxError> {
     let store = shareflow::checkpoint::CheckpointStore::from_url(url, &[], job)?;
     let manifest = store.read_manifest(id).await.map_err(|e| {
         format!("checkpoint {id} of job {job} under {url}: {e} (list them with `shareflow checkpoints`)")
@@ -494,7 +495,13 @@ pub(crate) enum Explicit {
 /// The rule of an explicit decision is recovery's ([`decides_commit`], under
 /// `plan_recovery`): T(n) commits iff a complete checkpoint `restored` >= n exists.
 /// Against that rule only `--force` acts.
-pub(crate) fn explicit_decision(op: TxnOp, id: &str, n: u64, restored: Option<u64>, force: bool) -> Explicit {
+pub(crate) fn explicit_decision(
+    op: TxnOp,
+    id: &str,
+    n: CheckpointId,
+    restored: Option<CheckpointId>,
+    force: bool,
+) -> Explicit {
     let decided = decides_commit(restored, n);
     match (op, decided, force) {
         (TxnOp::Commit, true, _) | (TxnOp::Abort, false, _) => Explicit::Do { op, forced: false },

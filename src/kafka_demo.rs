@@ -114,7 +114,7 @@ pub(crate) struct KafkaDemoSummary {
     pub(crate) duplicates: u64,
     /// Input records missing from the output.
     pub(crate) lost: u64,
-    /// Records replayed from the log (epochs that never committed).
+    /// Records replayed from the log (checkpoints that never committed).
     pub(crate) replayed: u64,
     /// Redeliveries the ledger skipped.
     pub(crate) skipped: u64,

@@ -139,7 +139,7 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
             ),
         )
         .operator("stall", Some(record_schema()), move |ctx: &shareflow::runtime::SubtaskContext| {
-            Stall(ctx.first_epoch, Duration::from_millis(600), stalled.clone())
+            Stall(ctx.first_checkpoint_id, Duration::from_millis(600), stalled.clone())
         })
         .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
         .participant(txns.clone());

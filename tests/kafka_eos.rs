@@ -72,7 +72,7 @@ async fn output_of_t_n_is_visible_only_once_it_commits() {
     p.abort(&t2).await.expect("abort");
     assert_eq!(committed(&c, &out).await, 10, "aborted output never shows");
     // The ledger holds the commit of epoch 1 only.
-    let committed = p.committed_epochs().await.expect("ledger");
+    let committed = p.committed_checkpoints().await.expect("ledger");
     assert_eq!(committed.into_iter().collect::<Vec<_>>(), vec![1]);
     let err = p.send(9, records(&out, 1)).await.expect_err("T(9) was never begun");
     assert!(err.to_string().contains("T(9) is not open"), "{err}");
@@ -274,7 +274,7 @@ async fn a_foreign_record_in_the_ledger_is_a_data_error_naming_its_offset() {
     p.open(&template).await.expect("open");
     let ledger = p.ledger_topic().expect("ledger topic");
     c.produce(&ledger, [(None, Bytes::from_static(b"not a ledger entry"))]).await.expect("produce");
-    let err = p.committed_epochs().await.expect_err("corrupt ledger");
+    let err = p.committed_checkpoints().await.expect_err("corrupt ledger");
     assert_eq!(err.kind(), ErrorKind::Data, "{err}");
     assert!(err.to_string().contains(&format!("{ledger} partition 0 offset 0")), "{err}");
 }

@@ -81,7 +81,7 @@ pub enum CheckpointError {
         /// The manifest path.
         path: String,
         /// The checkpoint id.
-        checkpoint_id: u64,
+        checkpoint_id: crate::CheckpointId,
     },
     /// The instance was adopted by another one after it fell silent; its transactions
     /// are decided by the adopter, so it may never start again under this prefix.

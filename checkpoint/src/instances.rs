@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::envelope::{self, Magic};
 use crate::error::{CheckpointError, Result};
 use crate::protocol::InstanceView;
+use crate::CheckpointId;
 
 /// The registry's directory under the checkpoint root. Job ids may not start with `_`,
 /// so no job's checkpoints can land here.
@@ -48,7 +49,7 @@ pub struct Heartbeat {
     /// Beats of that incarnation so far.
     pub beat: u64,
     /// The newest checkpoint the instance completed, if any.
-    pub checkpoint_id: Option<u64>,
+    pub checkpoint_id: Option<CheckpointId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,7 +59,7 @@ struct Claim {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Plan {
-    restored: Option<u64>,
+    restored: Option<CheckpointId>,
 }
 
 /// Everything the registry holds about one instance.
@@ -77,7 +78,7 @@ pub struct InstanceRecord {
     pub adopted_by: Option<String>,
     /// The checkpoint its adopter decided from (`Some(None)`: it had no complete
     /// checkpoint, so every transaction of it aborts).
-    pub adoption_plan: Option<Option<u64>>,
+    pub adoption_plan: Option<Option<CheckpointId>>,
     /// The adoption finished.
     pub adoption_done: bool,
 }
@@ -230,7 +231,13 @@ impl InstanceRegistry {
     /// Writes a heartbeat for `incarnation` of `prefix`. Fails with
     /// [`CheckpointError::InstanceFenced`] if a newer incarnation started or an adoption
     /// was claimed: the caller must stop.
-    pub async fn heartbeat(&self, prefix: &str, incarnation: u64, beat: u64, checkpoint_id: Option<u64>) -> Result<()> {
+    pub async fn heartbeat(
+        &self,
+        prefix: &str,
+        incarnation: u64,
+        beat: u64,
+        checkpoint_id: Option<CheckpointId>,
+    ) -> Result<()> {
         self.record(prefix).await?.ensure_current(incarnation)?;
         self.write_heartbeat(prefix, Heartbeat { incarnation, beat, checkpoint_id }).await
     }
@@ -270,7 +277,7 @@ impl InstanceRegistry {
     /// Records the checkpoint the adoption of `prefix` decides from, unless one was
     /// recorded already; returns the recorded one. Decided once, so an adopter that
     /// resumes never decides from a manifest the adopted instance wrote later.
-    pub async fn record_plan(&self, prefix: &str, restored: Option<u64>) -> Result<Option<u64>> {
+    pub async fn record_plan(&self, prefix: &str, restored: Option<CheckpointId>) -> Result<Option<CheckpointId>> {
         let path = self.path(prefix, PLAN);
         if self.create(&path, encode("plan", &Plan { restored })?).await? {
             return Ok(restored);

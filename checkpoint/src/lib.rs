@@ -16,6 +16,8 @@
 //! - [`CheckpointStore`]: the I/O edge: write state, publish manifests, recover, collect
 //!   garbage, savepoints, and inspection.
 //! - [`open_url`]: `memory://`, `file://`, `s3://` (and `gs://`, `az://` by feature).
+//! - [`CheckpointId`]: the id of a checkpoint, one name and one type from the
+//!   coordinator to the sinks.
 //! - [`TransactionId`]: `{groupId}-{prefix}-{checkpointId}`, the one transaction that
 //!   commits a checkpoint of a job instance.
 //!
@@ -64,5 +66,5 @@ pub use store::{
     inline_choice, now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint,
     DEFAULT_INLINE_LIMIT, MAX_INLINE_LIMIT, SHARED_STATE_LIMIT,
 };
-pub use txn_id::{validate_group_id, validate_prefix, TransactionId};
+pub use txn_id::{validate_group_id, validate_prefix, CheckpointId, TransactionId};
 pub use url::{open_url, S3_OPTIONS};

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::envelope::{self, Magic};
 use crate::error::{CheckpointError, Result};
+use crate::CheckpointId;
 
 /// Magic of manifest files.
 pub const MANIFEST_MAGIC: Magic = Magic(*b"SFCM");
@@ -73,7 +74,7 @@ struct StateFileRefV1 {
 #[derive(Deserialize)]
 struct ManifestV1 {
     job_id: String,
-    checkpoint_id: u64,
+    checkpoint_id: CheckpointId,
     created_at_ms: u64,
     state_files: Vec<StateFileRefV1>,
     transactions: Vec<TransactionRecord>,
@@ -129,7 +130,7 @@ pub struct Manifest {
     /// Job id.
     pub job_id: String,
     /// Checkpoint id.
-    pub checkpoint_id: u64,
+    pub checkpoint_id: CheckpointId,
     /// Creation time, ms since the Unix epoch.
     pub created_at_ms: u64,
     /// Every state file of the checkpoint.

@@ -14,6 +14,7 @@
 use object_store::path::Path;
 
 use crate::error::{CheckpointError, Result};
+use crate::CheckpointId;
 
 /// File name of a manifest.
 pub const MANIFEST_NAME: &str = "_metadata";
@@ -55,12 +56,12 @@ pub enum CheckpointKey {
     /// A checkpoint's manifest.
     Manifest {
         /// Checkpoint id.
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
     },
     /// A checkpoint's state file.
     State {
         /// Checkpoint id.
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
         /// Operator name.
         operator: String,
         /// Subtask index.
@@ -69,12 +70,12 @@ pub enum CheckpointKey {
     /// A checkpoint's shared state object ([`SHARED_STATE_NAME`]).
     SharedState {
         /// Checkpoint id.
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
     },
     /// A checkpoint's tombstone: recovery aborted its transactions.
     Aborted {
         /// Checkpoint id.
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
     },
     /// Anything under a savepoint.
     Savepoint {
@@ -139,17 +140,17 @@ impl CheckpointPaths {
     }
 
     /// The directory of checkpoint `n`.
-    pub fn checkpoint_dir(&self, checkpoint_id: u64) -> Path {
+    pub fn checkpoint_dir(&self, checkpoint_id: CheckpointId) -> Path {
         self.job.clone().join(format!("chk-{checkpoint_id:020}"))
     }
 
     /// The manifest of checkpoint `n`: its commit decision.
-    pub fn manifest(&self, checkpoint_id: u64) -> Path {
+    pub fn manifest(&self, checkpoint_id: CheckpointId) -> Path {
         self.checkpoint_dir(checkpoint_id).join(MANIFEST_NAME)
     }
 
     /// The tombstone of checkpoint `n` ([`ABORTED_NAME`]).
-    pub fn aborted_marker(&self, checkpoint_id: u64) -> Path {
+    pub fn aborted_marker(&self, checkpoint_id: CheckpointId) -> Path {
         self.checkpoint_dir(checkpoint_id).join(ABORTED_NAME)
     }
 
@@ -160,12 +161,12 @@ impl CheckpointPaths {
     }
 
     /// The state of one operator subtask in checkpoint `n`.
-    pub fn state_file(&self, checkpoint_id: u64, operator: &str, subtask: u32) -> Result<Path> {
+    pub fn state_file(&self, checkpoint_id: CheckpointId, operator: &str, subtask: u32) -> Result<Path> {
         Ok(self.checkpoint_dir(checkpoint_id).join(Self::state_file_name(operator, subtask)?))
     }
 
     /// The shared state object of checkpoint `n` ([`SHARED_STATE_NAME`]).
-    pub fn shared_state(&self, checkpoint_id: u64) -> Path {
+    pub fn shared_state(&self, checkpoint_id: CheckpointId) -> Path {
         self.checkpoint_dir(checkpoint_id).join(SHARED_STATE_NAME)
     }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::manifest::Manifest;
 use crate::paths::{CheckpointPaths, SHARED_STATE_NAME};
+use crate::CheckpointId;
 
 /// What a checkpoint's manifest looked like when observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub enum ManifestStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedCheckpoint {
     /// Checkpoint id.
-    pub checkpoint_id: u64,
+    pub checkpoint_id: CheckpointId,
     /// The manifest.
     pub manifest: ManifestStatus,
     /// State files present: file name -> size.
@@ -41,7 +42,7 @@ pub struct Observed {
     /// Checkpoints found, in any order.
     pub checkpoints: Vec<ObservedCheckpoint>,
     /// Checkpoints whose state failed checksum verification while restoring, with why.
-    pub failed_verification: BTreeMap<u64, String>,
+    pub failed_verification: BTreeMap<CheckpointId, String>,
 }
 
 /// How many checkpoints to keep, and which must never be deleted.
@@ -50,7 +51,7 @@ pub struct RetentionPolicy {
     /// Complete checkpoints to keep (at least 1).
     pub retain: usize,
     /// Checkpoints that a PREPARE transaction still needs.
-    pub protected: BTreeSet<u64>,
+    pub protected: BTreeSet<CheckpointId>,
 }
 
 impl Default for RetentionPolicy {
@@ -100,16 +101,16 @@ pub struct RecoveryPlan {
     /// The restore point.
     pub decision: RecoveryDecision,
     /// Checkpoints to delete, oldest first.
-    pub collect: Vec<(u64, CollectReason)>,
+    pub collect: Vec<(CheckpointId, CollectReason)>,
     /// Corrupt checkpoints newer than the restore point, skipped, with the reason; oldest first.
-    pub skipped: Vec<(u64, String)>,
+    pub skipped: Vec<(CheckpointId, String)>,
     /// The smallest checkpoint id not seen anywhere: the next one to use.
-    pub next_checkpoint_id: u64,
+    pub next_checkpoint_id: CheckpointId,
 }
 
 impl RecoveryPlan {
     /// The restored checkpoint id, if any.
-    pub fn restored_id(&self) -> Option<u64> {
+    pub fn restored_id(&self) -> Option<CheckpointId> {
         match &self.decision {
             RecoveryDecision::Fresh => None,
             RecoveryDecision::Restore(m) => Some(m.checkpoint_id),
@@ -118,7 +119,7 @@ impl RecoveryPlan {
 }
 
 /// Classifies one observed checkpoint.
-pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, String>) -> CheckpointStatus {
+pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<CheckpointId, String>) -> CheckpointStatus {
     let manifest = match &c.manifest {
         ManifestStatus::Missing => return CheckpointStatus::Incomplete,
         ManifestStatus::Aborted => return CheckpointStatus::Aborted,
@@ -182,7 +183,7 @@ pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<u64, Stri
 pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
     let mut sorted: Vec<&ObservedCheckpoint> = observed.checkpoints.iter().collect();
     sorted.sort_by_key(|c| std::cmp::Reverse(c.checkpoint_id));
-    let statuses: Vec<(u64, CheckpointStatus)> =
+    let statuses: Vec<(CheckpointId, CheckpointStatus)> =
         sorted.iter().map(|c| (c.checkpoint_id, classify(c, &observed.failed_verification))).collect();
 
     let restore =
@@ -193,7 +194,7 @@ pub fn resolve(observed: &Observed, policy: &RetentionPolicy) -> RecoveryPlan {
             }
         });
     let restored_id = restore.as_ref().map(|m| m.checkpoint_id);
-    let mut skipped: Vec<(u64, String)> = statuses
+    let mut skipped: Vec<(CheckpointId, String)> = statuses
         .iter()
         .filter(|(id, _)| restored_id.is_none_or(|r| *id > r))
         .filter_map(|(id, s)| match s {
@@ -239,7 +240,7 @@ pub struct PendingTxn {
     /// Which participant reports it (an index the caller chooses).
     pub participant: usize,
     /// The checkpoint its id names: T(n) has checkpoint id n.
-    pub checkpoint_id: u64,
+    pub checkpoint_id: CheckpointId,
     /// Whether the participant reports it PREPARE.
     pub prepared: bool,
 }
@@ -252,7 +253,7 @@ pub enum TxnAction {
         /// The participant.
         participant: usize,
         /// T(checkpoint_id).
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
     },
     /// A checkpoint decided it, but the participant reports it ONGOING. The manifest is
     /// written only after every participant's prepare returned, so this participant's
@@ -263,7 +264,7 @@ pub enum TxnAction {
         /// The participant.
         participant: usize,
         /// T(checkpoint_id).
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
     },
     /// No complete checkpoint decided it: abort (records are redelivered, staged
     /// output discarded).
@@ -271,13 +272,13 @@ pub enum TxnAction {
         /// The participant.
         participant: usize,
         /// T(checkpoint_id).
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
     },
 }
 
 impl TxnAction {
     /// The checkpoint whose transaction the action is on.
-    pub fn checkpoint_id(&self) -> u64 {
+    pub fn checkpoint_id(&self) -> CheckpointId {
         match *self {
             TxnAction::Commit { checkpoint_id, .. }
             | TxnAction::PrepareAndCommit { checkpoint_id, .. }
@@ -291,7 +292,7 @@ impl TxnAction {
 /// `restored` commits (prepared first if a participant reports it ONGOING), and every
 /// other one aborts. The plan runs in checkpoint-id order; carrying it out is idempotent,
 /// so a recovery that crashes half-way plans and runs again.
-pub fn plan_recovery(restored: Option<u64>, pending: &[PendingTxn]) -> Vec<TxnAction> {
+pub fn plan_recovery(restored: Option<CheckpointId>, pending: &[PendingTxn]) -> Vec<TxnAction> {
     let mut ordered = pending.to_vec();
     ordered.sort_by_key(|t| (t.checkpoint_id, t.participant));
     ordered
@@ -310,7 +311,7 @@ pub fn plan_recovery(restored: Option<u64>, pending: &[PendingTxn]) -> Vec<TxnAc
 /// transaction T(`checkpoint_id`) is decided to commit iff `checkpoint_id <= restored`;
 /// every other pending transaction is decided to abort. `shareflow txn` checks a decision
 /// by hand against the same rule.
-pub fn decides_commit(restored: Option<u64>, checkpoint_id: u64) -> bool {
+pub fn decides_commit(restored: Option<CheckpointId>, checkpoint_id: CheckpointId) -> bool {
     restored.is_some_and(|r| checkpoint_id <= r)
 }
 
@@ -318,7 +319,7 @@ pub fn decides_commit(restored: Option<u64>, checkpoint_id: u64) -> bool {
 /// written, every uncommitted transaction up to it commits, earlier ones included (a
 /// checkpoint that failed left its transaction open, and a later one decides it), in
 /// checkpoint-id order. Later ones stay open.
-pub fn plan_completion(completed: u64, uncommitted: &std::collections::BTreeSet<u64>) -> Vec<u64> {
+pub fn plan_completion(completed: CheckpointId, uncommitted: &BTreeSet<CheckpointId>) -> Vec<CheckpointId> {
     uncommitted.range(..=completed).copied().collect()
 }
 

@@ -18,6 +18,7 @@ use crate::protocol::{
     classify, resolve, CheckpointStatus, ManifestStatus, Observed, ObservedCheckpoint, RecoveryDecision, RecoveryPlan,
     RetentionPolicy,
 };
+use crate::CheckpointId;
 
 /// How a manifest publication ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +51,7 @@ pub struct Recovery {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointInfo {
     /// Checkpoint id.
-    pub checkpoint_id: u64,
+    pub checkpoint_id: CheckpointId,
     /// Complete, incomplete or corrupt.
     pub status: CheckpointStatus,
     /// State files present.
@@ -176,7 +177,7 @@ impl CheckpointStore {
     /// Tombstones checkpoint `checkpoint_id` before recovery aborts its transactions, so
     /// that a manifest a fenced, paused incarnation writes later is never restored (the
     /// model's finding 1, docs/model.md). Create-only and idempotent.
-    pub async fn mark_aborted(&self, checkpoint_id: u64) -> Result<()> {
+    pub async fn mark_aborted(&self, checkpoint_id: CheckpointId) -> Result<()> {
         let path = self.paths.aborted_marker(checkpoint_id);
         let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
         let put = || self.store.put_opts(&path, PutPayload::from_static(b"aborted by recovery"), opts.clone());
@@ -210,7 +211,7 @@ impl CheckpointStore {
     /// retry: the same bytes land at the same key.
     pub async fn write_state(
         &self,
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
         operator: &str,
         subtask: u32,
         payload: &[u8],
@@ -290,7 +291,7 @@ impl CheckpointStore {
         })
     }
 
-    async fn put_create(&self, path: &Path, bytes: Bytes, checkpoint_id: u64) -> Result<Published> {
+    async fn put_create(&self, path: &Path, bytes: Bytes, checkpoint_id: CheckpointId) -> Result<Published> {
         let mut attempt = 1;
         loop {
             let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
@@ -321,7 +322,7 @@ impl CheckpointStore {
     /// manifest.
     pub async fn commit_checkpoint(
         &self,
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
         states: &[(String, u32, Bytes)],
         transactions: Vec<crate::manifest::TransactionRecord>,
         inline_limit: usize,
@@ -348,7 +349,7 @@ impl CheckpointStore {
     /// manifest entries, in the order of `states`.
     pub async fn stage_states(
         &self,
-        checkpoint_id: u64,
+        checkpoint_id: CheckpointId,
         states: &[(String, u32, Bytes)],
         inline_limit: usize,
     ) -> Result<Vec<StateFileRef>> {
@@ -415,7 +416,7 @@ impl CheckpointStore {
     }
 
     /// Reads and decodes the manifest of checkpoint `n`.
-    pub async fn read_manifest(&self, checkpoint_id: u64) -> Result<Manifest> {
+    pub async fn read_manifest(&self, checkpoint_id: CheckpointId) -> Result<Manifest> {
         let path = self.paths.manifest(checkpoint_id);
         Manifest::decode(path.as_ref(), &self.get(&path).await?)
     }
@@ -429,7 +430,7 @@ impl CheckpointStore {
             .try_collect()
             .await
             .map_err(|e| CheckpointError::store("list", &prefix, e))?;
-        let mut by_id: BTreeMap<u64, ObservedCheckpoint> = BTreeMap::new();
+        let mut by_id: BTreeMap<CheckpointId, ObservedCheckpoint> = BTreeMap::new();
         let mut manifests = Vec::new();
         let mut aborted = Vec::new();
         for meta in metas {
@@ -458,7 +459,7 @@ impl CheckpointStore {
                 CheckpointKey::Savepoint { .. } | CheckpointKey::Unknown => {}
             }
         }
-        let read: Vec<(u64, ManifestStatus)> = futures::stream::iter(manifests)
+        let read: Vec<(CheckpointId, ManifestStatus)> = futures::stream::iter(manifests)
             .map(|id| async move {
                 let path = self.paths.manifest(id);
                 let status = match self.get(&path).await {
@@ -588,7 +589,7 @@ impl CheckpointStore {
 
     /// Copies complete checkpoint `n` to the savepoint `name`. Savepoints are never
     /// deleted automatically.
-    pub async fn create_savepoint(&self, name: &str, checkpoint_id: u64) -> Result<Manifest> {
+    pub async fn create_savepoint(&self, name: &str, checkpoint_id: CheckpointId) -> Result<Manifest> {
         let dir = self.paths.savepoint_dir(name)?;
         let manifest = self.read_manifest(checkpoint_id).await?;
         let from = self.paths.checkpoint_dir(checkpoint_id);

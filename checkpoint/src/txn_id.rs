@@ -1,10 +1,24 @@
-//! Transaction ids of the form `{groupId}-{prefix}-{checkpointId}`.
+//! Checkpoint ids, and transaction ids of the form `{groupId}-{prefix}-{checkpointId}`.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CheckpointError as Error, Result};
+
+/// The id of a checkpoint, one name and one type from the coordinator's trigger to the
+/// sinks' commits.
+///
+/// Checkpoint n commits in one transaction per job instance, T(n) =
+/// `{group}-{prefix}-{n}` ([`TransactionId`]). Ids start at 1 and only grow within an
+/// instance (a restart continues above every id seen). In code the one name is
+/// `checkpoint_id` (or `CheckpointId` as a type); "n" appears only in prose and in
+/// formulas such as T(n). It is never called an epoch: in shareflow an epoch is one of
+/// Kafka's (the producer, member, share-fetch session or coordinator epoch).
+///
+/// A type alias rather than a newtype, so code outside the repository that implements
+/// the runtime's operator traits with `u64` keeps compiling.
+pub type CheckpointId = u64;
 
 /// The id of the one transaction that commits checkpoint `checkpoint_id` of a job
 /// instance: `{group_id}-{prefix}-{checkpoint_id}`.
@@ -27,12 +41,12 @@ use crate::error::{CheckpointError as Error, Result};
 pub struct TransactionId {
     group_id: String,
     prefix: String,
-    checkpoint_id: u64,
+    checkpoint_id: CheckpointId,
 }
 
 impl TransactionId {
     /// Builds and validates an id.
-    pub fn new(group_id: impl Into<String>, prefix: impl Into<String>, checkpoint_id: u64) -> Result<Self> {
+    pub fn new(group_id: impl Into<String>, prefix: impl Into<String>, checkpoint_id: CheckpointId) -> Result<Self> {
         let group_id = group_id.into();
         let prefix = prefix.into();
         validate_group_id(&group_id)?;
@@ -40,8 +54,8 @@ impl TransactionId {
         Ok(Self { group_id, prefix, checkpoint_id })
     }
 
-    /// Parses `text`, which must belong to `group_id`: `{group_id}-{prefix}-{n}`, where
-    /// `n` is the last `-` field and the prefix is everything between.
+    /// Parses `text`, which must belong to `group_id`: `{group_id}-{prefix}-{checkpoint_id}`,
+    /// where the checkpoint id is the last `-` field and the prefix is everything between.
     pub fn parse(text: &str, group_id: &str) -> Result<Self> {
         let bad = |part, reason: String| Error::InvalidTransactionId {
             part,
@@ -55,7 +69,7 @@ impl TransactionId {
         let (prefix, checkpoint) =
             rest.rsplit_once('-').ok_or_else(|| bad("prefix", "no '-' between prefix and checkpoint id".into()))?;
         let checkpoint_id = checkpoint
-            .parse::<u64>()
+            .parse::<CheckpointId>()
             .map_err(|_| bad("checkpoint id", format!("{checkpoint:?} is not a non-negative integer")))?;
         Self::new(group_id, prefix, checkpoint_id)
     }
@@ -71,12 +85,12 @@ impl TransactionId {
     }
 
     /// The checkpoint this transaction commits.
-    pub fn checkpoint_id(&self) -> u64 {
+    pub fn checkpoint_id(&self) -> CheckpointId {
         self.checkpoint_id
     }
 
     /// The id of checkpoint `checkpoint_id` of the same group and prefix.
-    pub fn with_checkpoint(&self, checkpoint_id: u64) -> Self {
+    pub fn with_checkpoint(&self, checkpoint_id: CheckpointId) -> Self {
         Self { checkpoint_id, ..self.clone() }
     }
 }

@@ -79,7 +79,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use serde::{Deserialize, Serialize};
 use shareflow_checkpoint::protocol::plan_completion;
-use shareflow_checkpoint::TransactionId;
+use shareflow_checkpoint::{CheckpointId, TransactionId};
 use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{
     ErrorKind, JobMetrics, Participant, PrepareOutcome, RecoveryMarks, Result, RuntimeError, Source, SourceEvent,
@@ -146,7 +146,8 @@ impl StreamOptions {
 pub struct StreamCheckpoint {
     group: String,
     prefix: String,
-    checkpoint_id: u64,
+    checkpoint_id: CheckpointId,
+    /// The fencing epoch ([`fencing_epoch`](Self::fencing_epoch)).
     epoch: u32,
 }
 
@@ -160,8 +161,8 @@ impl StreamCheckpoint {
         Ok(TransactionTemplate::new(&self.group, &self.prefix)?.transaction(self.checkpoint_id))
     }
 
-    /// n.
-    pub fn checkpoint_id(&self) -> u64 {
+    /// The checkpoint id n of the transaction T(n) this handle decides.
+    pub fn checkpoint_id(&self) -> CheckpointId {
         self.checkpoint_id
     }
 
@@ -274,13 +275,13 @@ pub struct ShareStream {
     in_flight: Option<InFlight>,
     /// A batch a poll returned that the caller has not read yet.
     unread: Option<RecordBatch>,
-    /// The open transaction T(epoch).
-    epoch: u64,
+    /// The checkpoint whose transaction, T(checkpoint_id), is open.
+    checkpoint_id: CheckpointId,
     fencing_epoch: u32,
     /// Prepared by a checkpoint, not committed yet.
-    prepared: BTreeSet<u64>,
+    prepared: BTreeSet<CheckpointId>,
     /// The highest checkpoint committed (by `commit` or by the recovery).
-    committed: Option<u64>,
+    committed: Option<CheckpointId>,
     finished: bool,
     /// Why the stream cannot go on, once something failed.
     broken: Option<String>,
@@ -290,7 +291,7 @@ pub struct ShareStream {
 impl fmt::Debug for ShareStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShareStream")
-            .field("transaction", &self.template.transaction(self.epoch).to_string())
+            .field("transaction", &self.template.transaction(self.checkpoint_id).to_string())
             .field("prepared", &self.prepared)
             .field("committed", &self.committed)
             .field("broken", &self.broken)
@@ -379,14 +380,14 @@ impl ShareStream {
         let decided = shareflow_runtime::decide(std::slice::from_ref(&p), &template, restored, marks).await?;
         highest = highest.max(decided.highest.unwrap_or(0));
         p.take_over(&template).await?;
-        let epoch = highest + 1;
-        p.begin(&template.transaction(epoch)).await?;
+        let checkpoint_id = highest + 1;
+        p.begin(&template.transaction(checkpoint_id)).await?;
         let ctx = SubtaskContext {
             job: template.prefix().to_string(),
             operator: NAME.to_string(),
             subtask: 0,
             parallelism: 1,
-            first_epoch: epoch,
+            first_checkpoint_id: checkpoint_id,
             transactions: template.clone(),
             failpoints: Failpoints::new(),
         };
@@ -399,7 +400,7 @@ impl ShareStream {
             source: Some(source),
             in_flight: None,
             unread: None,
-            epoch,
+            checkpoint_id,
             fencing_epoch,
             prepared: BTreeSet::new(),
             committed: restored,
@@ -411,7 +412,7 @@ impl ShareStream {
 
     /// The open transaction, T(n): what the next batches and sends belong to.
     pub fn transaction(&self) -> TransactionId {
-        self.template.transaction(self.epoch)
+        self.template.transaction(self.checkpoint_id)
     }
 
     /// The source's counters (records emitted, redelivered, replayed, ...).
@@ -451,7 +452,7 @@ impl ShareStream {
                 ),
             ));
         }
-        let n = self.epoch;
+        let n = self.checkpoint_id;
         let p = self.backend.participant();
         let result: Result<PrepareOutcome> = async {
             if let Some(source) = self.source.as_mut() {
@@ -475,7 +476,7 @@ impl ShareStream {
             }
         }
         self.prepared.insert(n);
-        self.epoch = n + 1;
+        self.checkpoint_id = n + 1;
         Ok(StreamCheckpoint {
             group: self.template.group_id().to_string(),
             prefix: self.template.prefix().to_string(),
@@ -600,10 +601,10 @@ impl Stream for ShareStream {
                             "share stream polled without its source".into(),
                         ))));
                     };
-                    let epoch = this.epoch;
+                    let checkpoint_id = this.checkpoint_id;
                     this.in_flight.insert(
                         async move {
-                            let event = source.poll_next(epoch).await;
+                            let event = source.poll_next(checkpoint_id).await;
                             (source, event)
                         }
                         .boxed(),

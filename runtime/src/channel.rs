@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::record_batch::RecordBatch;
+use shareflow_checkpoint::CheckpointId;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
@@ -15,7 +16,7 @@ use crate::partition::{split_by_hash, Partitioning};
 /// A checkpoint barrier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Barrier {
-    pub(crate) checkpoint_id: u64,
+    pub(crate) checkpoint_id: CheckpointId,
     /// The last checkpoint: sources end after it.
     pub(crate) is_final: bool,
 }
@@ -52,24 +53,37 @@ pub struct Collector {
     task: String,
     edges: Vec<OutEdge>,
     metrics: Arc<OperatorMetrics>,
-    epoch: u64,
+    checkpoint_id: CheckpointId,
 }
 
 impl Collector {
-    pub(crate) fn new(task: String, edges: Vec<OutEdge>, metrics: Arc<OperatorMetrics>, first_epoch: u64) -> Self {
-        Self { task, edges, metrics, epoch: first_epoch }
+    pub(crate) fn new(
+        task: String,
+        edges: Vec<OutEdge>,
+        metrics: Arc<OperatorMetrics>,
+        first_checkpoint_id: CheckpointId,
+    ) -> Self {
+        Self { task, edges, metrics, checkpoint_id: first_checkpoint_id }
     }
 
-    /// The epoch of the rows being processed: they arrived after barrier `epoch - 1`, so
-    /// they belong to checkpoint `epoch` and their output goes into T(epoch). The runtime
-    /// keeps it; an operator never counts barriers itself.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
+    /// The checkpoint id of the rows being processed: they arrived after barrier
+    /// `checkpoint_id - 1`, so they belong to checkpoint `checkpoint_id` and their output
+    /// goes into T(checkpoint_id). The runtime keeps it; an operator never counts
+    /// barriers itself.
+    pub fn checkpoint_id(&self) -> CheckpointId {
+        self.checkpoint_id
     }
 
-    /// Barrier `checkpoint_id` passed: what comes next belongs to the next epoch.
-    pub(crate) fn barrier_passed(&mut self, checkpoint_id: u64) {
-        self.epoch = checkpoint_id + 1;
+    /// The checkpoint id of the rows being processed: the old name of
+    /// [`checkpoint_id`](Self::checkpoint_id).
+    #[deprecated(note = "renamed checkpoint_id: the checkpoint id of the rows being processed")]
+    pub fn epoch(&self) -> CheckpointId {
+        self.checkpoint_id()
+    }
+
+    /// Barrier `checkpoint_id` passed: what comes next belongs to the next checkpoint.
+    pub(crate) fn barrier_passed(&mut self, checkpoint_id: CheckpointId) {
+        self.checkpoint_id = checkpoint_id + 1;
     }
 
     async fn send(task: &str, metrics: &OperatorMetrics, tx: &mpsc::Sender<Tagged>, tagged: Tagged) -> Result<()> {

@@ -50,7 +50,7 @@ pub mod points {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Broken {
-    /// The coordinator commits T(k) after prepare, before it writes the manifest.
+    /// The coordinator commits T(n) after prepare, before it writes the manifest.
     CommitBeforeManifest,
     /// Recovery aborts every pending transaction, including those a manifest decided.
     RecoveryAbortsDecided,

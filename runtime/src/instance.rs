@@ -11,7 +11,7 @@ use shareflow_checkpoint::instances::{Heartbeat, InstanceRegistry, SilenceTracke
 use shareflow_checkpoint::protocol::{
     held_prefixes, plan_adoption, plan_recovery, resolve, AdoptionStep, PendingTxn, RetentionPolicy, TxnAction,
 };
-use shareflow_checkpoint::CheckpointStore;
+use shareflow_checkpoint::{CheckpointId, CheckpointStore};
 
 use crate::config::InstanceConfig;
 use crate::error::{Result, RuntimeError};
@@ -64,7 +64,7 @@ impl Instance {
         Ok(())
     }
 
-    fn next_beat(&self, checkpoint_id: Option<u64>) -> Heartbeat {
+    fn next_beat(&self, checkpoint_id: Option<CheckpointId>) -> Heartbeat {
         let beat = self.beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         Heartbeat { incarnation: self.incarnation, beat, checkpoint_id }
     }
@@ -106,7 +106,7 @@ impl Instance {
     /// adopts every instance the plan says to.
     pub(crate) async fn tick(
         &mut self,
-        checkpoint_id: Option<u64>,
+        checkpoint_id: Option<CheckpointId>,
         participants: &[Participant],
         metrics: &JobMetrics,
         failpoints: &Failpoints,
@@ -273,7 +273,7 @@ pub async fn resolve_pending(
 /// What carrying out a recovery plan marks besides the participants' transactions.
 #[derive(Debug, Clone, Copy)]
 pub struct RecoveryMarks<'a> {
-    /// The prefix's checkpoints: before T(k) aborts, checkpoint k is tombstoned there, so
+    /// The prefix's checkpoints: before T(n) aborts, checkpoint n is tombstoned there, so
     /// that a manifest a fenced, paused incarnation writes later is never restored. The
     /// Stream API, whose caller keeps its own checkpoint handles, has none.
     pub checkpoints: Option<&'a CheckpointStore>,
@@ -290,7 +290,7 @@ pub struct Decided {
     pub checkpoints: usize,
     /// The highest checkpoint id among the pending transactions it found, if any: a
     /// new attempt begins above it.
-    pub highest: Option<u64>,
+    pub highest: Option<CheckpointId>,
 }
 
 /// The one loop that carries out the recovery half of the commit rules
@@ -301,7 +301,7 @@ pub struct Decided {
 pub async fn decide(
     participants: &[Participant],
     template: &TransactionTemplate,
-    restored: Option<u64>,
+    restored: Option<CheckpointId>,
     marks: RecoveryMarks<'_>,
 ) -> Result<Decided> {
     let RecoveryMarks { checkpoints, metrics, mid } = marks;
@@ -325,7 +325,7 @@ pub async fn decide(
     } else {
         plan
     };
-    let decided: BTreeSet<u64> = plan.iter().map(TxnAction::checkpoint_id).collect();
+    let decided: BTreeSet<CheckpointId> = plan.iter().map(TxnAction::checkpoint_id).collect();
     for (i, action) in plan.into_iter().enumerate() {
         let (index, commit, prepare) = match action {
             TxnAction::Commit { participant, .. } => (participant, true, false),

@@ -11,9 +11,10 @@
 //!   process batches, snapshot at barriers, hear about completed and aborted
 //!   checkpoints.
 //! - Transactional resources implement [`TransactionParticipant`]: each checkpoint n
-//!   has one transaction T(n) = `{group}-{prefix}-{n}`, begun before epoch n, prepared
-//!   once every subtask has acknowledged barrier n, decided by the manifest, committed
-//!   on completion; recovery commits what a manifest decided and aborts the rest.
+//!   ([`CheckpointId`]) has one transaction T(n) = `{group}-{prefix}-{n}`, begun before
+//!   the rows of checkpoint n, prepared once every subtask has acknowledged barrier n,
+//!   decided by the manifest, committed on completion; recovery commits what a manifest
+//!   decided and aborts the rest.
 //! - A failed task cancels the job, which restarts from the newest complete checkpoint
 //!   under its [`RestartStrategy`].
 //!
@@ -75,4 +76,5 @@ pub use operator::{
 };
 pub use partition::Partitioning;
 pub use shareflow_checkpoint as checkpoint;
+pub use shareflow_checkpoint::CheckpointId;
 pub use spec::{OperatorFactory, SourceFactory};

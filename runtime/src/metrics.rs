@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use shareflow_checkpoint::CheckpointId;
+
 /// A latency histogram with power-of-two millisecond buckets.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
@@ -179,7 +181,7 @@ pub struct CheckpointMetrics {
     /// State bytes of the last completed checkpoint.
     pub last_size_bytes: u64,
     /// Id of the last completed checkpoint.
-    pub last_completed_id: Option<u64>,
+    pub last_completed_id: Option<CheckpointId>,
     /// Transactions committed.
     pub transactions_committed: u64,
     /// Transactions aborted (recovery, refused prepare).

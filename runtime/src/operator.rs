@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
-use shareflow_checkpoint::TransactionId;
+use shareflow_checkpoint::{CheckpointId, TransactionId};
 
 use crate::channel::Collector;
 use crate::error::Result;
@@ -27,9 +27,9 @@ pub struct SubtaskContext {
     pub subtask: u32,
     /// The operator's parallelism.
     pub parallelism: u32,
-    /// The first epoch this attempt processes: data before barrier `first_epoch` belongs
-    /// to checkpoint `first_epoch`.
-    pub first_epoch: u64,
+    /// The first checkpoint this attempt processes: data before barrier
+    /// `first_checkpoint_id` belongs to checkpoint `first_checkpoint_id`.
+    pub first_checkpoint_id: CheckpointId,
     /// The job's transaction id template: `transaction(n)` is T(n).
     pub transactions: TransactionTemplate,
     /// The failpoints of the job (tests arm them).
@@ -56,7 +56,7 @@ impl TransactionTemplate {
     }
 
     /// T(n).
-    pub fn transaction(&self, checkpoint_id: u64) -> TransactionId {
+    pub fn transaction(&self, checkpoint_id: CheckpointId) -> TransactionId {
         self.base.with_checkpoint(checkpoint_id)
     }
 
@@ -87,20 +87,20 @@ pub trait Operator: Send + 'static {
     /// Processes one batch from input `input` (0 for single-input operators).
     async fn process_batch(&mut self, batch: RecordBatch, input: usize, out: &mut Collector) -> Result<()>;
 
-    /// Barrier n arrived on every input: everything of epoch n has been processed.
+    /// Barrier n arrived on every input: every row of checkpoint n has been processed.
     /// Flush what must be durable for n and return the state to store.
-    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, _out: &mut Collector) -> Result<StateItems> {
         Ok(Vec::new())
     }
 
     /// Checkpoint n completed; covers every earlier checkpoint too.
-    async fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+    async fn notify_checkpoint_complete(&mut self, _checkpoint_id: CheckpointId) -> Result<()> {
         Ok(())
     }
 
-    /// Checkpoint n was aborted (timeout, decline, failure). Its epoch's data will be
-    /// committed by the next checkpoint that completes.
-    async fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+    /// Checkpoint n was aborted (timeout, decline, failure). Its rows will be committed
+    /// by the next checkpoint that completes.
+    async fn notify_checkpoint_aborted(&mut self, _checkpoint_id: CheckpointId) -> Result<()> {
         Ok(())
     }
 
@@ -128,19 +128,20 @@ pub trait Source: Send + 'static {
     /// Called once per attempt, with this subtask's share of the restored state.
     async fn open(&mut self, ctx: &SubtaskContext, restored: StateItems) -> Result<()>;
 
-    /// The next batch, or idle, or finished.
-    async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent>;
+    /// The next batch, or idle, or finished. `checkpoint_id` is the checkpoint the rows
+    /// it returns belong to.
+    async fn poll_next(&mut self, checkpoint_id: CheckpointId) -> Result<SourceEvent>;
 
-    /// Barrier n is being emitted: everything of epoch n was emitted. Return the state.
-    async fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<StateItems>;
+    /// Barrier n is being emitted: every row of checkpoint n was emitted. Return the state.
+    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId) -> Result<StateItems>;
 
     /// Checkpoint n completed; covers every earlier checkpoint too.
-    async fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+    async fn notify_checkpoint_complete(&mut self, _checkpoint_id: CheckpointId) -> Result<()> {
         Ok(())
     }
 
     /// Checkpoint n was aborted.
-    async fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+    async fn notify_checkpoint_aborted(&mut self, _checkpoint_id: CheckpointId) -> Result<()> {
         Ok(())
     }
 
@@ -170,9 +171,9 @@ pub enum PrepareOutcome {
 }
 
 /// A job-level transactional resource: one transaction T(n) per checkpoint, shared by
-/// all subtasks. The coordinator begins T(n) before epoch n starts, prepares it once
-/// every subtask has acknowledged barrier n, writes the manifest (the decision), then
-/// commits. Every call must be idempotent by transaction id.
+/// all subtasks. The coordinator begins T(n) before the rows of checkpoint n flow,
+/// prepares it once every subtask has acknowledged barrier n, writes the manifest (the
+/// decision), then commits. Every call must be idempotent by transaction id.
 #[async_trait]
 pub trait TransactionParticipant: Send + Sync + 'static {
     /// A name for logs and the manifest.
@@ -231,7 +232,7 @@ pub trait TransactionParticipant: Send + Sync + 'static {
 
     /// The highest checkpoint id of any transaction of this group and prefix, decided or
     /// not, so that a restarted job never reuses an id (a decided id cannot begin again).
-    async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<u64>> {
+    async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<CheckpointId>> {
         Ok(None)
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
+use shareflow_checkpoint::CheckpointId;
 use tokio::sync::mpsc;
 
 use crate::channel::{Barrier, Collector, Message, Tagged};
@@ -16,14 +17,14 @@ use crate::operator::{Operator, Source, SourceEvent, StateItems, SubtaskContext}
 /// Coordinator -> task.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Control {
-    Complete(u64),
-    Aborted(u64),
+    Complete(CheckpointId),
+    Aborted(CheckpointId),
 }
 
 /// Task -> coordinator.
 #[derive(Debug)]
 pub(crate) enum Report {
-    Ack { checkpoint_id: u64, node: usize, subtask: u32, state: StateItems },
+    Ack { checkpoint_id: CheckpointId, node: usize, subtask: u32, state: StateItems },
     SourceFinished,
     Finished,
     Failed(RuntimeError),
@@ -235,7 +236,7 @@ pub(crate) async fn run_source(
             }
             continue;
         }
-        match source.poll_next(io.out.epoch()).await? {
+        match source.poll_next(io.out.checkpoint_id()).await? {
             SourceEvent::Batch(batch) => {
                 io.metrics.add_rows_in(batch.num_rows() as u64);
                 io.out.emit(batch).await?;

@@ -10,7 +10,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use async_trait::async_trait;
 use bytes::Bytes;
-use shareflow_checkpoint::TransactionId;
+use shareflow_checkpoint::{CheckpointId, TransactionId};
 
 use crate::channel::Collector;
 use crate::error::{Result, RuntimeError};
@@ -124,7 +124,7 @@ impl Source for SequenceSource {
         Ok(())
     }
 
-    async fn poll_next(&mut self, _epoch: u64) -> Result<SourceEvent> {
+    async fn poll_next(&mut self, _checkpoint_id: CheckpointId) -> Result<SourceEvent> {
         for _ in 0..self.owned.len() {
             let i = self.cursor % self.owned.len();
             self.cursor = self.cursor.wrapping_add(1);
@@ -142,7 +142,7 @@ impl Source for SequenceSource {
         Ok(SourceEvent::Finished)
     }
 
-    async fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId) -> Result<StateItems> {
         self.owned
             .iter()
             .map(|s| postcard::to_allocvec(s).map(Bytes::from))
@@ -301,7 +301,7 @@ pub struct CollectSinkOperator {
 #[async_trait]
 impl Operator for CollectSinkOperator {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let txn = self.template.transaction(out.epoch());
+        let txn = self.template.transaction(out.checkpoint_id());
         let mut s = self.sink.lock();
         if s.decided.contains_key(&txn) {
             return Err(RuntimeError::Internal(format!("write into decided transaction {txn}")));
@@ -310,7 +310,7 @@ impl Operator for CollectSinkOperator {
         Ok(())
     }
 
-    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, _out: &mut Collector) -> Result<StateItems> {
         Ok(Vec::new())
     }
 }

@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::manifest::{Manifest, ParticipantState, TransactionRecord};
 use crate::protocol::{CheckpointStatus, CollectReason, RetentionPolicy};
-use crate::{envelope, CheckpointPaths, CheckpointStore, ErrorKind, Published};
+use crate::{envelope, CheckpointId, CheckpointPaths, CheckpointStore, ErrorKind, Published};
 
 /// A backend under test.
 #[derive(Debug, Clone)]
@@ -92,17 +92,19 @@ pub async fn inline_and_file_state_restore_together(t: &Target) {
 }
 
 /// Writes a complete checkpoint with two state files.
-pub async fn complete_checkpoint(store: &CheckpointStore, id: u64) -> Manifest {
-    let a = store.write_state(id, "source", 0, format!("source-{id}").as_bytes()).await.expect("write state");
-    let b = store.write_state(id, "sink", 0, format!("sink-{id}").as_bytes()).await.expect("write state");
+pub async fn complete_checkpoint(store: &CheckpointStore, checkpoint_id: CheckpointId) -> Manifest {
+    let source = format!("source-{checkpoint_id}");
+    let sink = format!("sink-{checkpoint_id}");
+    let a = store.write_state(checkpoint_id, "source", 0, source.as_bytes()).await.expect("write state");
+    let b = store.write_state(checkpoint_id, "sink", 0, sink.as_bytes()).await.expect("write state");
     let manifest = Manifest {
         job_id: store.paths().job_id().to_string(),
-        checkpoint_id: id,
-        created_at_ms: 1_000 + id,
+        checkpoint_id,
+        created_at_ms: 1_000 + checkpoint_id,
         state_files: vec![a, b],
         transactions: vec![TransactionRecord {
             participant: "share-source".into(),
-            transaction_id: format!("g-p-{id}"),
+            transaction_id: format!("g-p-{checkpoint_id}"),
             state: ParticipantState::Prepared,
         }],
     };
@@ -111,7 +113,7 @@ pub async fn complete_checkpoint(store: &CheckpointStore, id: u64) -> Manifest {
     manifest
 }
 
-async fn restored_id(store: &CheckpointStore) -> Option<u64> {
+async fn restored_id(store: &CheckpointStore) -> Option<CheckpointId> {
     store.recover(&RetentionPolicy::default()).await.expect("recover").plan.restored_id()
 }
 

@@ -15,8 +15,8 @@ pub const SOURCE_AFTER_POLL: &str = "source.after_poll";
 /// accepted at the share group.
 pub const SOURCE_AFTER_LOCK: &str = "source.after_lock";
 
-/// `sink.after_write`: the output of the epoch is written into T(n), the barrier is not
-/// yet reached.
+/// `sink.after_write`: the output of checkpoint n is written into T(n), the barrier is
+/// not yet reached.
 pub const SINK_AFTER_WRITE: &str = "sink.after_write";
 
 /// Every fault point of the connector.

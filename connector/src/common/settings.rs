@@ -132,7 +132,7 @@ pub struct SourceMetrics {
     pub records_poison: AtomicU64,
     /// Poison records sent to the dead-letter topic (embedded broker).
     pub records_dead_lettered: AtomicU64,
-    /// Records replayed from the log because their epoch never committed (Kafka).
+    /// Records replayed from the log because their checkpoint never committed (Kafka).
     pub records_replayed: AtomicU64,
     /// Redelivered records the ledger already covered: accepted, not processed again
     /// (Kafka).
@@ -184,7 +184,7 @@ impl SourceMetrics {
             ),
             (
                 "shareflow-source-records-replayed-total",
-                "records replayed from the log because their epoch never committed (Kafka)",
+                "records replayed from the log because their checkpoint never committed (Kafka)",
                 &self.records_replayed,
             ),
             (

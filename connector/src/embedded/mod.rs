@@ -3,8 +3,8 @@
 //! that makes the broker's KIP-1289 transaction T(n) part of every checkpoint
 //! ([`BrokerTransactions`]).
 //!
-//! With a transactional share group, the acknowledgements of epoch n and the sink's
-//! output of epoch n join the same T(n) on the same broker, so one commit makes both
+//! With a transactional share group, the acknowledgements of checkpoint n and the sink's
+//! output of checkpoint n join the same T(n) on the same broker, so one commit makes both
 //! visible. The broker itself is [`crate::broker::EmbeddedBroker`].
 
 mod metrics;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{
-    PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
+    CheckpointId, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
 };
 
 use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
@@ -69,8 +69,8 @@ impl TransactionParticipant for BrokerTransactions {
         Some(BrokerTransactions::new(self.broker.clone(), self.timeout))
     }
 
-    /// Takes the prefix: a new epoch fences any older instance and aborts its ONGOING
-    /// transactions.
+    /// Takes the prefix: a new producer epoch fences any older instance and aborts its
+    /// ONGOING transactions.
     /// The transaction timeout must exceed checkpoint interval + checkpoint timeout, or
     /// the broker aborts T(n) before its checkpoint can commit it. (The broker also
     /// refuses a timeout above the group's `share.transaction.timeout.ms` at begin.)
@@ -132,7 +132,7 @@ impl TransactionParticipant for BrokerTransactions {
         self.coordinator()?.abort_transaction(txn).await.map_err(|e| self.err("abort", txn, e))
     }
 
-    async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
+    async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<CheckpointId>> {
         self.broker
             .highest_checkpoint_id(template.group_id(), template.prefix())
             .await

@@ -6,7 +6,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext, TransactionTemplate};
+use shareflow_runtime::{CheckpointId, Collector, Operator, Result, StateItems, SubtaskContext, TransactionTemplate};
 
 use super::BrokerTransactions;
 use crate::broker::EmbeddedBroker;
@@ -15,9 +15,9 @@ use crate::common::{key_values, points};
 use crate::share::{ProducerRecord, ShareTransactionalProducer};
 
 /// Writes each row's `value` (and `key`, if present) to a topic of the embedded broker.
-/// With a [`BrokerTransactions`] participant the output of epoch n goes into T(n) and is
-/// visible to read_committed readers only once checkpoint n commits; without, it is
-/// produced at once (at-least-once pipelines).
+/// With a [`BrokerTransactions`] participant the output of checkpoint n goes into T(n)
+/// and is visible to read_committed readers only once checkpoint n commits; without, it
+/// is produced at once (at-least-once pipelines).
 pub struct TopicSink {
     broker: EmbeddedBroker,
     txns: Option<Arc<BrokerTransactions>>,
@@ -63,7 +63,7 @@ impl Operator for TopicSink {
             .collect();
         match &self.txns {
             Some(txns) => {
-                let handle = txns.handle(self.template.transaction(out.epoch()))?;
+                let handle = txns.handle(self.template.transaction(out.checkpoint_id()))?;
                 txns.coordinator()?.send(&handle, records).await.map_err(|e| runtime_error(&self.task, e))?;
             }
             None => {
@@ -73,7 +73,7 @@ impl Operator for TopicSink {
         self.failpoints.hit(points::SINK_AFTER_WRITE)
     }
 
-    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, _out: &mut Collector) -> Result<StateItems> {
         // Every send already returned durable: nothing to flush for T(n).
         Ok(Vec::new())
     }

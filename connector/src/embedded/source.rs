@@ -2,11 +2,11 @@
 //! of the embedded broker.
 //!
 //! - **Transactional** (exactly-once): every polled record is acknowledged into the
-//!   open epoch's transaction T(n) right away (ACQUIRED -> LOCKED), as ACCEPT, or as
-//!   REJECT when the decoder refuses it. T(n) commits with the checkpoint: the
-//!   acknowledgements and the sinks' output of epoch n become visible in one step.
-//! - **Explicit** (at-least-once, FLIP-573 style): acknowledgements wait per epoch, as
-//!   merged offset ranges, and are sent as ACCEPT when the checkpoint completes;
+//!   transaction T(n) of the open checkpoint n right away (ACQUIRED -> LOCKED), as
+//!   ACCEPT, or as REJECT when the decoder refuses it. T(n) commits with the checkpoint:
+//!   the acknowledgements and the sinks' output of checkpoint n become visible in one step.
+//! - **Explicit** (at-least-once, FLIP-573 style): acknowledgements wait per checkpoint,
+//!   as merged offset ranges, and are sent as ACCEPT when the checkpoint completes;
 //!   meanwhile the locks are renewed. Each is one call for all the ranges, never one
 //!   per record.
 
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
+use shareflow_runtime::{CheckpointId, ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
 use super::BrokerTransactions;
 use crate::broker::{EmbeddedBroker, EmbeddedShareConsumer};
@@ -35,8 +35,8 @@ pub struct ShareGroupSource {
     share: ShareConfig,
     consumer: Option<EmbeddedShareConsumer>,
     ctx: Option<SubtaskContext>,
-    /// Explicit mode: the offset ranges waiting for their checkpoint, per epoch.
-    waiting: BTreeMap<u64, ShareAcknowledgements>,
+    /// Explicit mode: the offset ranges waiting for their checkpoint, per checkpoint id.
+    waiting: BTreeMap<CheckpointId, ShareAcknowledgements>,
     last_renew: tokio::time::Instant,
     rate: RateLimit,
     metrics: Arc<SourceMetrics>,
@@ -94,9 +94,9 @@ impl ShareGroupSource {
         self.share.acknowledgement_mode() == AcknowledgementMode::Transactional
     }
 
-    async fn stage(&mut self, epoch: u64, records: &[Record]) -> Result<Vec<Record>> {
+    async fn stage(&mut self, checkpoint_id: CheckpointId, records: &[Record]) -> Result<Vec<Record>> {
         let ctx = self.ctx.as_ref().ok_or_else(|| RuntimeError::Internal("no context".into()))?;
-        let txn_id = ctx.transactions.transaction(epoch);
+        let txn_id = ctx.transactions.transaction(checkpoint_id);
         let txns = self.txns.clone().ok_or_else(|| RuntimeError::InvalidConfig {
             key: "share.acknowledgement.mode".into(),
             value: "transactional".into(),
@@ -199,7 +199,7 @@ impl Source for ShareGroupSource {
         Ok(())
     }
 
-    async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent> {
+    async fn poll_next(&mut self, checkpoint_id: CheckpointId) -> Result<SourceEvent> {
         if !self.transactional() {
             self.renew_waiting().await?;
         }
@@ -221,11 +221,11 @@ impl Source for ShareGroupSource {
         self.failpoints.hit(points::SOURCE_AFTER_POLL)?;
         self.metrics.count_redelivered(&records);
         let emit = if self.transactional() {
-            let good = self.stage(epoch, &records).await?;
+            let good = self.stage(checkpoint_id, &records).await?;
             self.failpoints.hit(points::SOURCE_AFTER_LOCK)?;
             good
         } else {
-            let waiting = self.waiting.entry(epoch).or_default();
+            let waiting = self.waiting.entry(checkpoint_id).or_default();
             let added = records.iter().try_for_each(|r| {
                 waiting.add(r.topic_partition(), AcknowledgementBatch::new(r.offset, r.offset, AcknowledgeType::Accept))
             });
@@ -241,14 +241,14 @@ impl Source for ShareGroupSource {
         Ok(SourceEvent::Batch(batch))
     }
 
-    /// Nothing to snapshot: T(n) in the broker holds epoch n's acknowledgements, and
+    /// Nothing to snapshot: T(n) in the broker holds checkpoint n's acknowledgements, and
     /// recovery decides it from the manifest (decision 0005).
-    async fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId) -> Result<StateItems> {
         Ok(Vec::new())
     }
 
-    async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
-        // Completing n covers every earlier epoch, even if its notification was lost.
+    async fn notify_checkpoint_complete(&mut self, checkpoint_id: CheckpointId) -> Result<()> {
+        // Completing n covers every earlier checkpoint, even if its notification was lost.
         if !self.transactional() {
             let rest = checkpoint_id.checked_add(1).map(|next| self.waiting.split_off(&next)).unwrap_or_default();
             let done = std::mem::replace(&mut self.waiting, rest);

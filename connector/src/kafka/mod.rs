@@ -5,20 +5,21 @@
 //! cannot join a Kafka transaction. [`KafkaTransactions`] closes the gap (decisions
 //! `kafka-exactly-once.md` and 0008):
 //!
-//! 1. Before a source subtask's records of epoch n go anywhere, it writes an **intent**
+//! 1. Before a source subtask's records of checkpoint n go anywhere, it writes an **intent**
 //!    naming their offsets to the group's intents topic `{group}-intents`, which every
 //!    instance of the group tails. The first intent naming an offset owns it
-//!    ([`Claimant`], `claims.rs`); an epoch that lost a claim aborts at prepare.
+//!    ([`Claimant`], `claims.rs`); a checkpoint that lost a claim aborts at prepare.
 //! 2. T(n) is a Kafka transaction on `{group}-{prefix}-g{generation}-s{n mod K}`: a
 //!    bounded pool of K transactional ids per job attempt, so a new attempt or an
 //!    adopter can fence every id the prefix ever used. The sink writes the output of
-//!    epoch n into it, with a **commit entry** for epoch n in `{group}-{prefix}-ledger`.
+//!    checkpoint n into it, with a **commit entry** for checkpoint n in
+//!    `{group}-{prefix}-ledger`.
 //! 3. The checkpoint manifest decides; T(n) commits on `notify_checkpoint_complete`.
 //!    Only then does the source send the acknowledgements to the share group.
 //! 4. A delivery that any intent names is acknowledged and dropped: its owner commits
 //!    or replays it. An offset owned by a claimant the attempt holds (its own earlier
-//!    generations, or an adopted instance) and not in a committed epoch is replayed from
-//!    the topic's log.
+//!    generations, or an adopted instance) and not in a committed checkpoint is replayed
+//!    from the topic's log.
 //!
 //! A crash between the manifest and the commit leaves T(n) open on the broker; recovery
 //! finds it with DescribeTransactions and commits it by producer id and epoch (EndTxn).

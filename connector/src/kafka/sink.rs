@@ -6,14 +6,14 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{Collector, Operator, Result, StateItems, SubtaskContext};
+use shareflow_runtime::{CheckpointId, Collector, Operator, Result, StateItems, SubtaskContext};
 
 use super::KafkaTransactions;
 use crate::common::{key_values, points};
 
 /// Writes each row's `value` (and `key`, if the batch has one) to a topic.
 ///
-/// The output of epoch n goes into T(n) and becomes visible to read_committed readers
+/// The output of checkpoint n goes into T(n) and becomes visible to read_committed readers
 /// when checkpoint n commits. In at-least-once mode it is written at once and flushed
 /// before checkpoint n completes.
 pub struct KafkaSink {
@@ -49,13 +49,13 @@ impl Operator for KafkaSink {
                 }
             })
             .collect();
-        self.txns.send_records(out.epoch(), records).await?;
+        self.txns.send_records(out.checkpoint_id(), records).await?;
         self.failpoints.hit(points::SINK_AFTER_WRITE)
     }
 
-    async fn snapshot_state(&mut self, _checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
-        // Output of the next epoch goes into the next transaction (the runtime moves the
-        // collector's epoch on); this one is flushed when the checkpoint prepares.
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, _out: &mut Collector) -> Result<StateItems> {
+        // Output of the next checkpoint goes into the next transaction (the runtime moves
+        // the collector's checkpoint id on); this one is flushed when the checkpoint prepares.
         Ok(Vec::new())
     }
 }

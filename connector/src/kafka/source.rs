@@ -3,8 +3,8 @@
 //!
 //! Per poll: records the ledger already names (a redelivery of something this job
 //! processed) are accepted and dropped; the rest get an intent entry in the ledger,
-//! are accepted at the share group, and are emitted in the current epoch. On open, a
-//! subtask first replays its share of the offsets whose epochs never committed.
+//! are accepted at the share group, and are emitted in the current checkpoint. On open,
+//! a subtask first replays its share of the offsets whose checkpoints never committed.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
+use shareflow_runtime::{CheckpointId, ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
 
 use super::ledger::to_ranges;
 use super::ledger::GroupLedger;
@@ -200,7 +200,7 @@ impl Source for KafkaShareSource {
         Ok(())
     }
 
-    async fn poll_next(&mut self, epoch: u64) -> Result<SourceEvent> {
+    async fn poll_next(&mut self, checkpoint_id: CheckpointId) -> Result<SourceEvent> {
         self.rate.throttle().await;
         if self.replay.is_empty() {
             self.take_replay().await?;
@@ -209,7 +209,7 @@ impl Source for KafkaShareSource {
             let n = self.replay.len().min(self.config.max_poll_records);
             let records: Vec<Record> = self.replay.drain(..n).collect();
             let ranges = to_ranges(records.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
-            timed(&self.metrics.intent_wait_nanos, self.txns.write_intent(epoch, self.subtask, ranges)).await?;
+            timed(&self.metrics.intent_wait_nanos, self.txns.write_intent(checkpoint_id, self.subtask, ranges)).await?;
             self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
             self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
             return self.emit(records);
@@ -271,7 +271,7 @@ impl Source for KafkaShareSource {
         }
         let ranges = to_ranges(fresh.iter().map(|r| (r.topic.as_ref(), r.partition, r.offset)));
         let budget = lock / 2 - acquired_after.elapsed().min(lock / 2);
-        let write = tokio::time::timeout(budget, self.txns.write_intent(epoch, self.subtask, ranges));
+        let write = tokio::time::timeout(budget, self.txns.write_intent(checkpoint_id, self.subtask, ranges));
         match timed(&self.metrics.intent_wait_nanos, write).await {
             Ok(r) => r?,
             Err(_) => {
@@ -299,7 +299,7 @@ impl Source for KafkaShareSource {
         self.emit(fresh)
     }
 
-    async fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId) -> Result<StateItems> {
         // Nothing to keep: intents are in the ledger, acknowledgements at the broker.
         // Send the acknowledgements now rather than with the next fetch.
         let task = self.task.clone();

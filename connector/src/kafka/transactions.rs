@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
-use shareflow_checkpoint::TransactionId;
+use shareflow_checkpoint::{CheckpointId, TransactionId};
 use shareflow_runtime::{
     Participant, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
 };
@@ -41,9 +41,9 @@ struct Live {
     prepared: bool,
 }
 
-/// The intents the current attempt wrote for one epoch.
+/// The intents the current attempt wrote for one checkpoint.
 #[derive(Default)]
-struct EpochIntents {
+struct CheckpointIntents {
     ranges: Vec<LedgerRange>,
     /// The highest offset of the intents topic they landed at.
     last_offset: i64,
@@ -63,13 +63,13 @@ pub struct KafkaTransactions {
     generation: Mutex<u32>,
     /// One transactional producer per slot, initialised when the attempt opened.
     slots: Mutex<Vec<Arc<TransactionalProducer>>>,
-    live: Mutex<BTreeMap<u64, Live>>,
-    epochs: Mutex<BTreeMap<u64, EpochIntents>>,
-    /// Open transactions of earlier attempts (or of an adopted prefix), by epoch: the
-    /// slot id that carries each.
-    recovered: Mutex<BTreeMap<u64, String>>,
-    /// The highest epoch the commits topic names (open transactions included).
-    highest_commit: Mutex<Option<u64>>,
+    live: Mutex<BTreeMap<CheckpointId, Live>>,
+    intents: Mutex<BTreeMap<CheckpointId, CheckpointIntents>>,
+    /// Open transactions of earlier attempts (or of an adopted prefix), by checkpoint
+    /// id: the slot id that carries each.
+    recovered: Mutex<BTreeMap<CheckpointId, String>>,
+    /// The highest checkpoint id the commits topic names (open transactions included).
+    highest_commit: Mutex<Option<CheckpointId>>,
     /// At-least-once writes: idempotent, not transactional.
     plain: CachedProducer,
     /// The ledger topics' reads and writes, and the replay reader.
@@ -117,7 +117,7 @@ impl KafkaTransactions {
             generation: Mutex::new(0),
             slots: Mutex::new(Vec::new()),
             live: Mutex::new(BTreeMap::new()),
-            epochs: Mutex::new(BTreeMap::new()),
+            intents: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(BTreeMap::new()),
             highest_commit: Mutex::new(None),
             plain: CachedProducer::new(OUTPUT_LINGER, OUTPUT_BATCH_BYTES),
@@ -187,10 +187,10 @@ impl KafkaTransactions {
         })
     }
 
-    /// Writes records of epoch `epoch` to their topics: into T(epoch) in exactly-once
-    /// mode, idempotently otherwise. Returns once they are queued; the checkpoint waits
-    /// for their acknowledgement before it completes.
-    pub async fn send(&self, epoch: u64, records: Vec<crate::share::ProducerRecord>) -> Result<()> {
+    /// Writes records of checkpoint `checkpoint_id` to their topics: into
+    /// T(checkpoint_id) in exactly-once mode, idempotently otherwise. Returns once they
+    /// are queued; the checkpoint waits for their acknowledgement before it completes.
+    pub async fn send(&self, checkpoint_id: CheckpointId, records: Vec<crate::share::ProducerRecord>) -> Result<()> {
         let records = records
             .into_iter()
             .map(|r| {
@@ -207,19 +207,21 @@ impl KafkaTransactions {
                 k
             })
             .collect();
-        self.send_records(epoch, records).await
+        self.send_records(checkpoint_id, records).await
     }
 
     /// [`send`](Self::send) for records already in the client's form (the sink's path).
-    pub(crate) async fn send_records(&self, epoch: u64, records: Vec<krafka::Record>) -> Result<()> {
+    pub(crate) async fn send_records(&self, checkpoint_id: CheckpointId, records: Vec<krafka::Record>) -> Result<()> {
         if self.config.exactly_once {
-            let slot = lock(&self.live).get(&epoch).map(|l| l.slot).ok_or_else(|| {
-                RuntimeError::Internal(format!("T({epoch}) is not open on kafka; the sink ran ahead of its epoch"))
+            let slot = lock(&self.live).get(&checkpoint_id).map(|l| l.slot).ok_or_else(|| {
+                RuntimeError::Internal(format!(
+                    "T({checkpoint_id}) is not open on kafka; the sink ran ahead of its checkpoint"
+                ))
             })?;
             let producer = self.slot_producer(slot)?;
             let p = &*producer;
-            let handles = enqueue_all(records, &format!(" in T({epoch})"), |r| p.enqueue(r)).await.map_err(rt)?;
-            if let Some(l) = lock(&self.live).get_mut(&epoch) {
+            let handles = enqueue_all(records, &format!(" in T({checkpoint_id})"), |r| p.enqueue(r)).await.map_err(rt)?;
+            if let Some(l) = lock(&self.live).get_mut(&checkpoint_id) {
                 l.handles.extend(handles);
             }
         } else {
@@ -231,19 +233,24 @@ impl KafkaTransactions {
         Ok(())
     }
 
-    /// Durably records that `subtask` processes `ranges` in epoch `epoch`, in the
-    /// group's intents topic. The source acknowledges the records at the share group
-    /// only after this returns.
-    pub async fn write_intent(&self, epoch: u64, subtask: u32, ranges: Vec<LedgerRange>) -> Result<()> {
+    /// Durably records that `subtask` processes `ranges` in checkpoint `checkpoint_id`,
+    /// in the group's intents topic. The source acknowledges the records at the share
+    /// group only after this returns.
+    pub async fn write_intent(
+        &self,
+        checkpoint_id: CheckpointId,
+        subtask: u32,
+        ranges: Vec<LedgerRange>,
+    ) -> Result<()> {
         if ranges.is_empty() {
             return Ok(());
         }
-        let entry = LedgerEntry::Intent { by: self.me()?, epoch, subtask, ranges };
+        let entry = LedgerEntry::Intent { by: self.me()?, checkpoint_id, subtask, ranges };
         let offset = self.log.write(&self.intents_topic()?, &entry).await.map_err(rt)?;
         if let LedgerEntry::Intent { ranges, .. } = entry {
             self.group.cover_own(&ranges);
-            let mut epochs = lock(&self.epochs);
-            let e = epochs.entry(epoch).or_default();
+            let mut intents = lock(&self.intents);
+            let e = intents.entry(checkpoint_id).or_default();
             e.last_offset = e.last_offset.max(offset);
             e.ranges.extend(ranges);
         }
@@ -287,18 +294,18 @@ impl KafkaTransactions {
         Ok(done.map(|c| c.upto))
     }
 
-    /// After a commit of epoch `n`: the note that it committed, and a compaction when
-    /// enough was written since the last. Both run in the background: a lost note only
-    /// delays trimming until the next take-over writes it again.
-    fn after_commit(&self, n: u64) {
+    /// After a commit of checkpoint `checkpoint_id`: the note that it committed, and a
+    /// compaction when enough was written since the last. Both run in the background: a
+    /// lost note only delays trimming until the next take-over writes it again.
+    fn after_commit(&self, checkpoint_id: CheckpointId) {
         let Ok(me) = self.me() else { return };
         let group = self.group.clone();
         let every = i64::try_from(self.config.ledger_summary_every).unwrap_or(i64::MAX);
         let template = lock(&self.template).clone();
         let owner = self.owner;
         tokio::spawn(async move {
-            if let Err(e) = group.write_note(me.clone(), n).await {
-                tracing::warn!(claimant = %me, epoch = n, error = %e, "could not write a commit note");
+            if let Err(e) = group.write_note(me.clone(), checkpoint_id).await {
+                tracing::warn!(claimant = %me, checkpoint = checkpoint_id, error = %e, "could not write a commit note");
                 return;
             }
             if !owner || group.unsummarised_entries() < every {
@@ -311,9 +318,9 @@ impl KafkaTransactions {
         });
     }
 
-    /// The epochs of this job's prefix whose `Commit` entry is visible read_committed,
-    /// with their generations: checkpoints whose T(n) committed.
-    pub async fn committed_epochs(&self) -> Result<BTreeSet<u64>> {
+    /// The checkpoint ids of this job's prefix whose `Commit` entry is visible
+    /// read_committed: checkpoints whose T(n) committed.
+    pub async fn committed_checkpoints(&self) -> Result<BTreeSet<CheckpointId>> {
         let topic = self.ledger_topic()?;
         Ok(self.log.commits(&topic, true).await.map_err(rt)?.into_iter().map(|(_, e, _)| e).collect())
     }
@@ -370,14 +377,14 @@ impl KafkaTransactions {
 
     /// Aborts every open transaction of `template`'s prefix (other than this attempt's)
     /// that never prepared: no checkpoint can cover it, and left open it would hold its
-    /// topics' read_committed readers back. Reports the prepared ones, by epoch, and
-    /// remembers which slot id carries each.
+    /// topics' read_committed readers back. Reports the prepared ones, by checkpoint id,
+    /// and remembers which slot id carries each.
     ///
     /// `read_only` (a dry run of `txn resolve`) fences nothing: what never prepared is
     /// left as it is (opening the prefix aborts it) and not reported.
-    async fn scan_open(&self, template: &TransactionTemplate, read_only: bool) -> Result<Vec<u64>> {
+    async fn scan_open(&self, template: &TransactionTemplate, read_only: bool) -> Result<Vec<CheckpointId>> {
         let commits_topic = commits_topic(template);
-        let mut commits: Option<Vec<(u32, u64, u16)>> = None;
+        let mut commits: Option<Vec<(u32, CheckpointId, u16)>> = None;
         let mut prepared = Vec::new();
         for (id, generation, slot, _) in self.listed(template, &[KafkaTxnState::Ongoing]).await? {
             if self.is_current(template, generation) {
@@ -390,7 +397,7 @@ impl KafkaTransactions {
                         commits = Some(self.log.commits(&commits_topic, false).await.map_err(rt)?);
                     }
                     // The open transaction of a slot is the last one begun on it: its
-                    // commit entry names the highest epoch of that slot.
+                    // commit entry names the highest checkpoint id of that slot.
                     let n = commits
                         .iter()
                         .flatten()
@@ -448,7 +455,7 @@ impl KafkaTransactions {
                     format!(
                         "the broker holds {id} {state} without the commit entry, and this instance did not begin \
                          it: the producer that wrote it is gone with whatever it still held, so it cannot \
-                         prepare. Abort it; its epoch is replayed through the ledger"
+                         prepare. Abort it; its checkpoint's records are replayed through the ledger"
                     ),
                     ErrorKind::Internal,
                 ),
@@ -462,7 +469,7 @@ impl KafkaTransactions {
     /// them again); prepared ones are left to recovery, which commits them if their
     /// checkpoint completed.
     async fn retire_attempt(&self, template: &TransactionTemplate) -> Result<()> {
-        let stale: Vec<(u64, Live)> = std::mem::take(&mut *lock(&self.live)).into_iter().collect();
+        let stale: Vec<(CheckpointId, Live)> = std::mem::take(&mut *lock(&self.live)).into_iter().collect();
         let slots = std::mem::take(&mut *lock(&self.slots));
         let mut keep = BTreeSet::new();
         for (n, l) in stale {
@@ -486,7 +493,7 @@ impl KafkaTransactions {
                 });
             }
         }
-        lock(&self.epochs).clear();
+        lock(&self.intents).clear();
         lock(&self.recovered).clear();
         lock(&self.plain_handles).clear();
         Ok(())

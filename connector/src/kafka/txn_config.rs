@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use shareflow_runtime::TransactionTemplate;
+use shareflow_runtime::{CheckpointId, TransactionTemplate};
 use shareflow_share::Error;
 
 /// The broker config that caps `transaction.timeout.ms`.
@@ -27,7 +27,7 @@ pub struct KafkaTransactionsConfig {
     /// `transaction.timeout.ms` of each T(n). The broker aborts a transaction open this
     /// long, so it must exceed checkpoint interval plus checkpoint timeout, and fit the
     /// broker's `transaction.max.timeout.ms`. A job down longer than this between a
-    /// checkpoint and its commit loses that epoch's output, which the ledger then
+    /// checkpoint and its commit loses that checkpoint's output, which the ledger then
     /// replays.
     pub transaction_timeout: Duration,
     /// K, the transactional ids per attempt: T(n) runs on `{group}-{prefix}-g{generation}-s{n mod K}`.
@@ -91,12 +91,17 @@ pub(crate) fn parse_slot_id(id: &str, template: &TransactionTemplate) -> Option<
     Some((generation.parse().ok()?, slot.parse().ok()?))
 }
 
-/// The slot T(n) runs on, unless a transaction of the attempt still holds it: at most
-/// K consecutive transactions are open at once, so `n mod K` is unique among them.
-pub(crate) fn slot_for(n: u64, slots: u16, open: impl IntoIterator<Item = u64>) -> std::result::Result<u16, u64> {
+/// The slot T(n) runs on (n is `checkpoint_id`), unless a transaction of the attempt
+/// still holds it: at most K consecutive transactions are open at once, so `n mod K` is
+/// unique among them. `Err` names the checkpoint whose transaction holds the slot.
+pub(crate) fn slot_for(
+    checkpoint_id: CheckpointId,
+    slots: u16,
+    open: impl IntoIterator<Item = CheckpointId>,
+) -> std::result::Result<u16, CheckpointId> {
     let k = u64::from(slots.max(1));
-    let slot = n % k;
-    match open.into_iter().find(|&m| m != n && m % k == slot) {
+    let slot = checkpoint_id % k;
+    match open.into_iter().find(|&m| m != checkpoint_id && m % k == slot) {
         Some(m) => Err(m),
         None => Ok(slot as u16),
     }

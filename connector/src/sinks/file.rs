@@ -17,7 +17,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{
-    Collector, ErrorKind, Operator, PendingTransaction, PrepareOutcome, Result, RuntimeError, StateItems,
+    CheckpointId, Collector, ErrorKind, Operator, PendingTransaction, PrepareOutcome, Result, RuntimeError, StateItems,
     SubtaskContext, TransactionParticipant, TransactionTemplate,
 };
 
@@ -188,8 +188,8 @@ impl TransactionParticipant for FileCommitter {
     }
 }
 
-/// One subtask of the file sink: buffers its epoch's batches and stages them as one
-/// Arrow IPC file at the barrier.
+/// One subtask of the file sink: buffers the batches of the open checkpoint and stages
+/// them as one Arrow IPC file at the barrier.
 pub struct FileSink {
     committer: Arc<FileCommitter>,
     template: TransactionTemplate,
@@ -220,8 +220,8 @@ impl Operator for FileSink {
         self.failpoints.hit(crate::common::points::SINK_AFTER_WRITE)
     }
 
-    /// pre_commit: stage the epoch's rows under T(n).
-    async fn snapshot_state(&mut self, checkpoint_id: u64, _out: &mut Collector) -> Result<StateItems> {
+    /// pre_commit: stage the rows of checkpoint n under T(n).
+    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId, _out: &mut Collector) -> Result<StateItems> {
         let batches = std::mem::take(&mut self.buffered);
         let Some(first) = batches.first() else { return Ok(Vec::new()) };
         let mut bytes = Vec::new();

@@ -165,7 +165,7 @@ impl BrokerOptions {
 /// [`close`]: EmbeddedBroker::close
 #[derive(Debug)]
 pub(super) struct DirLock {
-    pub(super) _file: std::fs::File,
+    pub(super) file: std::fs::File,
     /// The canonical directory, as [`HELD_DIRS`] knows it.
     pub(super) dir: std::path::PathBuf,
 }
@@ -173,10 +173,12 @@ pub(super) struct DirLock {
 /// The broker directories this process holds locked right now.
 ///
 /// The OS lock belongs to the open file, and a child process being spawned holds a copy
-/// of every descriptor until its `exec` closes them. So right after a broker in this
-/// process closes, the OS can still say "locked by this pid" for a moment. This set
-/// tells that moment (nobody here holds the directory: wait for the copy to go) from a
-/// live broker of this process (refuse at once).
+/// of every descriptor until its `exec` closes them. So right after a broker closes,
+/// the OS can still say "locked" for a moment. In this process, this set tells that
+/// moment (nobody here holds the directory: wait for the copy to go) from a live broker
+/// (refuse at once). For another process, a closing broker empties the lock file before
+/// it lets go, while a live one always names itself in it: a locked, empty file is
+/// waited for.
 static HELD_DIRS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// How long an open waits for a spawning child's copy of a closed lock to go.
@@ -207,15 +209,15 @@ impl DirLock {
                 Err(std::fs::TryLockError::WouldBlock) => {
                     let mut holder = String::new();
                     let _ = file.rewind().and_then(|_| file.read_to_string(&mut holder));
-                    let holder = match holder.trim() {
-                        "" => "another process".to_string(),
-                        h => h.to_string(),
-                    };
+                    let holder = holder.trim().to_string();
                     let held_here = HELD_DIRS.lock().map(|held| held.contains(&canonical)).unwrap_or(true);
-                    if holder != own || held_here || started.elapsed() >= INHERITED_LOCK_WAIT {
+                    // Closed (here, or by another process that emptied the file), still
+                    // held by a child that has not reached its exec.
+                    let closed = (holder == own && !held_here) || holder.is_empty();
+                    if !closed || started.elapsed() >= INHERITED_LOCK_WAIT {
+                        let holder = if holder.is_empty() { "another process".to_string() } else { holder };
                         return Err(Error::DirectoryLocked { dir: shown, holder });
                     }
-                    // Closed here, still held by a child that has not reached its exec.
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(std::time::Duration::from_millis(100));
                 }
@@ -230,16 +232,68 @@ impl DirLock {
         if let Ok(mut held) = HELD_DIRS.lock() {
             held.push(canonical.clone());
         }
-        Ok(Self { _file: file, dir: canonical })
+        Ok(Self { file, dir: canonical })
     }
 }
 
 impl Drop for DirLock {
     fn drop(&mut self) {
+        // Tells another process that this broker closed: a copy of this descriptor in a
+        // child being spawned may hold the OS lock a moment longer.
+        let _ = self.file.set_len(0);
         if let Ok(mut held) = HELD_DIRS.lock() {
             if let Some(i) = held.iter().position(|d| d == &self.dir) {
                 held.swap_remove(i);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
+
+    fn content(file: &mut std::fs::File) -> String {
+        let mut s = String::new();
+        file.rewind().unwrap();
+        file.read_to_string(&mut s).unwrap();
+        s
+    }
+
+    /// A broker that closed while a child being spawned still holds a copy of its lock
+    /// descriptor: the file says nobody, and a second opener (in any process) waits for
+    /// the copy to go instead of refusing.
+    #[test]
+    fn a_closed_lock_held_by_a_lingering_copy_is_emptied_and_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DirLock::acquire(dir.path()).unwrap();
+        let mut copy = lock.file.try_clone().unwrap();
+        assert_eq!(content(&mut copy).trim(), format!("pid {}", std::process::id()));
+        drop(lock);
+        assert_eq!(content(&mut copy), "", "a closed broker's lock file names nobody");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(copy);
+        });
+        DirLock::acquire(dir.path()).unwrap();
+        release.join().unwrap();
+    }
+
+    /// A lock held by another live process (its pid in the file) is refused at once,
+    /// naming the holder.
+    #[test]
+    fn a_lock_naming_another_process_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DirLock::acquire(dir.path()).unwrap();
+        let mut copy = lock.file.try_clone().unwrap();
+        drop(lock);
+        copy.set_len(0).unwrap();
+        copy.rewind().unwrap();
+        write!(copy, "pid 1").unwrap();
+        match DirLock::acquire(dir.path()) {
+            Err(Error::DirectoryLocked { holder, .. }) => assert_eq!(holder, "pid 1"),
+            other => panic!("expected DirectoryLocked, got {other:?}"),
         }
     }
 }

@@ -78,7 +78,7 @@ const UNKNOWN_TOPIC: &str = "the topic does not exist (auto-creation is off): cr
 const DENIED: &str = "the client's principal is not allowed to do this: grant it the ACL, or fix its credentials";
 const REFUSED: &str = "the broker refused the request as sent: fix its input or the broker's config";
 const UNSUPPORTED: &str = "the broker lacks a feature this needs: shareflow needs Apache Kafka 4.2 or later";
-const ABORTABLE: &str = "the broker aborts this transaction; the job restarts and replays its epoch";
+const ABORTABLE: &str = "the broker aborts this transaction; the job restarts and replays its checkpoint";
 const COORDINATOR: &str = "the transaction coordinator moved or lost track of the transaction; a job restart \
                            re-reads its state";
 const BROKER_FAULT: &str = "the broker failed unexpectedly: see its log; a job restart retries";
@@ -91,7 +91,7 @@ fn cause(e: &KrafkaError) -> (ErrorKind, &'static str) {
         KrafkaError::Broker { code, .. } => broker_cause(*code),
         KrafkaError::Network(_) | KrafkaError::Timeout { .. } => (ErrorKind::Unavailable, RETRY),
         // The producer retried for its whole delivery budget; the transaction cannot
-        // commit, and a restart replays the epoch.
+        // commit, and a restart replays its checkpoint.
         KrafkaError::DeliveryTimeout { .. } => (ErrorKind::Unavailable, RETRY),
         KrafkaError::Closed { .. } | KrafkaError::Wakeup => (ErrorKind::Unavailable, RETRY),
         KrafkaError::TransactionAbortable { .. } => (ErrorKind::Unavailable, ABORTABLE),

@@ -5,8 +5,8 @@
 //!
 //! - **covered**: does any intent name this offset? A delivery of it is accepted and
 //!   dropped (its output is committed, or some instance replays it).
-//! - **lost**: which offsets of my intents did another instance claim first? My epoch
-//!   must then abort: exactly one owner per offset.
+//! - **lost**: which offsets of my intents did another instance claim first? My
+//!   checkpoint must then abort: exactly one owner per offset.
 //! - **replay**: which offsets owned by claimants I hold (my own earlier generations,
 //!   instances I adopted) have no committed intent? I replay them from the input log.
 //!
@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::entries::{Claimant, LedgerRange, LedgerSummary, OpenIntent, PrefixHighest, RangeSet};
+use shareflow_checkpoint::CheckpointId;
 use shareflow_share::ranges::OffsetRanges;
 
 /// What the current attempt owns: itself, the earlier generations of its prefix, and
@@ -57,7 +58,7 @@ impl Holdings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Intent {
     by: Arc<Claimant>,
-    epoch: u64,
+    checkpoint_id: CheckpointId,
     ranges: Vec<LedgerRange>,
 }
 
@@ -79,8 +80,8 @@ pub(crate) struct ClaimIndex {
     /// The intents with an offset not done, in log order.
     intents: Vec<Intent>,
     claimants: BTreeSet<Arc<Claimant>>,
-    /// Per prefix, the highest generation and epoch its intents named.
-    highest: BTreeMap<String, (u32, u64)>,
+    /// Per prefix, the highest generation and checkpoint id its intents named.
+    highest: BTreeMap<String, (u32, CheckpointId)>,
 }
 
 impl ClaimIndex {
@@ -98,10 +99,10 @@ impl ClaimIndex {
             ix.done.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
         }
         for h in &summary.highest {
-            ix.highest.insert(h.prefix.clone(), (h.generation, h.epoch));
+            ix.highest.insert(h.prefix.clone(), (h.generation, h.checkpoint_id));
         }
         for i in &summary.open {
-            ix.apply(&i.by, i.epoch, &i.ranges);
+            ix.apply(&i.by, i.checkpoint_id, &i.ranges);
         }
         ix
     }
@@ -124,21 +125,21 @@ impl ClaimIndex {
         let open = self
             .intents
             .iter()
-            .map(|i| OpenIntent { by: (*i.by).clone(), epoch: i.epoch, ranges: i.ranges.clone() })
+            .map(|i| OpenIntent { by: (*i.by).clone(), checkpoint_id: i.checkpoint_id, ranges: i.ranges.clone() })
             .collect();
         let highest = self
             .highest
             .iter()
-            .map(|(prefix, &(generation, epoch))| PrefixHighest { prefix: prefix.clone(), generation, epoch })
+            .map(|(prefix, &(generation, id))| PrefixHighest { prefix: prefix.clone(), generation, checkpoint_id: id })
             .collect();
         LedgerSummary { upto, done, open, highest }
     }
 
     /// Applies the next intent of the log: `by` owns every offset of `ranges` that
     /// nobody claimed before and that is not done.
-    pub(crate) fn apply(&mut self, by: &Claimant, epoch: u64, ranges: &[LedgerRange]) {
-        let high = self.highest.entry(by.prefix.clone()).or_insert((by.generation, epoch));
-        *high = (high.0.max(by.generation), high.1.max(epoch));
+    pub(crate) fn apply(&mut self, by: &Claimant, checkpoint_id: CheckpointId, ranges: &[LedgerRange]) {
+        let high = self.highest.entry(by.prefix.clone()).or_insert((by.generation, checkpoint_id));
+        *high = (high.0.max(by.generation), high.1.max(checkpoint_id));
         let by = match self.claimants.get(by) {
             Some(c) => c.clone(),
             None => {
@@ -164,15 +165,15 @@ impl ClaimIndex {
         }
         // An intent naming only done offsets lost everywhere and decides nothing.
         if open {
-            self.intents.push(Intent { by, epoch, ranges: ranges.to_vec() });
+            self.intents.push(Intent { by, checkpoint_id, ranges: ranges.to_vec() });
         }
     }
 
-    /// `by` committed `epoch`: every offset its intents name is done. Those offsets
-    /// leave the owner map, and intents left with nothing undone are dropped.
-    pub(crate) fn committed(&mut self, by: &Claimant, epoch: u64) {
+    /// `by` committed checkpoint `checkpoint_id`: every offset its intents name is done.
+    /// Those offsets leave the owner map, and intents left with nothing undone are dropped.
+    pub(crate) fn committed(&mut self, by: &Claimant, checkpoint_id: CheckpointId) {
         let mut touched: BTreeSet<Tp> = BTreeSet::new();
-        for i in self.intents.iter().filter(|i| *i.by == *by && i.epoch == epoch) {
+        for i in self.intents.iter().filter(|i| *i.by == *by && i.checkpoint_id == checkpoint_id) {
             for r in &i.ranges {
                 let key: Tp = (Arc::from(r.topic.as_str()), r.partition);
                 self.done.entry(key.clone()).or_default().insert(r.first, r.last);
@@ -211,9 +212,13 @@ impl ClaimIndex {
             || self.done.get(&(topic.clone(), partition)).is_some_and(|d| d.contains(offset))
     }
 
-    /// The `(claimant, epoch)` pairs of the intents still open, among `pairs`.
-    pub(crate) fn open_among<'a>(&self, pairs: impl IntoIterator<Item = &'a (Claimant, u64)>) -> Vec<(Claimant, u64)> {
-        let open: BTreeSet<(&Claimant, u64)> = self.intents.iter().map(|i| (&*i.by, i.epoch)).collect();
+    /// The `(claimant, checkpoint id)` pairs of the intents still open, among `pairs`.
+    pub(crate) fn open_among<'a>(
+        &self,
+        pairs: impl IntoIterator<Item = &'a (Claimant, CheckpointId)>,
+    ) -> Vec<(Claimant, CheckpointId)> {
+        let open: BTreeSet<(&Claimant, CheckpointId)> =
+            self.intents.iter().map(|i| (&*i.by, i.checkpoint_id)).collect();
         pairs.into_iter().filter(|(c, e)| open.contains(&(c, *e))).cloned().collect()
     }
 
@@ -248,18 +253,18 @@ impl ClaimIndex {
     }
 
     /// The offsets the current attempt must replay: owned by a claimant `holdings`
-    /// holds, not named by an intent of a `committed` epoch, not named by an intent of
-    /// the current attempt (those are in flight), and not in `scheduled` (already
-    /// queued). `committed` holds `(claimant, epoch)` pairs.
+    /// holds, not named by an intent of a `committed` checkpoint, not named by an intent
+    /// of the current attempt (those are in flight), and not in `scheduled` (already
+    /// queued). `committed` holds `(claimant, checkpoint id)` pairs.
     pub(crate) fn replay(
         &self,
         holdings: &Holdings,
-        committed: &BTreeSet<(Claimant, u64)>,
+        committed: &BTreeSet<(Claimant, CheckpointId)>,
         scheduled: &HashMap<Tp, RangeSet>,
     ) -> Vec<LedgerRange> {
         let mut excluded: HashMap<Tp, RangeSet> = scheduled.clone();
         for i in &self.intents {
-            if *i.by == holdings.me || committed.contains(&((*i.by).clone(), i.epoch)) {
+            if *i.by == holdings.me || committed.contains(&((*i.by).clone(), i.checkpoint_id)) {
                 for r in &i.ranges {
                     excluded.entry((Arc::from(r.topic.as_str()), r.partition)).or_default().insert(r.first, r.last);
                 }
@@ -286,7 +291,7 @@ impl ClaimIndex {
     /// The prefixes, other than `prefix`, whose intents name an offset a claimant of
     /// `prefix` owns: the later holders that replayed its work (its adopter, that
     /// adopter's adopter, ...), or instances whose claim on it lost. A replay plan for
-    /// `prefix`'s offsets must know the committed epochs of every one of them, or it
+    /// `prefix`'s offsets must know the committed checkpoints of every one of them, or it
     /// replays work a holder already committed.
     pub(crate) fn reclaimers(&self, prefix: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
@@ -306,8 +311,8 @@ impl ClaimIndex {
         out
     }
 
-    /// The highest epoch any intent of `prefix` named.
-    pub(crate) fn highest_epoch(&self, prefix: &str) -> Option<u64> {
+    /// The highest checkpoint id any intent of `prefix` named.
+    pub(crate) fn highest_checkpoint_id(&self, prefix: &str) -> Option<CheckpointId> {
         self.highest.get(prefix).map(|h| h.1)
     }
 
@@ -421,7 +426,7 @@ mod tests {
         let mut scheduled: HashMap<Tp, RangeSet> = HashMap::new();
         scheduled.entry((t(), 0)).or_default().insert(18, 29);
         assert_eq!(ix.replay(&h, &committed, &scheduled), vec![r(15, 15), r(45, 49)]);
-        // x's epoch 8 committed after all (its adopter committed it by producer id).
+        // x's checkpoint 8 committed after all (its adopter committed it by producer id).
         let committed = BTreeSet::from([(c("a", 1), 1), (c("a", 2), 3), (c("x", 4), 8)]);
         assert_eq!(ix.replay(&h, &committed, &HashMap::new()), vec![r(15, 15), r(18, 19), r(45, 49)]);
         // A zombie (generation 1 while 3 exists) holds nothing of the newer ones.
@@ -465,20 +470,20 @@ mod tests {
         assert_eq!(ix.owner(&t(), 0, 5), None);
         // (one piece per owner: done, then b's)
         assert_eq!(ix.lost(&Holdings::new(c("a", 2)), &[r(8, 10)]), vec![r(8, 9), r(10, 10)]);
-        // a's second generation replays only epoch 2, and nothing done.
+        // a's second generation replays only checkpoint 2, and nothing done.
         assert_eq!(ix.replay(&Holdings::new(c("a", 2)), &BTreeSet::new(), &HashMap::new()), vec![r(20, 29)]);
         assert_eq!(ix.intent_count(), 3);
         ix.committed(&c("b", 1), 1);
-        // b's epoch 2 names 5..=12, all done now: dropped.
+        // b's checkpoint 2 names 5..=12, all done now: dropped.
         assert_eq!(ix.intent_count(), 1);
         ix.committed(&c("a", 1), 2);
         assert_eq!(ix.intent_count(), 0);
         assert_eq!(ix.range_count(), 1, "0..=29 is one done range");
         assert!(ix.covered(&t(), 0, 29) && !ix.covered(&t(), 0, 30));
-        // A note for an epoch with no intents left changes nothing.
+        // A note for a checkpoint with no intents left changes nothing.
         ix.committed(&c("x", 1), 7);
         assert_eq!(ix.range_count(), 1);
-        assert_eq!((ix.highest_epoch("a"), ix.highest_generation("b")), (Some(2), Some(1)));
+        assert_eq!((ix.highest_checkpoint_id("a"), ix.highest_generation("b")), (Some(2), Some(1)));
     }
 
     #[test]
@@ -491,29 +496,29 @@ mod tests {
         assert_eq!(ix.owner(&t(), 0, 3), None);
         assert_eq!(ix.lost(&Holdings::new(c("b", 1)), &[r(3, 4)]), vec![r(3, 4)]);
         // Its numbers still count.
-        assert_eq!((ix.highest_generation("b"), ix.highest_epoch("b")), (Some(1), Some(4)));
+        assert_eq!((ix.highest_generation("b"), ix.highest_checkpoint_id("b")), (Some(1), Some(4)));
     }
 
     #[test]
-    fn a_long_run_of_committed_epochs_keeps_the_index_small() {
+    fn a_long_run_of_committed_checkpoints_keeps_the_index_small() {
         let mut ix = ClaimIndex::new();
-        for epoch in 1..=10_000u64 {
-            let first = (epoch as i64 - 1) * 50;
+        for checkpoint_id in 1..=10_000u64 {
+            let first = (checkpoint_id as i64 - 1) * 50;
             for (k, who) in ["a", "b", "c"].iter().enumerate() {
                 ix.apply(
                     &c(who, 1),
-                    epoch,
+                    checkpoint_id,
                     &[LedgerRange { topic: "in".into(), partition: k as i32, first, last: first + 49 }],
                 );
             }
-            // The epoch before this one committed on every instance: two in flight.
-            if epoch > 1 {
+            // The checkpoint before this one committed on every instance: two in flight.
+            if checkpoint_id > 1 {
                 for who in ["a", "b", "c"] {
-                    ix.committed(&c(who, 1), epoch - 1);
+                    ix.committed(&c(who, 1), checkpoint_id - 1);
                 }
             }
         }
-        assert_eq!(ix.intent_count(), 3, "only the last epoch of each instance is open");
+        assert_eq!(ix.intent_count(), 3, "only the last checkpoint of each instance is open");
         // Per partition: one done range and one owned range.
         assert_eq!(ix.range_count(), 6);
         assert!(ix.summary(1).open.len() == 3 && ix.summary(1).done.len() == 3);
@@ -547,7 +552,12 @@ mod tests {
             }
         }
         for p in ["a", "b", "x", "zz"] {
-            out.push(format!("{p}: {:?} {:?} {:?}", ix.reclaimers(p), ix.highest_epoch(p), ix.highest_generation(p)));
+            out.push(format!(
+                "{p}: {:?} {:?} {:?}",
+                ix.reclaimers(p),
+                ix.highest_checkpoint_id(p),
+                ix.highest_generation(p)
+            ));
         }
         out
     }
@@ -561,12 +571,12 @@ mod tests {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let step = |ix: &mut ClaimIndex, rng: &mut Rng| {
                 let who = &claimants[rng.below(4) as usize];
-                let epoch = rng.below(5);
+                let checkpoint_id = rng.below(5);
                 if rng.below(3) == 0 {
-                    ix.committed(who, epoch);
+                    ix.committed(who, checkpoint_id);
                 } else {
                     let first = rng.below(120) as i64;
-                    ix.apply(who, epoch, &[r(first, first + rng.below(10) as i64)]);
+                    ix.apply(who, checkpoint_id, &[r(first, first + rng.below(10) as i64)]);
                 }
             };
             let mut ix = ClaimIndex::new();
@@ -586,13 +596,13 @@ mod tests {
     }
 
     #[test]
-    fn highest_epoch_and_generation_are_per_prefix() {
+    fn highest_checkpoint_id_and_generation_are_per_prefix() {
         let mut ix = ClaimIndex::new();
-        assert_eq!((ix.highest_epoch("a"), ix.highest_generation("a")), (None, None));
+        assert_eq!((ix.highest_checkpoint_id("a"), ix.highest_generation("a")), (None, None));
         ix.apply(&c("a", 2), 7, &[r(0, 0)]);
         ix.apply(&c("a", 5), 3, &[r(1, 1)]);
         ix.apply(&c("b", 9), 99, &[r(2, 2)]);
-        assert_eq!((ix.highest_epoch("a"), ix.highest_generation("a")), (Some(7), Some(5)));
+        assert_eq!((ix.highest_checkpoint_id("a"), ix.highest_generation("a")), (Some(7), Some(5)));
         assert_eq!(ix.intent_count(), 3);
     }
 }

@@ -5,13 +5,17 @@
 //!
 //! - **Intent**, in the group's intents topic `{group}-intents` (written without a
 //!   transaction, before the records are acknowledged): "claimant c processes these
-//!   offsets in epoch n". Every instance of the group tails it: the first intent naming
-//!   an offset owns it ([`super::claims`]).
+//!   offsets in checkpoint n". Every instance of the group tails it: the first intent
+//!   naming an offset owns it ([`super::claims`]).
 //! - **Commit**, in the prefix's commits topic `{group}-{prefix}-ledger` (written inside
-//!   the Kafka transaction of epoch n): "generation g committed epoch n on slot s". It
-//!   becomes visible to a `read_committed` reader exactly when the output does.
+//!   T(n), the Kafka transaction of checkpoint n): "generation g committed checkpoint n
+//!   on slot s". It becomes visible to a `read_committed` reader exactly when the output
+//!   does.
 //!
-//! An offset is **done** when some intent naming it belongs to a committed epoch. An
+//! The entries are postcard, which writes no field names; the fields that hold a
+//! checkpoint id keep the serde name `epoch` they were written with all the same.
+//!
+//! An offset is **done** when some intent naming it belongs to a committed checkpoint. An
 //! offset owned by a claimant the current attempt holds, and not done, is **replayed**
 //! from the topic's log.
 
@@ -19,6 +23,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use shareflow_checkpoint::CheckpointId;
 use shareflow_share::ranges::OffsetRanges;
 
 /// One job attempt of one instance: its prefix and the attempt's generation. Every
@@ -63,35 +68,39 @@ pub struct LedgerRange {
 /// A ledger record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum LedgerEntry {
-    /// `by`'s subtask `subtask` processes these offsets in epoch `epoch` (intents topic).
+    /// `by`'s subtask `subtask` processes these offsets in checkpoint `checkpoint_id`
+    /// (intents topic).
     Intent {
         /// The attempt that wrote it.
         by: Claimant,
-        /// The epoch (checkpoint id) whose transaction carries the output.
-        epoch: u64,
+        /// The checkpoint whose transaction carries the output.
+        #[serde(rename = "epoch")]
+        checkpoint_id: CheckpointId,
         /// The source subtask.
         subtask: u32,
         /// The offsets, as ranges.
         ranges: Vec<LedgerRange>,
     },
-    /// Generation `generation` of the topic's prefix committed epoch `epoch` (commits
-    /// topic, written inside the epoch's transaction on slot `slot`).
+    /// Generation `generation` of the topic's prefix committed checkpoint `checkpoint_id`
+    /// (commits topic, written inside the checkpoint's transaction on slot `slot`).
     Commit {
         /// The attempt's generation.
         generation: u32,
-        /// The epoch.
-        epoch: u64,
+        /// The checkpoint.
+        #[serde(rename = "epoch")]
+        checkpoint_id: CheckpointId,
         /// The transactional-id slot that carried it (`{group}-{prefix}-g{generation}-s{slot}`).
         slot: u16,
     },
-    /// `by` committed epoch `epoch` (intents topic, written after the commit): every
-    /// offset its intents name is done. A note only; the commits topic stays the truth,
-    /// and a note lost in a crash is written again by the next take-over.
+    /// `by` committed checkpoint `checkpoint_id` (intents topic, written after the
+    /// commit): every offset its intents name is done. A note only; the commits topic
+    /// stays the truth, and a note lost in a crash is written again by the next take-over.
     Committed {
         /// The attempt that committed.
         by: Claimant,
-        /// The epoch.
-        epoch: u64,
+        /// The checkpoint.
+        #[serde(rename = "epoch")]
+        checkpoint_id: CheckpointId,
     },
     /// What every entry of the intents topic below offset `upto` amounts to (intents
     /// topic): the ledger is trimmed below `upto` once this is durable, and a reader
@@ -109,7 +118,7 @@ pub(crate) struct LedgerSummary {
     pub done: Vec<LedgerRange>,
     /// The intents not yet done, in log order.
     pub open: Vec<OpenIntent>,
-    /// Per prefix, the highest generation and epoch its intents named.
+    /// Per prefix, the highest generation and checkpoint id its intents named.
     pub highest: Vec<PrefixHighest>,
 }
 
@@ -118,21 +127,23 @@ pub(crate) struct LedgerSummary {
 pub(crate) struct OpenIntent {
     /// The attempt that wrote it.
     pub by: Claimant,
-    /// Its epoch.
-    pub epoch: u64,
+    /// Its checkpoint.
+    #[serde(rename = "epoch")]
+    pub checkpoint_id: CheckpointId,
     /// The offsets it names.
     pub ranges: Vec<LedgerRange>,
 }
 
-/// The highest generation and epoch the intents of one prefix named.
+/// The highest generation and checkpoint id the intents of one prefix named.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PrefixHighest {
     /// The prefix.
     pub prefix: String,
     /// Its highest generation.
     pub generation: u32,
-    /// Its highest epoch.
-    pub epoch: u64,
+    /// Its highest checkpoint id.
+    #[serde(rename = "epoch")]
+    pub checkpoint_id: CheckpointId,
 }
 
 impl LedgerEntry {
@@ -143,12 +154,16 @@ impl LedgerEntry {
         frame(&self.describe(), self)
     }
 
-    /// "intent of epoch n" or "commit of epoch n", for messages.
+    /// "an intent of checkpoint n" or "the commit of checkpoint n", for messages.
     pub(crate) fn describe(&self) -> String {
         match self {
-            LedgerEntry::Intent { by, epoch, .. } => format!("an intent of {by} epoch {epoch}"),
-            LedgerEntry::Commit { generation, epoch, .. } => format!("the commit of g{generation} epoch {epoch}"),
-            LedgerEntry::Committed { by, epoch } => format!("the commit note of {by} epoch {epoch}"),
+            LedgerEntry::Intent { by, checkpoint_id, .. } => format!("an intent of {by} checkpoint {checkpoint_id}"),
+            LedgerEntry::Commit { generation, checkpoint_id, .. } => {
+                format!("the commit of g{generation} checkpoint {checkpoint_id}")
+            }
+            LedgerEntry::Committed { by, checkpoint_id } => {
+                format!("the commit note of {by} checkpoint {checkpoint_id}")
+            }
             LedgerEntry::Summary(s) => format!("the summary of the entries below offset {}", s.upto),
         }
     }
@@ -280,8 +295,8 @@ mod tests {
         LedgerRange { topic: "in".into(), partition: 0, first, last }
     }
 
-    fn intent(epoch: u64, ranges: Vec<LedgerRange>) -> LedgerEntry {
-        LedgerEntry::Intent { by: Claimant::new("a", 1), epoch, subtask: 0, ranges }
+    fn intent(checkpoint_id: CheckpointId, ranges: Vec<LedgerRange>) -> LedgerEntry {
+        LedgerEntry::Intent { by: Claimant::new("a", 1), checkpoint_id, subtask: 0, ranges }
     }
 
     #[test]
@@ -324,7 +339,7 @@ mod tests {
     fn entries_round_trip_and_foreign_bytes_are_refused() {
         let e = intent(7, vec![r(1, 2)]);
         assert_eq!(LedgerEntry::decode(&e.encode().unwrap()), Ok(e));
-        let c = LedgerEntry::Commit { generation: 2, epoch: 3, slot: 1 };
+        let c = LedgerEntry::Commit { generation: 2, checkpoint_id: 3, slot: 1 };
         assert_eq!(LedgerEntry::decode(&c.encode().unwrap()), Ok(c));
         let err = LedgerEntry::decode(b"hello").unwrap_err();
         assert!(err.contains("magic"), "{err}");

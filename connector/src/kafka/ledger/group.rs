@@ -12,6 +12,7 @@ use super::claims::{ClaimIndex, Holdings};
 use super::entries::{replay_piece, Claimant, LedgerEntry, LedgerRange, LedgerSummary, RangeSet};
 use super::log::LedgerLog;
 use crate::kafka::client::{kafka_error, KafkaCluster};
+use shareflow_checkpoint::CheckpointId;
 use shareflow_share::{Error, ErrorKind, Result};
 
 /// Partition key.
@@ -23,20 +24,21 @@ type Tp = (Arc<str>, i32);
 /// could cost the broker a fetch of its own, and on a machine the job shares with the
 /// broker that CPU is taken from the pipeline. Held up to 20 ms, a fetch carries the
 /// intents of that time together (decision 0024). A checkpoint's prepare waits for the
-/// tailer (once per checkpoint, for the epoch's last intent), so it waits up to 20 ms
-/// more.
+/// tailer (once per checkpoint, for the checkpoint's last intent), so it waits up to
+/// 20 ms more.
 const TAIL_FETCH_MIN_BYTES: i32 = 64 << 10;
 /// See [`TAIL_FETCH_MIN_BYTES`].
 const TAIL_FETCH_MAX_WAIT: Duration = Duration::from_millis(20);
 
 /// One intent of a share group's intents topic `{group}-intents`, as a tool or an
-/// operator reads it: `by`'s source subtask `subtask` processes `ranges` in epoch `epoch`.
+/// operator reads it: `by`'s source subtask `subtask` processes `ranges` in checkpoint
+/// `checkpoint_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupIntent {
     /// The attempt that wrote it.
     pub by: Claimant,
-    /// The epoch (checkpoint id) whose transaction carries the output.
-    pub epoch: u64,
+    /// The checkpoint whose transaction carries the output.
+    pub checkpoint_id: CheckpointId,
     /// The offsets it names.
     pub ranges: Vec<LedgerRange>,
 }
@@ -62,11 +64,11 @@ impl KafkaCluster {
                     match event {
                         ReadEvent::Seed(s) => out.extend(s.open.into_iter().map(|i| GroupIntent {
                             by: i.by,
-                            epoch: i.epoch,
+                            checkpoint_id: i.checkpoint_id,
                             ranges: i.ranges,
                         })),
-                        ReadEvent::Entry(_, LedgerEntry::Intent { by, epoch, ranges, .. }) => {
-                            out.push(GroupIntent { by, epoch, ranges })
+                        ReadEvent::Entry(_, LedgerEntry::Intent { by, checkpoint_id, ranges, .. }) => {
+                            out.push(GroupIntent { by, checkpoint_id, ranges })
                         }
                         ReadEvent::Entry(..) => {}
                     }
@@ -233,7 +235,7 @@ struct Inner {
     index: ClaimIndex,
     /// Set once the current attempt took its own prefix over.
     holdings: Option<Holdings>,
-    committed: BTreeSet<(Claimant, u64)>,
+    committed: BTreeSet<(Claimant, CheckpointId)>,
     /// Offsets queued for replay in this attempt.
     scheduled: HashMap<Tp, RangeSet>,
     /// Offsets this attempt's intents name (before the tailer sees them).
@@ -260,13 +262,15 @@ impl Inner {
                 self.index = ClaimIndex::from_summary(&summary);
                 self.dirty |= self.holdings.is_some();
             }
-            ReadEvent::Entry(_, LedgerEntry::Intent { by, epoch, ranges, .. }) => {
-                self.index.apply(&by, epoch, &ranges);
+            ReadEvent::Entry(_, LedgerEntry::Intent { by, checkpoint_id, ranges, .. }) => {
+                self.index.apply(&by, checkpoint_id, &ranges);
                 if held(self, &by) {
                     self.dirty = true;
                 }
             }
-            ReadEvent::Entry(_, LedgerEntry::Committed { by, epoch }) => self.index.committed(&by, epoch),
+            ReadEvent::Entry(_, LedgerEntry::Committed { by, checkpoint_id }) => {
+                self.index.committed(&by, checkpoint_id)
+            }
             // The decoder lets only intents, notes and summaries through, and the
             // reader never yields a summary as an entry.
             ReadEvent::Entry(..) => {}
@@ -532,17 +536,17 @@ impl GroupLedger {
         }
     }
 
-    /// Writes the note that `by` committed `epoch` to the intents topic (outside any
-    /// transaction; call it only once the commit is done).
-    pub(crate) async fn write_note(&self, by: Claimant, epoch: u64) -> Result<()> {
+    /// Writes the note that `by` committed checkpoint `checkpoint_id` to the intents
+    /// topic (outside any transaction; call it only once the commit is done).
+    pub(crate) async fn write_note(&self, by: Claimant, checkpoint_id: CheckpointId) -> Result<()> {
         let topic = self.lock().topic.clone();
-        let entry = LedgerEntry::Committed { by, epoch };
+        let entry = LedgerEntry::Committed { by, checkpoint_id };
         self.log.write(&topic, &entry).await.map(drop)
     }
 
     /// The pairs of `committed` whose intents are still open here: their commit notes
     /// are missing (a crash came between the commit and its note).
-    pub(crate) fn unnoted(&self, committed: &[(Claimant, u64)]) -> Vec<(Claimant, u64)> {
+    pub(crate) fn unnoted(&self, committed: &[(Claimant, CheckpointId)]) -> Vec<(Claimant, CheckpointId)> {
         self.lock().index.open_among(committed)
     }
 
@@ -565,8 +569,9 @@ impl GroupLedger {
 
     /// Writes a summary of everything the tailer applied, trims the intents topic below
     /// it, and, given `commits` (this attempt's commits topic and prefix), trims the
-    /// commits topic below the first commit entry still needed: one whose epoch has open
-    /// intents here, or the last one (it carries the highest generation and epoch).
+    /// commits topic below the first commit entry still needed: one whose checkpoint has
+    /// open intents here, or the last one (it carries the highest generation and
+    /// checkpoint id).
     /// Returns `None` if a compaction is running already or the reader waits for a
     /// summary, or the summary would not fit one record.
     pub(crate) async fn compact(&self, commits: Option<(&str, &str)>) -> Result<Option<Compaction>> {
@@ -610,18 +615,18 @@ impl GroupLedger {
 
     /// Trims `prefix`'s commits topic `topic` below its first entry still needed.
     async fn trim_commits(&self, topic: &str, prefix: &str) -> Result<Option<i64>> {
-        // Committed entries first, then the tailer caught up: every intent of an epoch
-        // read here is durable before its commit, so the index has seen it.
-        let entries: Vec<(i64, Claimant, u64)> = self
+        // Committed entries first, then the tailer caught up: every intent of a
+        // checkpoint read here is durable before its commit, so the index has seen it.
+        let entries: Vec<(i64, Claimant, CheckpointId)> = self
             .log
             .read_commits(topic, true)
             .await?
             .into_iter()
-            .map(|(offset, generation, epoch, _)| (offset, Claimant::new(prefix, generation), epoch))
+            .map(|(offset, generation, checkpoint_id, _)| (offset, Claimant::new(prefix, generation), checkpoint_id))
             .collect();
         self.catch_up(Duration::from_secs(60)).await?;
-        let pairs: Vec<(Claimant, u64)> = entries.iter().map(|(_, c, e)| (c.clone(), *e)).collect();
-        let needed: BTreeSet<(Claimant, u64)> = self.unnoted(&pairs).into_iter().collect();
+        let pairs: Vec<(Claimant, CheckpointId)> = entries.iter().map(|(_, c, e)| (c.clone(), *e)).collect();
+        let needed: BTreeSet<(Claimant, CheckpointId)> = self.unnoted(&pairs).into_iter().collect();
         let first = entries.first().map(|e| e.0);
         let point = entries
             .iter()
@@ -643,8 +648,12 @@ impl GroupLedger {
     }
 
     /// The current attempt now holds `adopted` (if any) and knows these committed
-    /// epochs; plans and queues what it must replay. Returns how many ranges it queued.
-    pub(crate) fn hold(&self, adopted: Option<&str>, committed: impl IntoIterator<Item = (Claimant, u64)>) -> usize {
+    /// checkpoints; plans and queues what it must replay. Returns how many ranges it queued.
+    pub(crate) fn hold(
+        &self,
+        adopted: Option<&str>,
+        committed: impl IntoIterator<Item = (Claimant, CheckpointId)>,
+    ) -> usize {
         let mut g = self.lock();
         if let (Some(p), Some(h)) = (adopted, g.holdings.as_mut()) {
             h.adopted.insert(p.to_string());
@@ -697,10 +706,10 @@ impl GroupLedger {
         pieces_left(&self.lock().queue)
     }
 
-    /// The highest generation and epoch the intents of `prefix` name.
-    pub(crate) fn highest(&self, prefix: &str) -> (Option<u32>, Option<u64>) {
+    /// The highest generation and checkpoint id the intents of `prefix` name.
+    pub(crate) fn highest(&self, prefix: &str) -> (Option<u32>, Option<CheckpointId>) {
         let g = self.lock();
-        (g.index.highest_generation(prefix), g.index.highest_epoch(prefix))
+        (g.index.highest_generation(prefix), g.index.highest_checkpoint_id(prefix))
     }
 }
 

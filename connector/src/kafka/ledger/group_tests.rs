@@ -9,10 +9,10 @@ fn queued(topic: &str, first: i64, last: i64) -> Queued {
     }
 }
 
-fn intent(epoch: u64) -> LedgerEntry {
+fn intent(checkpoint_id: CheckpointId) -> LedgerEntry {
     LedgerEntry::Intent {
         by: Claimant::new("a", 1),
-        epoch,
+        checkpoint_id,
         subtask: 0,
         ranges: vec![LedgerRange { topic: "in".into(), partition: 0, first: 0, last: 0 }],
     }

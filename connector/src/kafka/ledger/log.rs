@@ -15,6 +15,7 @@ use super::entries::{LedgerEntry, LedgerRange};
 use crate::kafka::client::CachedProducer;
 use crate::kafka::client::{kafka_error, KafkaCluster};
 use crate::share::Record;
+use shareflow_checkpoint::CheckpointId;
 use shareflow_share::{Error, ErrorKind, Result};
 
 /// Ledger intents are small, latency-bound writes: no linger, small batches.
@@ -73,12 +74,12 @@ impl LedgerLog {
         Ok(meta.offset)
     }
 
-    /// The commit entries of the commits topic `topic`, as `(generation, epoch, slot)`.
-    /// `stable`: wait until no transaction holds it open and read only committed
-    /// entries (which epochs committed); otherwise read everything written, open
-    /// transactions included (which epoch an open transaction carries). Anything but
-    /// a commit entry is corruption.
-    pub(crate) async fn commits(&self, topic: &str, stable: bool) -> Result<Vec<(u32, u64, u16)>> {
+    /// The commit entries of the commits topic `topic`, as `(generation, checkpoint_id,
+    /// slot)`. `stable`: wait until no transaction holds it open and read only committed
+    /// entries (which checkpoints committed); otherwise read everything written, open
+    /// transactions included (which checkpoint an open transaction carries). Anything
+    /// but a commit entry is corruption.
+    pub(crate) async fn commits(&self, topic: &str, stable: bool) -> Result<Vec<(u32, CheckpointId, u16)>> {
         let c = &self.cluster;
         let wait = self.stable_wait;
         if stable && !c.wait_stable(topic, wait).await? {
@@ -95,10 +96,15 @@ impl LedgerLog {
         Ok(self.read_commits(topic, stable).await?.into_iter().map(|(_, g, e, s)| (g, e, s)).collect())
     }
 
-    /// The commit entries of the commits topic `topic` as `(offset, generation, epoch,
-    /// slot)`, read up to its end now: committed entries only if `read_committed`, without
-    /// waiting for open transactions. Anything but a commit entry is corruption.
-    pub(crate) async fn read_commits(&self, topic: &str, read_committed: bool) -> Result<Vec<(i64, u32, u64, u16)>> {
+    /// The commit entries of the commits topic `topic` as `(offset, generation,
+    /// checkpoint_id, slot)`, read up to its end now: committed entries only if
+    /// `read_committed`, without waiting for open transactions. Anything but a commit
+    /// entry is corruption.
+    pub(crate) async fn read_commits(
+        &self,
+        topic: &str,
+        read_committed: bool,
+    ) -> Result<Vec<(i64, u32, CheckpointId, u16)>> {
         let mut out = Vec::new();
         for (partition, offset, _key, value) in self.cluster.read_topic(topic, read_committed).await? {
             let value = value.unwrap_or_default();
@@ -108,11 +114,13 @@ impl LedgerLog {
                 path: format!("kafka topic {topic} partition {partition} offset {offset}"),
                 reason: format!(
                     "{reason}. The commits topic must be written by this instance only; recreating it empty gives \
-                     up exactly-once for epochs that were in flight"
+                     up exactly-once for checkpoints that were in flight"
                 ),
             };
             match LedgerEntry::decode(&value) {
-                Ok(LedgerEntry::Commit { generation, epoch, slot }) => out.push((offset, generation, epoch, slot)),
+                Ok(LedgerEntry::Commit { generation, checkpoint_id, slot }) => {
+                    out.push((offset, generation, checkpoint_id, slot))
+                }
                 Ok(other) => return Err(corrupt(format!("{} in a commits topic", other.describe()))),
                 Err(reason) => return Err(corrupt(format!("not a ledger entry: {reason}"))),
             }
@@ -259,7 +267,7 @@ mod tests {
 
     #[test]
     fn ledger_records_go_to_partition_zero_of_the_ledger_topic() {
-        let entry = LedgerEntry::Commit { generation: 1, epoch: 4, slot: 0 };
+        let entry = LedgerEntry::Commit { generation: 1, checkpoint_id: 4, slot: 0 };
         let record = LedgerLog::record("g-job-ledger", &entry).unwrap();
         assert_eq!(record.topic, "g-job-ledger");
         assert_eq!(record.partition, Some(0));

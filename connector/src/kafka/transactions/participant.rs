@@ -110,7 +110,7 @@ impl TransactionParticipant for KafkaTransactions {
         if lock(&self.live).contains_key(&n) {
             return Ok(());
         }
-        let open: Vec<u64> = lock(&self.live).keys().copied().collect();
+        let open: Vec<CheckpointId> = lock(&self.live).keys().copied().collect();
         let slot = slot_for(n, self.config.slots, open).map_err(|m| {
             failed(
                 "begin",
@@ -145,22 +145,26 @@ impl TransactionParticipant for KafkaTransactions {
             return self.prepare_not_live(txn).await;
         };
         let producer = self.slot_producer(slot)?;
-        // Ordered claims: once the tailer has passed our intents of epoch n, any
-        // offset another instance claimed first is lost, and epoch n must not commit.
-        let intents = lock(&self.epochs).get(&n).map(|e| (e.ranges.clone(), e.last_offset));
+        // Ordered claims: once the tailer has passed our intents of checkpoint n, any
+        // offset another instance claimed first is lost, and T(n) must not commit.
+        let intents = lock(&self.intents).get(&n).map(|e| (e.ranges.clone(), e.last_offset));
         if let Some((ranges, last)) = intents {
             self.group.wait_past(last, TAIL_TIMEOUT).await.map_err(|e| failed("prepare", txn, e))?;
             let lost = self.group.lost(&ranges).map_err(|e| failed("prepare", txn, e))?;
             if !lost.is_empty() {
-                tracing::warn!(%txn, ranges = ?lost, "another instance claimed some of this epoch's records first; aborting the epoch");
+                tracing::warn!(
+                    %txn,
+                    ranges = ?lost,
+                    "another instance claimed some of this checkpoint's records first; aborting its transaction"
+                );
                 lock(&self.live).remove(&n);
-                lock(&self.epochs).remove(&n);
+                lock(&self.intents).remove(&n);
                 let _ = producer.abort().await;
                 return Ok(PrepareOutcome::AlreadyAborted);
             }
         }
         // The commit entry rides in T(n): visible exactly when the output is.
-        let entry = LedgerEntry::Commit { generation: self.generation(), epoch: n, slot };
+        let entry = LedgerEntry::Commit { generation: self.generation(), checkpoint_id: n, slot };
         let entry = LedgerLog::record(&self.ledger_topic()?, &entry).map_err(|e| failed("prepare", txn, e))?;
         let p = &*producer;
         let enqueued = enqueue_all(vec![entry], &format!(" in {txn}"), |r| p.enqueue(r)).await;
@@ -177,10 +181,10 @@ impl TransactionParticipant for KafkaTransactions {
         let n = txn.checkpoint_id();
         if !self.config.exactly_once {
             // At-least-once: the commit entry is written after the checkpoint; a crash
-            // before it replays epoch n (duplicates, never loss).
-            let entry = LedgerEntry::Commit { generation: self.generation(), epoch: n, slot: 0 };
+            // before it replays checkpoint n (duplicates, never loss).
+            let entry = LedgerEntry::Commit { generation: self.generation(), checkpoint_id: n, slot: 0 };
             let written = self.log.write(&self.ledger_topic()?, &entry).await;
-            lock(&self.epochs).remove(&n);
+            lock(&self.intents).remove(&n);
             written.map_err(|e| failed("commit", txn, e))?;
             self.after_commit(n);
             return Ok(());
@@ -189,7 +193,7 @@ impl TransactionParticipant for KafkaTransactions {
         if let Some(l) = live {
             let producer = self.slot_producer(l.slot)?;
             producer.commit().await.map_err(|e| failed("commit", txn, kafka_error(format!("commit {txn}"), e)))?;
-            lock(&self.epochs).remove(&n);
+            lock(&self.intents).remove(&n);
             self.after_commit(n);
             return Ok(());
         }
@@ -227,7 +231,7 @@ impl TransactionParticipant for KafkaTransactions {
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
             // Its intents stay in the log; the next attempt replays them.
-            lock(&self.epochs).remove(&n);
+            lock(&self.intents).remove(&n);
             let producer = self.slot_producer(l.slot)?;
             return producer.abort().await.map_err(|e| failed("abort", txn, kafka_error(format!("abort {txn}"), e)));
         }
@@ -262,7 +266,7 @@ impl TransactionParticipant for KafkaTransactions {
     }
 
     /// Fences every transactional id of `template`'s prefix that could still commit
-    /// (for our own prefix: every earlier generation's), reads which of its epochs
+    /// (for our own prefix: every earlier generation's), reads which of its checkpoints
     /// committed, and queues the replay of whatever it holds that did not.
     async fn take_over(&self, template: &TransactionTemplate) -> Result<()> {
         if !self.owner {
@@ -281,7 +285,7 @@ impl TransactionParticipant for KafkaTransactions {
             self.fence_all(&ids).await.map_err(rt)?;
             tracing::info!(prefix = %template.prefix(), fenced = ids.len(), "took over: every transactional id of the prefix is fenced");
         }
-        // The replay plan needs the committed epochs of the prefix and of every prefix
+        // The replay plan needs the committed checkpoints of the prefix and of every prefix
         // that re-claimed its offsets (its adopter replayed them, that adopter's
         // adopter, ...), whatever order the prefixes are taken over in: without a
         // re-claimer's commits, work it already committed would be replayed again.
@@ -297,17 +301,17 @@ impl TransactionParticipant for KafkaTransactions {
         }
         // Commit notes a crash lost (between a commit and its note), written again so
         // that every instance can count those intents done and the ledger can be trimmed.
-        for (by, epoch) in self.group.unnoted(&committed) {
-            self.group.write_note(by, epoch).await.map_err(rt)?;
+        for (by, checkpoint_id) in self.group.unnoted(&committed) {
+            self.group.write_note(by, checkpoint_id).await.map_err(rt)?;
         }
         let queued = self.group.hold((!own).then_some(prefix.as_str()), committed);
         tracing::info!(prefix = %template.prefix(), replay_ranges = queued, "took over the work of a prefix");
         Ok(())
     }
 
-    async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<u64>> {
-        // Epoch numbers are never reused within a prefix: above every epoch its
-        // intents and commit entries name, open transactions included.
+    async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<CheckpointId>> {
+        // Checkpoint ids are never reused within a prefix: above every one its intents
+        // and commit entries name, open transactions included.
         self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
         let (_, intents) = self.group.highest(template.prefix());
         Ok(intents.max(*lock(&self.highest_commit)))
