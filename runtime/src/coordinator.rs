@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use shareflow_checkpoint::protocol::{plan_completion, CollectReason, RecoveryDecision, RecoveryPlan};
-use shareflow_checkpoint::{ParticipantState, TransactionRecord};
+use shareflow_checkpoint::{CheckpointId, ParticipantState, TransactionRecord};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -33,10 +33,10 @@ pub(crate) struct Coordinator<'a> {
     pub(crate) subtasks: usize,
     /// Node index -> operator name.
     pub(crate) node_names: Vec<String>,
-    /// The id the next checkpoint gets; epoch `next_id` is running.
-    pub(crate) next_id: u64,
-    /// Epochs whose transaction is begun and not yet committed.
-    pub(crate) uncommitted: BTreeSet<u64>,
+    /// The id the next checkpoint gets; the rows of checkpoint `next_id` are flowing.
+    pub(crate) next_id: CheckpointId,
+    /// Checkpoints whose transaction is begun and not yet committed.
+    pub(crate) uncommitted: BTreeSet<CheckpointId>,
     /// This job's registration as an instance of the group: it beats and adopts.
     pub(crate) instance: Option<&'a mut Instance>,
     /// `true` once a graceful stop is asked for.
@@ -50,13 +50,13 @@ struct InFlight {
 }
 
 impl Coordinator<'_> {
-    fn txn_error(&self, op: &'static str, k: u64, e: RuntimeError) -> RuntimeError {
+    fn txn_error(&self, op: &'static str, k: CheckpointId, e: RuntimeError) -> RuntimeError {
         tracing::error!(checkpoint = k, op, error = %e, "transaction step failed");
         e
     }
 
     /// Begins T(n) on every participant.
-    pub(crate) async fn begin(&mut self, n: u64) -> Result<()> {
+    pub(crate) async fn begin(&mut self, n: CheckpointId) -> Result<()> {
         let txn = self.template.transaction(n);
         for p in self.participants {
             p.begin(&txn).await.map_err(|e| self.txn_error("begin", n, e))?;
@@ -75,7 +75,7 @@ impl Coordinator<'_> {
     async fn trigger(&mut self, is_final: bool) -> Result<InFlight> {
         let id = self.next_id;
         if !is_final {
-            // Epoch id + 1 starts when barrier id passes; its transaction must exist first.
+            // The rows of checkpoint id + 1 start when barrier id passes; its transaction must exist first.
             self.begin(id + 1).await?;
         }
         self.next_id = id + 1;
@@ -102,7 +102,7 @@ impl Coordinator<'_> {
         let mut final_triggered = false;
         let mut final_done = false;
         let mut consecutive_failures = 0;
-        let mut retained: VecDeque<u64> = VecDeque::new();
+        let mut retained: VecDeque<CheckpointId> = VecDeque::new();
         let interval = self.config.checkpoint_interval;
         let mut next_trigger = interval.map(|i| Instant::now() + i);
         // An instance beats (and looks for silent instances) at once, then every interval.
@@ -184,7 +184,7 @@ impl Coordinator<'_> {
     /// broker stall got a live instance adopted).
     async fn complete_beating(
         &mut self,
-        n: u64,
+        n: CheckpointId,
         acks: BTreeMap<(usize, u32), StateItems>,
         started: Instant,
     ) -> Result<()> {
@@ -224,7 +224,7 @@ impl Coordinator<'_> {
     }
 
     /// An instance's heartbeat and look around (decision 0007).
-    async fn tick(&mut self, last_completed: Option<u64>) -> Result<()> {
+    async fn tick(&mut self, last_completed: Option<CheckpointId>) -> Result<()> {
         let participants = self.participants;
         let (metrics, failpoints) = (self.metrics.clone(), self.failpoints.clone());
         if let Some(instance) = self.instance.as_deref_mut() {
@@ -234,11 +234,16 @@ impl Coordinator<'_> {
     }
 
     /// Every subtask acknowledged barrier n: prepare, write the decision, commit, notify.
-    async fn complete(&mut self, n: u64, acks: BTreeMap<(usize, u32), StateItems>, started: Instant) -> Result<()> {
+    async fn complete(
+        &mut self,
+        n: CheckpointId,
+        acks: BTreeMap<(usize, u32), StateItems>,
+        started: Instant,
+    ) -> Result<()> {
         tracing::debug!(checkpoint = n, "all subtasks acknowledged");
         let aligned = started.elapsed();
         let to_commit = plan_completion(n, &self.uncommitted);
-        // Phase one: every pending epoch up to n, on every participant.
+        // Phase one: every pending checkpoint up to n, on every participant.
         let mut refused = Vec::new();
         for &k in &to_commit {
             let txn = self.template.transaction(k);
@@ -330,7 +335,7 @@ impl Coordinator<'_> {
 
     /// Phase two: commits every T(k) of `to_commit` on every participant. Returns how
     /// long it took.
-    async fn commit_phase(&mut self, to_commit: &[u64]) -> Result<std::time::Duration> {
+    async fn commit_phase(&mut self, to_commit: &[CheckpointId]) -> Result<std::time::Duration> {
         let phase_two = Instant::now();
         self.failpoints.hit(points::COMMIT_BEFORE)?;
         let mut first = true;
@@ -353,7 +358,7 @@ impl Coordinator<'_> {
 
     /// Deletes complete checkpoints beyond retention. Failures only warn: the next
     /// checkpoint (or restart) tries again.
-    async fn collect_garbage(&self, retained: &mut VecDeque<u64>) {
+    async fn collect_garbage(&self, retained: &mut VecDeque<CheckpointId>) {
         let keep = self.config.retained_checkpoints.max(1);
         let mut collect = Vec::new();
         while retained.len() > keep {

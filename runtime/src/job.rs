@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use shareflow_checkpoint::protocol::RetentionPolicy;
+use shareflow_checkpoint::CheckpointId;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -53,7 +54,7 @@ pub struct JobReport {
     /// Attempts, 1 if nothing failed.
     pub attempts: u32,
     /// The checkpoint the last attempt restored, if any.
-    pub restored_from: Option<u64>,
+    pub restored_from: Option<CheckpointId>,
     /// Metrics at the end.
     pub metrics: JobMetricsSnapshot,
 }
@@ -66,10 +67,10 @@ struct Wiring {
 
 /// What recovery found and did before an attempt.
 struct Recovered {
-    restored_from: Option<u64>,
+    restored_from: Option<CheckpointId>,
     /// operator name -> (old subtask -> items)
     states: BTreeMap<String, BTreeMap<u32, StateItems>>,
-    first_epoch: u64,
+    first_checkpoint_id: CheckpointId,
 }
 
 impl Job {
@@ -249,7 +250,7 @@ impl Job {
             }
         }
         self.failpoints.hit(points::AFTER_RECOVERY)?;
-        Ok(Recovered { restored_from: restored, states, first_epoch: highest + 1 })
+        Ok(Recovered { restored_from: restored, states, first_checkpoint_id: highest + 1 })
     }
 
     /// The restored items of `operator`, dealt round-robin to `parallelism` subtasks.
@@ -307,7 +308,7 @@ impl Job {
         Wiring { receivers, out_edges, input_edge }
     }
 
-    async fn attempt(&self, instance: Option<&mut Instance>) -> Result<Option<u64>> {
+    async fn attempt(&self, instance: Option<&mut Instance>) -> Result<Option<CheckpointId>> {
         let recovering = std::time::Instant::now();
         let recovered = match instance.as_deref() {
             Some(i) => i.beating(self.recover(Some(i))).await?,
@@ -315,8 +316,8 @@ impl Job {
         };
         let took = recovering.elapsed();
         self.metrics.checkpoints(|c| c.recovery.record(took));
-        // T(first epoch) must exist before any task writes into it.
-        let first = self.template.transaction(recovered.first_epoch);
+        // T(first checkpoint id) must exist before any task writes into it.
+        let first = self.template.transaction(recovered.first_checkpoint_id);
         for p in &self.spec.participants {
             p.begin(&first).await?;
         }
@@ -338,7 +339,7 @@ impl Job {
                     operator: node.name.clone(),
                     subtask: s,
                     parallelism: p,
-                    first_epoch: recovered.first_epoch,
+                    first_checkpoint_id: recovered.first_checkpoint_id,
                     transactions: self.template.clone(),
                     failpoints: self.failpoints.clone(),
                 };
@@ -346,7 +347,7 @@ impl Job {
                 controls.push(control_tx);
                 let edges = std::mem::take(&mut out_edges[i][s as usize]);
                 let io = TaskIo {
-                    out: Collector::new(ctx.task_name(), edges, metrics.clone(), ctx.first_epoch),
+                    out: Collector::new(ctx.task_name(), edges, metrics.clone(), ctx.first_checkpoint_id),
                     ctx,
                     node: i,
                     restored: restored[s as usize].clone(),
@@ -376,12 +377,12 @@ impl Job {
             reports: report_rx,
             subtasks,
             node_names: nodes.iter().map(|n| n.name.clone()).collect(),
-            next_id: recovered.first_epoch,
+            next_id: recovered.first_checkpoint_id,
             uncommitted: BTreeSet::new(),
             instance,
             stop: self.stop.subscribe(),
         };
-        coordinator.uncommitted.insert(recovered.first_epoch);
+        coordinator.uncommitted.insert(recovered.first_checkpoint_id);
         let result = coordinator.run().await;
         join_tasks(handles, result.is_err()).await;
         result.map(|()| recovered.restored_from)
