@@ -31,7 +31,7 @@ use crate::CheckpointId;
 
 /// The registry's directory under the checkpoint root. Job ids may not start with `_`,
 /// so no job's checkpoints can land here.
-pub const REGISTRY_DIR: &str = "_instances";
+pub(crate) const REGISTRY_DIR: &str = "_instances";
 
 const MAGIC: Magic = Magic(*b"SFIN");
 const VERSION: u16 = 1;

@@ -7,15 +7,15 @@ use crate::error::{CheckpointError, Result};
 use crate::CheckpointId;
 
 /// Magic of manifest files.
-pub const MANIFEST_MAGIC: Magic = Magic(*b"SFCM");
+pub(crate) const MANIFEST_MAGIC: Magic = Magic(*b"SFCM");
 /// Magic of state files.
-pub const STATE_MAGIC: Magic = Magic(*b"SFCS");
+pub(crate) const STATE_MAGIC: Magic = Magic(*b"SFCS");
 /// The manifest format this build writes and the newest it reads. Version 2 added
 /// [`StateFileRef::offset`] (state merged into one object per checkpoint); version 1
 /// manifests still read, each of their state files on its own.
-pub const MANIFEST_VERSION: u16 = 2;
+pub(crate) const MANIFEST_VERSION: u16 = 2;
 /// The state-file envelope version this build writes and the newest it reads.
-pub const STATE_VERSION: u16 = 1;
+pub(crate) const STATE_VERSION: u16 = 1;
 
 /// One operator subtask's state, as the manifest records it: the state itself inlined
 /// into the manifest when it is small (as Flink inlines state below
@@ -48,7 +48,7 @@ impl StateFileRef {
     }
 
     /// [`inline`](Self::inline) without copying `payload`.
-    pub fn inline_bytes(operator: &str, subtask: u32, payload: bytes::Bytes) -> Self {
+    pub(crate) fn inline_bytes(operator: &str, subtask: u32, payload: bytes::Bytes) -> Self {
         Self {
             operator: operator.to_string(),
             subtask,

@@ -135,7 +135,7 @@ impl CheckpointPaths {
     }
 
     /// The prefix that holds everything of the job.
-    pub fn job_prefix(&self) -> &Path {
+    pub(crate) fn job_prefix(&self) -> &Path {
         &self.job
     }
 
@@ -150,7 +150,7 @@ impl CheckpointPaths {
     }
 
     /// The tombstone of checkpoint `n` ([`ABORTED_NAME`]).
-    pub fn aborted_marker(&self, checkpoint_id: CheckpointId) -> Path {
+    pub(crate) fn aborted_marker(&self, checkpoint_id: CheckpointId) -> Path {
         self.checkpoint_dir(checkpoint_id).join(ABORTED_NAME)
     }
 
@@ -171,12 +171,12 @@ impl CheckpointPaths {
     }
 
     /// The prefix of all savepoints.
-    pub fn savepoints(&self) -> Path {
+    pub(crate) fn savepoints(&self) -> Path {
         self.job.clone().join("savepoints")
     }
 
     /// The directory of savepoint `name`.
-    pub fn savepoint_dir(&self, name: &str) -> Result<Path> {
+    pub(crate) fn savepoint_dir(&self, name: &str) -> Result<Path> {
         check_name("savepoint name", name)?;
         Ok(self.savepoints().join(name))
     }

@@ -37,7 +37,7 @@ pub enum RestartStrategy {
 impl RestartStrategy {
     /// Whether restart number `restart` (1 for the first) is allowed, and how long to
     /// wait before it.
-    pub fn delay_before(&self, restart: u32) -> Option<Duration> {
+    pub(crate) fn delay_before(&self, restart: u32) -> Option<Duration> {
         match *self {
             RestartStrategy::None => None,
             RestartStrategy::FixedDelay { attempts, delay } => (restart <= attempts).then_some(delay),

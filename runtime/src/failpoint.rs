@@ -190,7 +190,8 @@ impl Failpoints {
     }
 
     /// How many crashes the last [`schedule`](Self::schedule) call asked for.
-    pub fn scheduled_total(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn scheduled_total(&self) -> usize {
         self.schedule.lock().unwrap_or_else(|p| p.into_inner()).total
     }
 

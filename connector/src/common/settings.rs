@@ -153,7 +153,7 @@ pub struct SourceMetrics {
 
 impl SourceMetrics {
     /// Counts the redeliveries among a poll's `records` in `records_redelivered`.
-    pub fn count_redelivered(&self, records: &[Record]) {
+    pub(crate) fn count_redelivered(&self, records: &[Record]) {
         let n = records.iter().filter(|r| r.is_redelivery()).count() as u64;
         self.records_redelivered.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }

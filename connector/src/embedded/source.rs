@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{CheckpointId, ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
+use shareflow_runtime::{
+    CheckpointId, ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext,
+};
 
 use super::BrokerTransactions;
 use crate::broker::{EmbeddedBroker, EmbeddedShareConsumer};

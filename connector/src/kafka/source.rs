@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shareflow_runtime::failpoint::Failpoints;
-use shareflow_runtime::{CheckpointId, ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext};
+use shareflow_runtime::{
+    CheckpointId, ErrorKind, Result, RuntimeError, Source, SourceEvent, StateItems, SubtaskContext,
+};
 
 use super::ledger::to_ranges;
 use super::ledger::GroupLedger;

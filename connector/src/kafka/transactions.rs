@@ -169,7 +169,7 @@ impl KafkaTransactions {
     }
 
     /// The group's intents topic: `{group}-intents`.
-    pub fn intents_topic(&self) -> Result<String> {
+    pub(crate) fn intents_topic(&self) -> Result<String> {
         Ok(intents_topic(self.template()?.group_id()))
     }
 
@@ -220,7 +220,8 @@ impl KafkaTransactions {
             })?;
             let producer = self.slot_producer(slot)?;
             let p = &*producer;
-            let handles = enqueue_all(records, &format!(" in T({checkpoint_id})"), |r| p.enqueue(r)).await.map_err(rt)?;
+            let handles =
+                enqueue_all(records, &format!(" in T({checkpoint_id})"), |r| p.enqueue(r)).await.map_err(rt)?;
             if let Some(l) = lock(&self.live).get_mut(&checkpoint_id) {
                 l.handles.extend(handles);
             }
