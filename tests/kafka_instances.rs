@@ -161,6 +161,66 @@ impl Run {
     }
 }
 
+/// Two live `shareflow run` processes of one name: the later one fences the earlier,
+/// which stops at once (no restart that would take the prefix back) with exit code 3
+/// and a message that names the instance, the newer incarnation and what to do; the
+/// later one commits the whole input exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_run_stops_with_its_own_exit_code_and_says_who_fenced_it() {
+    let Some(c) = cluster().await else { return };
+    let bootstrap = support::kafka::bootstrap().expect("set");
+    let group = unique("fenced-exit");
+    let (input, output) = (format!("{group}-input"), format!("{group}-output"));
+    c.ensure_topic(&input, 2, &[]).await.expect("input topic");
+    c.ensure_topic(&output, 2, &[]).await.expect("output topic");
+    let dir = tempfile::tempdir().expect("checkpoint dir");
+    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    const RECORDS: u64 = 2_000;
+    c.produce(&input, (0..RECORDS / 2).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");
+    let mut first = Run::start(&bootstrap, &group, &checkpoints, dir.path().join("first.err"));
+    // The first commits some output before the second starts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while c.read_committed(&output).await.expect("read").is_empty() {
+        assert!(first.exited().is_none(), "the first run exited alone: {}", first.stderr());
+        assert!(tokio::time::Instant::now() < deadline, "the first run committed nothing in 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut second = Run::start(&bootstrap, &group, &checkpoints, dir.path().join("second.err"));
+    c.produce(&input, (RECORDS / 2..RECORDS).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = first.exited() {
+            break status;
+        }
+        assert!(second.exited().is_none(), "the later run exited: {}", second.stderr());
+        assert!(tokio::time::Instant::now() < deadline, "the earlier run still runs 60 s after the later started");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let err = first.stderr();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("stopped, fenced: instance same is fenced: incarnation"), "{err}");
+    assert!(err.contains("started after this one"), "names the newer incarnation: {err}");
+    assert!(err.contains("stop it, then start this one again"), "says what to do: {err}");
+    assert!(!err.contains("restarting"), "a fenced run does not restart: {err}");
+    // The later one goes on: the whole input, exactly once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let values = c.read_committed(&output).await.expect("read");
+        let mut count: HashMap<u64, u32> = HashMap::new();
+        for (_, _, _, v) in &values {
+            *count.entry(v.as_deref().and_then(identity).expect("a demo value")).or_default() += 1;
+        }
+        assert_eq!(count.values().map(|n| n - 1).sum::<u32>(), 0, "duplicated output");
+        if count.len() as u64 == RECORDS {
+            break;
+        }
+        assert!(second.exited().is_none(), "the later run exited: {}", second.stderr());
+        assert!(tokio::time::Instant::now() < deadline, "{} of {RECORDS} committed", count.len());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    second.sigkill();
+}
+
 /// Two processes started with the same `--instance`, in 20 rounds: the later one fences
 /// the earlier, either one is SIGKILLed at a random moment and a replacement started.
 /// Never both live: after every round the output holds every record produced so far,
@@ -214,8 +274,8 @@ async fn the_same_instance_started_twice_fences_the_earlier_in_every_round() {
         loop {
             if let Some(status) = live.exited() {
                 let err = live.stderr();
-                assert!(!status.success(), "seed {seed} round {round}: a run exits only when fenced: {err}");
-                assert!(err.contains("fenced") || err.contains("incarnation"), "seed {seed} round {round}: {err}");
+                assert_eq!(status.code(), Some(3), "seed {seed} round {round}: a run exits only when fenced: {err}");
+                assert!(err.contains("stopped, fenced"), "seed {seed} round {round}: {err}");
                 live = start();
             }
             let values = c.read_committed(&output).await.expect("read");

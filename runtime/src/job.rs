@@ -171,13 +171,19 @@ impl Job {
                     }
                     return Ok(JobReport { attempts, restored_from, metrics: self.metrics.snapshot() });
                 }
-                Err(e) if e.kind() == ErrorKind::Fenced => {
-                    // Another instance took this prefix over (a newer incarnation, or an
-                    // adopter): a restart would take it back and fence that one.
-                    tracing::error!(error = %e, attempts, "fenced; stopping without a restart");
-                    return Err(e);
-                }
                 Err(e) => {
+                    // Another instance took this prefix over (a newer incarnation, or an
+                    // adopter): a restart would take it back and fence that one. The
+                    // registry says who, even when the failure only says "fenced" or
+                    // does not say it at all.
+                    if let Some(fenced) = Self::fenced_meanwhile(instance.as_ref(), &e).await {
+                        tracing::error!(error = %fenced, cause = %e, attempts, "fenced; stopping without a restart");
+                        return Err(fenced);
+                    }
+                    if e.kind() == ErrorKind::Fenced {
+                        tracing::error!(error = %e, attempts, "fenced; stopping without a restart");
+                        return Err(e);
+                    }
                     let allowed = self.config.restart.attempts();
                     let Some(delay) = self.config.restart.delay_before(attempts) else {
                         tracing::error!(error = %e, attempts, "job failed; no restarts left");
@@ -192,6 +198,24 @@ impl Job {
                     tokio::time::sleep(delay).await;
                 }
             }
+        }
+    }
+
+    /// Whether a failed attempt's instance was fenced meanwhile: a newer incarnation of
+    /// its name or an adopter took the prefix over. The failure itself may not say so
+    /// (on Kafka the broker answers the older producer `InvalidProducerEpoch`, which the
+    /// client reports as an abortable transaction). A restart would take the prefix back
+    /// for a moment and fence the live instance; the job stops instead. A registry that
+    /// cannot be read says nothing here: the next attempt checks again.
+    async fn fenced_meanwhile(instance: Option<&Instance>, failure: &RuntimeError) -> Option<RuntimeError> {
+        let instance = instance?;
+        match instance.ensure_current().await {
+            Err(fenced) if fenced.kind() == ErrorKind::Fenced => Some(fenced),
+            Err(e) => {
+                tracing::warn!(error = %e, cause = %failure, "cannot read the registry after a failure");
+                None
+            }
+            Ok(()) => None,
         }
     }
 
@@ -436,5 +460,32 @@ async fn join_tasks(handles: Vec<JoinHandle<()>>, failed: bool) {
     }
     for h in handles {
         let _ = h.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::InstanceConfig;
+    use crate::operator::TransactionTemplate;
+
+    /// A failure after a newer start of the same prefix registered is the fencing, named,
+    /// not a failure to restart from; before that, and for the newer start, it is not.
+    #[tokio::test]
+    async fn a_failure_after_a_newer_start_registered_is_fenced() {
+        let storage = shareflow_checkpoint::CheckpointStore::from_url("memory://", &[], "same").unwrap();
+        let template = TransactionTemplate::new("group", "same").unwrap();
+        let config = InstanceConfig::new(Duration::from_secs(60));
+        let failure = RuntimeError::InjectedCrash("sink.after_write".into());
+        let first = Instance::register(storage.clone(), config.clone(), template.clone()).await.unwrap();
+        assert!(Job::fenced_meanwhile(Some(&first), &failure).await.is_none(), "nobody else started yet");
+        assert!(Job::fenced_meanwhile(None, &failure).await.is_none(), "a job without an instance");
+        let second = Instance::register(storage, config, template).await.unwrap();
+        let fenced = Job::fenced_meanwhile(Some(&first), &failure).await.expect("the first is fenced");
+        assert_eq!(fenced.kind(), ErrorKind::Fenced, "{fenced}");
+        assert!(fenced.to_string().contains("started after this one"), "names the newer start: {fenced}");
+        assert!(Job::fenced_meanwhile(Some(&second), &failure).await.is_none(), "the newer one is current");
     }
 }
