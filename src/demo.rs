@@ -54,6 +54,9 @@ pub(crate) const INPUT: &str = "demo-input";
 pub(crate) const OUTPUT: &str = "demo-output";
 /// Bytes of every input value ([`value_of`]`(id, VALUE_LEN)`).
 pub(crate) const VALUE_LEN: usize = 100;
+/// Checkpoints that may fail in a row before an attempt fails, in every demo job.
+pub(crate) const TOLERABLE_FAILURES: u32 = 3;
+
 /// Records per produce call.
 const PRODUCE_CHUNK: usize = 20_000;
 
@@ -558,9 +561,10 @@ async fn open_broker(
         .record_lock_duration(lock)
         .delivery_count_limit(DELIVERY_LIMIT)
         .partition_max_record_locks(1_000_000)
-        // Per group: each live instance keeps up to two transactions open, a dead one
-        // its own until it is adopted.
-        .max_pending_transactions(5.max(4 * (instances + 1)))
+        // Per group: each instance, live or dead until adopted, keeps up to
+        // TOLERABLE_FAILURES + 2 transactions pending (checked when a job starts), and
+        // one more instance joins late.
+        .max_pending_transactions((TOLERABLE_FAILURES + 2) * (instances + 1))
         .build()?;
     let broker =
         EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker"))?.default_config(group_config.clone()))

@@ -65,13 +65,18 @@ impl EmbeddedRunSummary {
     }
 }
 
-/// The group's settings: the file's mode, with the locks and limits the demo uses.
+/// The group's settings: the file's mode, with the locks and limits the demo uses, and
+/// room for many instances' pending transactions.
 fn group_config(file: &JobFile) -> Result<ShareConfig, BoxError> {
     let mode = if file.exactly_once { AcknowledgementMode::Transactional } else { AcknowledgementMode::Explicit };
     Ok(ShareConfig::builder()
         .acknowledgement_mode(mode)
         .record_lock_duration(Duration::from_secs(30))
         .partition_max_record_locks(1_000_000)
+        // Room for 16 instances' pending transactions at the job's 2 tolerable failures
+        // (checked when the job starts): instances that died under other names stay
+        // registered until one is adopted.
+        .max_pending_transactions(64)
         .build()?)
 }
 

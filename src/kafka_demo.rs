@@ -239,13 +239,18 @@ pub(crate) async fn run(
         }
     }
 
-    let txns =
-        KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default().exactly_once(options.exactly_once));
+    let txns = KafkaTransactions::new(
+        cluster.clone(),
+        KafkaTransactionsConfig::default()
+            .exactly_once(options.exactly_once)
+            // One attempt keeps up to tolerable failures + 2 transactions open.
+            .slots(crate::demo::TOLERABLE_FAILURES as u16 + 2),
+    );
     let mut config = JobConfig::new(storage, &options.name, "demo").checkpoint_interval(options.interval).restart(
         RestartStrategy::FixedDelay { attempts: options.crashes.len() as u32 + 3, delay: Duration::from_millis(100) },
     );
     config.channel_capacity = 8;
-    config.tolerable_checkpoint_failures = 3;
+    config.tolerable_checkpoint_failures = crate::demo::TOLERABLE_FAILURES;
 
     let metrics = Arc::new(SourceMetrics::default());
     let mut source_config = source_settings(&options.name, &[&input], options.parallelism, options.max_rate);

@@ -249,6 +249,31 @@ async fn bad_instance_settings_are_named() {
     assert!(build("a", "a", ADOPTION).is_ok());
 }
 
+/// A group whose `share.transaction.max.pending` cannot hold the pending transactions of
+/// every instance the registry shows is refused before the first attempt, naming the key
+/// and the value that works; nothing is begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_too_small_for_its_instances_is_refused_before_the_first_attempt() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // Two other live instances of the group: with this one, 3 x 2 pending transactions
+    // (no tolerable failures) against the default max.pending of 5.
+    let registry = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", "a").unwrap()).registry();
+    registry.register("b").await.unwrap();
+    registry.register("c").await.unwrap();
+    let job = instance(&broker, &store, "a", true);
+    let err = tokio::time::timeout(Duration::from_secs(30), job.run()).await.expect("ends").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("share.transaction.max.pending=5"), "{text}");
+    assert!(text.contains("must be at least 6: 3 instance(s)"), "{text}");
+    assert!(broker.pending_transactions().await.unwrap().is_empty(), "nothing begun");
+    // Once one of them retires, the group has room.
+    registry.retire("c", 1).await.unwrap();
+    let job = instance(&broker, &store, "a", true);
+    tokio::time::timeout(Duration::from_secs(60), job.run()).await.expect("ends").unwrap();
+}
+
 /// An adopter that cannot read the dead instance's checkpoints fails with an error naming
 /// that instance and what to do; it never decides the instance's transactions blindly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use crate::error::{ErrorKind, Result, RuntimeError};
 use crate::failpoint::{points, Failpoints};
 use crate::instance::{self, Instance};
 use crate::metrics::{JobMetrics, JobMetricsSnapshot};
-use crate::operator::{StateItems, SubtaskContext, TransactionTemplate};
+use crate::operator::{JobSettings, StateItems, SubtaskContext, TransactionTemplate};
 use crate::partition::Partitioning;
 use crate::spec::{GraphSpec, NodeKind};
 use crate::task::{self, Inputs, Report, TaskIo};
@@ -136,8 +136,9 @@ impl Job {
     /// complete checkpoint as the restart strategy allows.
     pub async fn run(&self) -> Result<JobReport> {
         // A configuration a participant refuses fails now, not after a restart loop.
+        let settings = self.settings().await?;
         for p in &self.spec.participants {
-            p.validate(self.config.checkpoint_interval, self.config.checkpoint_timeout).await?;
+            p.validate_job(&settings).await?;
             if self.config.instance.is_some() && p.adopter().is_none() {
                 return Err(RuntimeError::InvalidConfig {
                     key: "participant".into(),
@@ -199,6 +200,24 @@ impl Job {
                 }
             }
         }
+    }
+
+    /// The settings participants check the job against: its own, and the instances of
+    /// its group the registry shows (not retired, not adopted), this one included.
+    async fn settings(&self) -> Result<JobSettings> {
+        let mut instances = 1;
+        if self.config.instance.is_some() {
+            let records = self.config.storage.registry().observe().await?;
+            let others = records.iter().filter(|r| r.prefix != self.template.prefix());
+            instances += others.filter(|r| r.incarnation > 0 && !r.retired && r.adopted_by.is_none()).count() as u32;
+        }
+        Ok(JobSettings {
+            group: self.template.group_id().to_string(),
+            checkpoint_interval: self.config.checkpoint_interval,
+            checkpoint_timeout: self.config.checkpoint_timeout,
+            tolerable_checkpoint_failures: self.config.tolerable_checkpoint_failures,
+            instances,
+        })
     }
 
     /// Whether a failed attempt's instance was fenced meanwhile: a newer incarnation of

@@ -71,8 +71,8 @@ pub use metrics::{
     CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,
 };
 pub use operator::{
-    Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems, SubtaskContext,
-    TransactionParticipant, TransactionTemplate,
+    JobSettings, Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems,
+    SubtaskContext, TransactionParticipant, TransactionTemplate,
 };
 pub use partition::Partitioning;
 pub use shareflow_checkpoint as checkpoint;

@@ -76,6 +76,43 @@ impl TransactionTemplate {
 /// new ones (Flink's split redistribution of operator list state).
 pub type StateItems = Vec<Bytes>;
 
+/// What a participant checks a job against before its first attempt
+/// ([`TransactionParticipant::validate_job`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobSettings {
+    /// The share group of the job's transactions.
+    pub group: String,
+    /// The checkpoint interval; `None` without periodic checkpoints.
+    pub checkpoint_interval: Option<std::time::Duration>,
+    /// How long a checkpoint may take before it is aborted.
+    pub checkpoint_timeout: std::time::Duration,
+    /// Checkpoints that may fail in a row before the attempt fails.
+    pub tolerable_checkpoint_failures: u32,
+    /// Instances of the job in the group: this one and every other the registry shows
+    /// not retired and not adopted (1 for a job that is not an instance).
+    pub instances: u32,
+}
+
+impl JobSettings {
+    /// The settings of a job in `group`; see the fields.
+    pub fn new(
+        group: impl Into<String>,
+        checkpoint_interval: Option<std::time::Duration>,
+        checkpoint_timeout: std::time::Duration,
+        tolerable_checkpoint_failures: u32,
+        instances: u32,
+    ) -> Self {
+        Self { group: group.into(), checkpoint_interval, checkpoint_timeout, tolerable_checkpoint_failures, instances }
+    }
+
+    /// Transactions one attempt of this job keeps pending at most: those of the
+    /// checkpoints that failed in a row, the one completing and the next one begun.
+    pub fn pending_per_instance(&self) -> u32 {
+        self.tolerable_checkpoint_failures.saturating_add(2)
+    }
+}
+
 /// A transforming operator (or a sink, which emits nothing).
 #[async_trait]
 pub trait Operator: Send + 'static {
@@ -178,6 +215,13 @@ pub enum PrepareOutcome {
 pub trait TransactionParticipant: Send + Sync + 'static {
     /// A name for logs and the manifest.
     fn name(&self) -> &str;
+
+    /// Called once before the job's first attempt with the job's settings: refuse a
+    /// configuration this participant or its broker cannot honour. The default checks
+    /// only what [`validate`](Self::validate) checks.
+    async fn validate_job(&self, job: &JobSettings) -> Result<()> {
+        self.validate(job.checkpoint_interval, job.checkpoint_timeout).await
+    }
 
     /// Called once before the job's first attempt: refuse a configuration this
     /// participant cannot honour (for example a transaction timeout shorter than a

@@ -28,7 +28,7 @@ fn instance_job(
             options.interval + checkpoint_timeout + Duration::from_secs(1),
         ));
     config.channel_capacity = 8;
-    config.tolerable_checkpoint_failures = 3;
+    config.tolerable_checkpoint_failures = TOLERABLE_FAILURES;
     Ok((job.build(config)?, metrics))
 }
 

@@ -87,7 +87,7 @@ fn build_job(
         .checkpoint_interval(options.interval)
         .restart(restart_strategy(schedule.len() as u32 + 3));
     config.channel_capacity = 8;
-    config.tolerable_checkpoint_failures = 3;
+    config.tolerable_checkpoint_failures = TOLERABLE_FAILURES;
     let job = job.build(config)?;
     job.failpoints().schedule(schedule.clone());
     Ok((job, metrics, schedule))

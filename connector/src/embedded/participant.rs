@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{
-    CheckpointId, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
+    CheckpointId, JobSettings, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant,
+    TransactionTemplate,
 };
 
 use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
@@ -90,6 +91,17 @@ impl TransactionParticipant for BrokerTransactions {
         Ok(())
     }
 
+    /// The checks of `validate`, then the group's settings against the job: the group's
+    /// `share.transaction.timeout.ms` must allow this participant's timeout (the broker
+    /// refuses a longer one at begin), and `share.transaction.max.pending` must leave
+    /// room for every instance's pending transactions (or a begin fails under load with
+    /// `TooManyPendingTransactions`).
+    async fn validate_job(&self, job: &JobSettings) -> Result<()> {
+        self.validate(job.checkpoint_interval, job.checkpoint_timeout).await?;
+        let group = self.broker.group_config(&job.group).await.map_err(|e| runtime_error("embedded-broker", e))?;
+        check_group(&group, self.timeout, job)
+    }
+
     async fn open(&self, template: &TransactionTemplate) -> Result<()> {
         let c = self
             .broker
@@ -153,5 +165,77 @@ impl TransactionParticipant for BrokerTransactions {
             .filter(|t| t.id.prefix() == template.prefix())
             .map(|t| PendingTransaction { prepared: t.state == TransactionState::Prepare, id: t.id })
             .collect())
+    }
+}
+
+/// The group's transaction settings against a job whose participant uses `timeout`: an
+/// error names the group's key, its value, and the value that would work.
+fn check_group(group: &crate::share::ShareConfig, timeout: Duration, job: &JobSettings) -> Result<()> {
+    use crate::share::keys;
+    if group.transaction_timeout() < timeout {
+        return Err(RuntimeError::InvalidConfig {
+            key: keys::TXN_TIMEOUT_MS.into(),
+            value: group.transaction_timeout().as_millis().to_string(),
+            rule: format!(
+                "group {}'s {} must be at least the job's transaction timeout ({} ms, BrokerTransactions::new), \
+                 or the broker refuses every begin: set it to {} or more, or give BrokerTransactions a shorter \
+                 timeout above checkpoint interval + checkpoint timeout",
+                job.group,
+                keys::TXN_TIMEOUT_MS,
+                timeout.as_millis(),
+                timeout.as_millis()
+            ),
+        });
+    }
+    let needed = job.instances.saturating_mul(job.pending_per_instance());
+    if group.max_pending_transactions() < needed {
+        return Err(RuntimeError::InvalidConfig {
+            key: keys::TXN_MAX_PENDING.into(),
+            value: group.max_pending_transactions().to_string(),
+            rule: format!(
+                "group {}'s {} must be at least {needed}: {} instance(s) of the job (this one and those the \
+                 registry shows live), each with up to {} pending transactions (tolerable_checkpoint_failures {} \
+                 + 2); set it to {needed}, or lower tolerable_checkpoint_failures",
+                job.group,
+                keys::TXN_MAX_PENDING,
+                job.instances,
+                job.pending_per_instance(),
+                job.tolerable_checkpoint_failures
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::share::{keys, ShareConfig};
+
+    fn job(tolerable: u32, instances: u32) -> JobSettings {
+        JobSettings::new("g", Some(Duration::from_millis(500)), Duration::from_secs(10), tolerable, instances)
+    }
+
+    fn group(timeout: Duration, max_pending: u32) -> ShareConfig {
+        ShareConfig::builder().transaction_timeout(timeout).max_pending_transactions(max_pending).build().unwrap()
+    }
+
+    /// The group's timeout must allow the participant's; max.pending must hold every
+    /// instance's pending transactions. Each refusal names the key, its value and the
+    /// value that works.
+    #[test]
+    fn the_group_settings_are_checked_against_the_job() {
+        let minute = Duration::from_secs(60);
+        check_group(&group(minute, 5), minute, &job(3, 1)).unwrap();
+        check_group(&group(minute, 15), minute, &job(3, 3)).unwrap();
+
+        let err = check_group(&group(Duration::from_secs(30), 5), minute, &job(3, 1)).unwrap_err().to_string();
+        assert!(err.contains(keys::TXN_TIMEOUT_MS) && err.contains("30000"), "{err}");
+        assert!(err.contains("set it to 60000 or more"), "{err}");
+
+        let err = check_group(&group(minute, 14), minute, &job(3, 3)).unwrap_err().to_string();
+        assert!(err.contains(keys::TXN_MAX_PENDING) && err.contains("14"), "{err}");
+        assert!(err.contains("must be at least 15") && err.contains("3 instance(s)"), "{err}");
+        assert!(err.contains("tolerable_checkpoint_failures 3"), "{err}");
     }
 }

@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
 use shareflow_checkpoint::{CheckpointId, TransactionId};
 use shareflow_runtime::{
-    Participant, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant, TransactionTemplate,
+    JobSettings, Participant, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant,
+    TransactionTemplate,
 };
 
 use super::client::{
@@ -24,7 +25,7 @@ use super::ledger::{Claimant, GroupLedger, LedgerEntry, LedgerLog, LedgerRange};
 mod participant;
 
 use super::txn_config::KafkaTransactionsConfig;
-use super::txn_config::{check_transaction_timeout, parse_slot_id, slot_for, slot_id, BROKER_MAX_TIMEOUT};
+use super::txn_config::{check_slots, check_transaction_timeout, parse_slot_id, slot_for, slot_id, BROKER_MAX_TIMEOUT};
 use crate::common::runtime_error;
 use crate::share::Record;
 use shareflow_share::{Error, ErrorKind};

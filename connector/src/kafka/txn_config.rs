@@ -148,6 +148,26 @@ pub(crate) fn check_transaction_timeout(
     Ok(())
 }
 
+/// K against the job: one attempt keeps up to `tolerable_checkpoint_failures + 2`
+/// transactions open, each on a slot of its own, so K must be at least that.
+pub(crate) fn check_slots(slots: u16, job: &shareflow_runtime::JobSettings) -> Result<(), Error> {
+    let needed = job.pending_per_instance();
+    if u32::from(slots) < needed {
+        return Err(Error::InvalidConfig {
+            key: "slots".into(),
+            value: slots.to_string(),
+            rule: format!(
+                "must be at least {needed}: one attempt keeps up to tolerable_checkpoint_failures ({}) + 2 \
+                 transactions open, each on a slot of its own; set KafkaTransactionsConfig::slots({needed}), or \
+                 lower tolerable_checkpoint_failures to {}",
+                job.tolerable_checkpoint_failures,
+                u32::from(slots).saturating_sub(2)
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +204,27 @@ mod tests {
             }
             assert!(err.to_string().contains(&format!("invalid config transaction.max.timeout.ms={bad}:")), "{err}");
         }
+    }
+
+    /// One attempt keeps up to tolerable failures + 2 transactions open: K below that is
+    /// refused, naming K, the value that works and the other setting.
+    #[test]
+    fn slots_must_cover_the_transactions_one_attempt_keeps_open() {
+        let job = |tolerable| {
+            shareflow_runtime::JobSettings::new(
+                "g",
+                Some(Duration::from_millis(500)),
+                Duration::from_secs(10),
+                tolerable,
+                1,
+            )
+        };
+        check_slots(4, &job(2)).unwrap();
+        check_slots(5, &job(3)).unwrap();
+        let err = check_slots(4, &job(3)).unwrap_err().to_string();
+        assert!(err.contains("slots"), "{err}");
+        assert!(err.contains("must be at least 5"), "{err}");
+        assert!(err.contains("tolerable_checkpoint_failures (3)"), "{err}");
+        assert!(err.contains("lower tolerable_checkpoint_failures to 2"), "{err}");
     }
 }

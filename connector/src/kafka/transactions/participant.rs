@@ -20,6 +20,17 @@ impl TransactionParticipant for KafkaTransactions {
             .map_err(|e| runtime_error(NAME, e))
     }
 
+    /// The checks of `validate`, then the slot pool against the job: one attempt keeps
+    /// up to `tolerable_checkpoint_failures + 2` transactions open, each on a slot of
+    /// its own.
+    async fn validate_job(&self, job: &JobSettings) -> Result<()> {
+        TransactionParticipant::validate(self, job.checkpoint_interval, job.checkpoint_timeout).await?;
+        if self.config.exactly_once {
+            check_slots(self.config.slots, job).map_err(|e| runtime_error(NAME, e))?;
+        }
+        Ok(())
+    }
+
     async fn open(&self, template: &TransactionTemplate) -> Result<()> {
         if !self.owner {
             // An adopter: it only decides the adopted prefix's transactions.
