@@ -48,6 +48,9 @@ pub(crate) struct RunOptions {
     pub(crate) metrics_addr: Option<String>,
     /// The user's pipeline from a job file, instead of the main job.
     pub(crate) job: Option<crate::job_file::JobFile>,
+    /// `--delete-ledger-on-retire`: after a graceful stop retired the instance, delete
+    /// its ledger topic (what `shareflow instances gc` would delete later).
+    pub(crate) delete_ledger_on_retire: bool,
 }
 
 impl RunOptions {
@@ -68,6 +71,7 @@ impl RunOptions {
             partitions: 4,
             metrics_addr: None,
             job: None,
+            delete_ledger_on_retire: false,
         }
     }
 }
@@ -168,6 +172,13 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     let result = run_job(&job, Some(progress_line(&metrics))).await;
     on_signal.abort();
     let (report, seconds) = result?;
+    if options.delete_ledger_on_retire && stopped.load(Ordering::SeqCst) {
+        // Retired: it committed everything and keeps nothing pending; nobody reads its
+        // ledger again (see plan_ledger_gc).
+        let topic = shareflow_connector::kafka::ledger_topic(&options.group, &options.instance);
+        cluster.delete_topics(&[&topic]).await?;
+        eprintln!("retired; deleted the ledger topic {topic}");
+    }
     Ok(RunSummary {
         instance: options.instance.clone(),
         emitted: metrics.records_emitted.load(Ordering::Relaxed),

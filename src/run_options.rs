@@ -74,6 +74,7 @@ pub(super) fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run
     o.partitions = job.partitions;
     o.max_rate = job.max_rate;
     o.metrics_addr = args.value("--metrics-addr")?;
+    o.delete_ledger_on_retire = args.flag("--delete-ledger-on-retire");
     o.job = Some(job);
     Ok((o, args.flag("--json")))
 }
@@ -121,6 +122,7 @@ pub(super) fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, boo
     }
     o.max_rate = args.number("--max-rate")?;
     o.metrics_addr = args.value("--metrics-addr")?;
+    o.delete_ledger_on_retire = args.flag("--delete-ledger-on-retire");
     Ok((o, args.flag("--json")))
 }
 

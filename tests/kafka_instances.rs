@@ -134,8 +134,24 @@ struct Run(Child, std::path::PathBuf);
 
 impl Run {
     fn start(bootstrap: &str, group: &str, checkpoints: &str, stderr: std::path::PathBuf) -> Self {
+        Self::start_as("same", bootstrap, group, checkpoints, stderr)
+    }
+
+    fn start_as(instance: &str, bootstrap: &str, group: &str, checkpoints: &str, stderr: std::path::PathBuf) -> Self {
+        Self::start_with(instance, bootstrap, group, checkpoints, stderr, &[])
+    }
+
+    fn start_with(
+        instance: &str,
+        bootstrap: &str,
+        group: &str,
+        checkpoints: &str,
+        stderr: std::path::PathBuf,
+        extra: &[&str],
+    ) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_shareflow"))
-            .args(["run", "--kafka", bootstrap, "--group", group, "--instance", "same", "--checkpoints", checkpoints])
+            .args(["run", "--kafka", bootstrap, "--group", group, "--instance", instance, "--checkpoints", checkpoints])
+            .args(extra)
             .args(["--interval", "300", "--checkpoint-timeout", "3000", "--adoption-timeout", "60000"])
             .args(["--parallelism", "2", "--partitions", "2", "--json"])
             .env("SHAREFLOW_LOG", "warn")
@@ -219,6 +235,126 @@ async fn a_fenced_run_stops_with_its_own_exit_code_and_says_who_fenced_it() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     second.sigkill();
+}
+
+/// `shareflow instances gc` on Kafka: the ledger topic of an instance that retired goes
+/// (listed by default, deleted with --apply), a live instance's stays; the retired
+/// instance starts again afterwards under its name and the output stays exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_gc_deletes_the_ledgers_of_retired_instances_only() {
+    let Some(c) = cluster().await else { return };
+    let bootstrap = support::kafka::bootstrap().expect("set");
+    let group = unique("ledger-gc");
+    let (input, output) = (format!("{group}-input"), format!("{group}-output"));
+    c.ensure_topic(&input, 2, &[]).await.expect("input topic");
+    c.ensure_topic(&output, 2, &[]).await.expect("output topic");
+    let dir = tempfile::tempdir().expect("checkpoint dir");
+    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    let (gone_ledger, live_ledger) = (format!("{group}-gone-ledger"), format!("{group}-live-ledger"));
+    let committed = |c: &shareflow::connector::kafka::KafkaCluster| {
+        let c = c.clone();
+        let output = output.clone();
+        async move {
+            let mut count: HashMap<u64, u32> = HashMap::new();
+            for (_, _, _, v) in c.read_committed(&output).await.expect("read") {
+                *count.entry(v.as_deref().and_then(identity).expect("a demo value")).or_default() += 1;
+            }
+            assert_eq!(count.values().map(|n| n - 1).sum::<u32>(), 0, "duplicated output");
+            count.len() as u64
+        }
+    };
+    let wait_for = || tokio::time::Instant::now() + Duration::from_secs(60);
+    c.produce(&input, (0..500).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");
+    // "gone" commits the input, then retires on SIGTERM.
+    let mut gone = Run::start_as("gone", &bootstrap, &group, &checkpoints, dir.path().join("gone.err"));
+    let deadline = wait_for();
+    while committed(&c).await < 500 {
+        assert!(gone.exited().is_none(), "gone exited: {}", gone.stderr());
+        assert!(tokio::time::Instant::now() < deadline, "gone did not commit the input in 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let term = Command::new("kill").args(["-TERM", &gone.0.id().to_string()]).status().expect("kill");
+    assert!(term.success());
+    let deadline = wait_for();
+    let status = loop {
+        if let Some(status) = gone.exited() {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "gone did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status}: {}", gone.stderr());
+    // "live" runs.
+    let live = Run::start_as("live", &bootstrap, &group, &checkpoints, dir.path().join("live.err"));
+    let deadline = wait_for();
+    while !c.topics().await.expect("topics").contains(&live_ledger) {
+        assert!(tokio::time::Instant::now() < deadline, "live made no ledger in 60 s: {}", live.stderr());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let gc = |apply: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
+        cmd.args(["instances", "gc", "--checkpoints", &checkpoints, "--kafka", &bootstrap, "--group", &group]);
+        if apply {
+            cmd.arg("--apply");
+        }
+        let out = cmd.output().expect("run instances gc");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let dry = gc(false);
+    assert!(dry.contains(&format!("would delete {gone_ledger}: instance gone retired")), "{dry}");
+    assert!(dry.contains(&format!("kept {live_ledger}: instance live is live")), "{dry}");
+    assert!(c.topics().await.expect("topics").contains(&gone_ledger), "a dry run deletes nothing");
+    let applied = gc(true);
+    assert!(applied.contains(&format!("deleted {gone_ledger}: instance gone retired")), "{applied}");
+    assert!(applied.contains(&format!("kept {live_ledger}")), "{applied}");
+    let deadline = wait_for();
+    loop {
+        let topics = c.topics().await.expect("topics");
+        assert!(topics.contains(&live_ledger), "the live ledger was deleted");
+        if !topics.contains(&gone_ledger) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{gone_ledger} still listed 60 s after its deletion");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // "gone" starts again, beside "live": more input, every record once.
+    let mut again = Run::start_with(
+        "gone",
+        &bootstrap,
+        &group,
+        &checkpoints,
+        dir.path().join("again.err"),
+        &["--delete-ledger-on-retire"],
+    );
+    c.produce(&input, (500..1_000).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");
+    let deadline = wait_for();
+    while committed(&c).await < 1_000 {
+        assert!(again.exited().is_none(), "gone's second start exited: {}", again.stderr());
+        assert!(tokio::time::Instant::now() < deadline, "1,000 not committed in 60 s");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(committed(&c).await, 1_000);
+    // Retired with --delete-ledger-on-retire: its ledger topic goes at once.
+    let term = Command::new("kill").args(["-TERM", &again.0.id().to_string()]).status().expect("kill");
+    assert!(term.success());
+    let deadline = wait_for();
+    let status = loop {
+        if let Some(status) = again.exited() {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "gone did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status}: {}", again.stderr());
+    assert!(again.stderr().contains(&format!("deleted the ledger topic {gone_ledger}")), "{}", again.stderr());
+    let deadline = wait_for();
+    while c.topics().await.expect("topics").contains(&gone_ledger) {
+        assert!(tokio::time::Instant::now() < deadline, "{gone_ledger} still listed 60 s after the retirement");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(c.topics().await.expect("topics").contains(&live_ledger), "the live ledger stays");
+    live.sigkill();
 }
 
 /// Two processes started with the same `--instance`, in 20 rounds: the later one fences

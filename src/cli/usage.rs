@@ -90,6 +90,8 @@ commands:
     --partitions P       partitions of topics this instance creates (default 4)
     --max-rate R         at most R records per second through this instance
     --metrics-addr HOST:PORT  serve this instance's Prometheus metrics (as for demo)
+    --delete-ledger-on-retire  after SIGTERM or Ctrl-C retired it, delete its ledger topic
+                         ({group}-{instance}-ledger; `instances gc` deletes it later otherwise)
     --json               print the summary as one JSON object on the last line
   txn list     list transactions: id, state, age, timeout; on the embedded broker also the
                acknowledgements staged and records produced, and with --checkpoints the
@@ -124,4 +126,8 @@ commands:
   instances    list the instances registered under a checkpoint root: incarnation, last
                heartbeat, and whether each is live, retired or adopted (and by whom)
     --checkpoints URL    the shared checkpoint root (default file://$PWD/target/shareflow-demo/checkpoints)
+  instances gc --checkpoints URL --kafka HOST:PORT --group G [--apply]
+               the ledger topics ({group}-{instance}-ledger) of instances that retired or
+               whose adoption ended: lists what it would delete (the default), or deletes
+               them with --apply; a live instance's ledger (or one being adopted) is kept
   help         print this message";

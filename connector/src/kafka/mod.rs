@@ -36,7 +36,7 @@ pub use client::{
     GatePassed, JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactionInfo,
     ShareGroupBacklog, TopicWriter, WHOLE_FETCH_POLL_RECORDS,
 };
-pub use ledger::{Claimant, GroupIntent, LedgerRange};
+pub use ledger::{ledger_topic, plan_ledger_gc, Claimant, GroupIntent, LedgerRange, LedgerTopicFate};
 pub use metrics::seed_transaction_metrics;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;

@@ -518,7 +518,7 @@ pub struct LedgerReads {
 
 /// The commits topic of `template`'s prefix.
 fn commits_topic(template: &TransactionTemplate) -> String {
-    format!("{}-{}-ledger", template.group_id(), template.prefix())
+    super::ledger::ledger_topic(template.group_id(), template.prefix())
 }
 
 /// The intents topic of share group `group`.

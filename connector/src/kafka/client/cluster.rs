@@ -145,6 +145,11 @@ impl KafkaCluster {
         }
     }
 
+    /// The names of every topic of the cluster (internal ones excluded).
+    pub async fn topics(&self) -> Result<Vec<String>> {
+        self.admin.list_topics(Default::default()).await.map_err(|e| kafka_error("list topics", e))
+    }
+
     /// Deletes topics, ignoring those that do not exist.
     pub async fn delete_topics(&self, topics: &[&str]) -> Result<()> {
         self.admin

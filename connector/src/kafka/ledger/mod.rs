@@ -4,6 +4,7 @@
 
 mod claims;
 mod entries;
+mod gc;
 mod group;
 mod log;
 pub(crate) mod recovery;
@@ -11,6 +12,7 @@ pub(crate) mod recovery;
 pub(crate) use entries::to_ranges;
 pub(crate) use entries::LedgerEntry;
 pub use entries::{Claimant, LedgerRange};
+pub use gc::{ledger_topic, plan_ledger_gc, LedgerTopicFate};
 pub use group::GroupIntent;
 pub(crate) use group::GroupLedger;
 pub(crate) use log::LedgerLog;
