@@ -155,6 +155,7 @@ impl Run {
             .args(["--interval", "300", "--checkpoint-timeout", "3000", "--adoption-timeout", "60000"])
             .args(["--parallelism", "2", "--partitions", "2", "--json"])
             .env("SHAREFLOW_LOG", "warn")
+            .envs(support::s3::aws_env())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
             .spawn()
@@ -360,7 +361,7 @@ async fn instances_gc_deletes_the_ledgers_of_retired_instances_only() {
 /// Two processes started with the same `--instance`, in 20 rounds: the later one fences
 /// the earlier, either one is SIGKILLed at a random moment and a replacement started.
 /// Never both live: after every round the output holds every record produced so far,
-/// exactly once.
+/// exactly once. The checkpoint root (and registry) is on the S3 server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_instance_started_twice_fences_the_earlier_in_every_round() {
     let Some(c) = cluster().await else { return };
@@ -378,8 +379,13 @@ async fn the_same_instance_started_twice_fences_the_earlier_in_every_round() {
     let (input, output) = (format!("{group}-input"), format!("{group}-output"));
     c.ensure_topic(&input, 2, &[]).await.expect("input topic");
     c.ensure_topic(&output, 2, &[]).await.expect("output topic");
-    let dir = tempfile::tempdir().expect("checkpoint dir");
-    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    let dir = tempfile::tempdir().expect("stderr dir");
+    // The checkpoint root on the S3 server: the registry's create-only claims and
+    // fencing under S3's semantics (without a server, outside CI, on the file system).
+    let checkpoints = match support::s3::s3_store() {
+        Some((_, url)) => format!("{url}/{group}"),
+        None => format!("file://{}/checkpoints", dir.path().display()),
+    };
     let mut started = 0;
     let mut start = || {
         started += 1;
