@@ -47,7 +47,6 @@ class Function:
 def strip_code(text: str) -> list[str]:
     """The text with comments, strings and char literals blanked, line by line, so
     that braces inside them do not count."""
-    out = []
     i, n = 0, len(text)
     buf = []
     while i < n:
@@ -91,8 +90,7 @@ def strip_code(text: str) -> list[str]:
                 continue
         buf.append(c)
         i += 1
-    out = "".join(buf).split("\n")
-    return out
+    return "".join(buf).split("\n")
 
 
 def functions(path: str) -> list[Function]:

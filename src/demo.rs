@@ -21,7 +21,7 @@ use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfi
 use shareflow_connector::verify::{check_exactly_once, ExactlyOnceReport};
 use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
-use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
+use shareflow_runtime::{JobBuilder, JobConfig, JobSettings, RestartStrategy, RuntimeError};
 
 mod instances;
 mod lone;
@@ -561,10 +561,9 @@ async fn open_broker(
         .record_lock_duration(lock)
         .delivery_count_limit(DELIVERY_LIMIT)
         .partition_max_record_locks(1_000_000)
-        // Per group: each instance, live or dead until adopted, keeps up to
-        // TOLERABLE_FAILURES + 2 transactions pending (checked when a job starts), and
-        // one more instance joins late.
-        .max_pending_transactions((TOLERABLE_FAILURES + 2) * (instances + 1))
+        // Per group: each instance, live or dead until adopted, keeps its pending
+        // transactions (checked when a job starts), and one more instance joins late.
+        .max_pending_transactions(JobSettings::pending_for(TOLERABLE_FAILURES) * (instances + 1))
         .build()?;
     let broker =
         EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker"))?.default_config(group_config.clone()))

@@ -14,13 +14,16 @@ use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
 use shareflow_connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
 use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
 use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceMetrics, SourceSettings};
-use shareflow_runtime::{JobConfig, RestartStrategy};
+use shareflow_runtime::{JobConfig, JobSettings, RestartStrategy};
 
 use crate::demo::{run_job, stop_signal};
 use crate::job_file::{JobFile, SinkSpec};
 
 /// Errors: what failed, with the path or value, and what to do.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Checkpoints that may fail in a row before an attempt fails.
+const TOLERABLE_FAILURES: u32 = 2;
 
 /// How long a transaction of the job may stay open on the broker.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,10 +76,9 @@ fn group_config(file: &JobFile) -> Result<ShareConfig, BoxError> {
         .acknowledgement_mode(mode)
         .record_lock_duration(Duration::from_secs(30))
         .partition_max_record_locks(1_000_000)
-        // Room for 16 instances' pending transactions at the job's 2 tolerable failures
-        // (checked when the job starts): instances that died under other names stay
-        // registered until one is adopted.
-        .max_pending_transactions(64)
+        // Room for 16 instances' pending transactions (checked when the job starts):
+        // instances that died under other names stay registered until one is adopted.
+        .max_pending_transactions(16 * JobSettings::pending_for(TOLERABLE_FAILURES))
         .build()?)
 }
 
@@ -167,7 +169,7 @@ async fn run_on(
         .checkpoint_timeout(file.checkpoint_timeout)
         .restart(RestartStrategy::FixedDelay { attempts: 1_000, delay: Duration::from_millis(500) });
     config.channel_capacity = 8;
-    config.tolerable_checkpoint_failures = 2;
+    config.tolerable_checkpoint_failures = TOLERABLE_FAILURES;
     let job = job.build(config)?;
     let stopped = Arc::new(AtomicBool::new(false));
     let on_signal = tokio::spawn({

@@ -14,7 +14,7 @@ use shareflow_connector::kafka::{
 };
 use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
-use shareflow_runtime::{JobBuilder, JobConfig, RestartStrategy};
+use shareflow_runtime::{JobBuilder, JobConfig, JobSettings, RestartStrategy};
 
 use crate::demo::{identity, run_job, value_of, ProgressLine, DELIVERY_LIMIT, TRANSFORM_SQL};
 
@@ -243,8 +243,8 @@ pub(crate) async fn run(
         cluster.clone(),
         KafkaTransactionsConfig::default()
             .exactly_once(options.exactly_once)
-            // One attempt keeps up to tolerable failures + 2 transactions open.
-            .slots(crate::demo::TOLERABLE_FAILURES as u16 + 2),
+            // A slot per transaction one attempt keeps open.
+            .slots(JobSettings::pending_for(crate::demo::TOLERABLE_FAILURES) as u16),
     );
     let mut config = JobConfig::new(storage, &options.name, "demo").checkpoint_interval(options.interval).restart(
         RestartStrategy::FixedDelay { attempts: options.crashes.len() as u32 + 3, delay: Duration::from_millis(100) },

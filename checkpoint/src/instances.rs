@@ -83,7 +83,37 @@ pub struct InstanceRecord {
     pub adoption_done: bool,
 }
 
+/// Where an instance stands in its life, as the registry shows it: an adoption claimed
+/// outranks a retirement (the claimant decides its transactions either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing<'a> {
+    /// Registered, neither retired nor adopted: live, or dead until someone adopts it.
+    Registered,
+    /// Its current incarnation stopped gracefully.
+    Retired,
+    /// `by` claimed its adoption and has not finished it.
+    BeingAdopted {
+        /// The claimant.
+        by: &'a str,
+    },
+    /// `by` adopted it: every transaction of it is decided.
+    Adopted {
+        /// The adopter.
+        by: &'a str,
+    },
+}
+
 impl InstanceRecord {
+    /// Where the instance stands (see [`Standing`]).
+    pub fn standing(&self) -> Standing<'_> {
+        match (self.adopted_by.as_deref(), self.adoption_done, self.retired) {
+            (Some(by), true, _) => Standing::Adopted { by },
+            (Some(by), false, _) => Standing::BeingAdopted { by },
+            (None, _, true) => Standing::Retired,
+            (None, _, false) => Standing::Registered,
+        }
+    }
+
     /// `Ok` while `incarnation` is this instance's current one and nobody claimed its
     /// adoption; otherwise [`CheckpointError::InstanceFenced`]: the caller must stop.
     pub fn ensure_current(&self, incarnation: u64) -> Result<()> {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use shareflow_checkpoint::instances::{InstanceRecord, Standing};
 use shareflow_checkpoint::protocol::RetentionPolicy;
 use shareflow_checkpoint::CheckpointId;
 use tokio::sync::mpsc;
@@ -209,7 +210,8 @@ impl Job {
         if self.config.instance.is_some() {
             let records = self.config.storage.registry().observe().await?;
             let others = records.iter().filter(|r| r.prefix != self.template.prefix());
-            instances += others.filter(|r| r.incarnation > 0 && !r.retired && r.adopted_by.is_none()).count() as u32;
+            let registered = |r: &&InstanceRecord| r.incarnation > 0 && r.standing() == Standing::Registered;
+            instances += others.filter(registered).count() as u32;
         }
         Ok(JobSettings {
             group: self.template.group_id().to_string(),

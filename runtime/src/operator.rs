@@ -109,7 +109,14 @@ impl JobSettings {
     /// Transactions one attempt of this job keeps pending at most: those of the
     /// checkpoints that failed in a row, the one completing and the next one begun.
     pub fn pending_per_instance(&self) -> u32 {
-        self.tolerable_checkpoint_failures.saturating_add(2)
+        Self::pending_for(self.tolerable_checkpoint_failures)
+    }
+
+    /// Transactions one attempt keeps pending at most with `tolerable_checkpoint_failures`
+    /// (that many failed checkpoints, the one completing, the next one begun): what a
+    /// group's `share.transaction.max.pending` or Kafka's slot pool must hold per instance.
+    pub const fn pending_for(tolerable_checkpoint_failures: u32) -> u32 {
+        tolerable_checkpoint_failures.saturating_add(2)
     }
 }
 

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use tokio::runtime::Runtime;
 
+use shareflow::checkpoint::instances::Standing;
+
 use super::args::{fail, Args};
 use super::demo_checkpoints;
 
@@ -29,11 +31,11 @@ async fn instances(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Se
     let registry = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], "instances")?.registry();
     println!("{:<24} {:>11} {:>6} {:>10} state", "instance", "incarnation", "beats", "checkpoint");
     for r in registry.observe().await? {
-        let state = match (&r.adopted_by, r.adoption_done, r.retired) {
-            (Some(by), true, _) => format!("adopted by {by}"),
-            (Some(by), false, _) => format!("being adopted by {by}"),
-            (None, _, true) => "retired".to_string(),
-            (None, _, false) => "registered".to_string(),
+        let state = match r.standing() {
+            Standing::Adopted { by } => format!("adopted by {by}"),
+            Standing::BeingAdopted { by } => format!("being adopted by {by}"),
+            Standing::Retired => "retired".to_string(),
+            Standing::Registered => "registered".to_string(),
         };
         let (beats, checkpoint) = r.heartbeat.map_or((String::from("-"), String::from("-")), |h| {
             (h.beat.to_string(), h.checkpoint_id.map_or(String::from("-"), |c| c.to_string()))

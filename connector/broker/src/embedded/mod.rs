@@ -494,8 +494,9 @@ impl EmbeddedBroker {
         records: Vec<ProducerRecord>,
         txn: Option<&TransactionHandle>,
     ) -> Result<Vec<(TopicPartition, i64)>> {
-        // After a full disk, a producer that calls nothing else is what reads the
-        // directory again (as every other call does through `execute`).
+        // After a full disk the directory is read again here, not only in `execute`:
+        // the partition counts below come from the state, which refuses reads while the
+        // journal is failed.
         self.reload_after_disk_full().await?;
         // Group consecutive records by partition, keeping order within each partition.
         let mut batches: Vec<(TopicPartition, Vec<LogRecord>, Vec<usize>)> = Vec::new();

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use shareflow_checkpoint::instances::InstanceRecord;
+use shareflow_checkpoint::instances::{InstanceRecord, Standing};
 
 /// The ledger (commits) topic of `prefix` in share group `group`.
 pub fn ledger_topic(group: &str, prefix: &str) -> String {
@@ -45,17 +45,17 @@ pub fn plan_ledger_gc(group: &str, records: &[InstanceRecord], existing: &BTreeS
                 return None;
             }
             let prefix = &r.prefix;
-            Some(match (&r.adopted_by, r.adoption_done, r.retired) {
-                (Some(by), true, _) => LedgerTopicFate::Delete {
+            Some(match r.standing() {
+                Standing::Adopted { by } => LedgerTopicFate::Delete {
                     topic,
                     why: format!("instance {prefix} was adopted by {by}, and that ended"),
                 },
-                (Some(by), false, _) => LedgerTopicFate::Keep {
+                Standing::BeingAdopted { by } => LedgerTopicFate::Keep {
                     topic,
                     why: format!("instance {prefix} is being adopted by {by}, which reads this ledger"),
                 },
-                (None, _, true) => LedgerTopicFate::Delete { topic, why: format!("instance {prefix} retired") },
-                (None, _, false) => LedgerTopicFate::Keep {
+                Standing::Retired => LedgerTopicFate::Delete { topic, why: format!("instance {prefix} retired") },
+                Standing::Registered => LedgerTopicFate::Keep {
                     topic,
                     why: format!(
                         "instance {prefix} is live or may be restarted or adopted (neither retired nor adopted): its \
