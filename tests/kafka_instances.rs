@@ -175,7 +175,9 @@ impl Run {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.exited() {
-                return (status, self.stderr());
+                let err = self.stderr();
+                assert!(!err.contains("without close()"), "a graceful stop closes its Kafka clients: {err}");
+                return (status, err);
             }
             assert!(tokio::time::Instant::now() < deadline, "no exit 60 s after SIGTERM: {}", self.stderr());
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -234,6 +236,7 @@ async fn a_fenced_run_stops_with_its_own_exit_code_and_says_who_fenced_it() {
     assert!(err.contains("started after this one"), "names the newer incarnation: {err}");
     assert!(err.contains("stop it, then start this one again"), "says what to do: {err}");
     assert!(!err.contains("restarting"), "a fenced run does not restart: {err}");
+    assert!(!err.contains("without close()"), "a fenced run closes its Kafka clients: {err}");
     // The later one goes on: the whole input, exactly once.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {

@@ -266,3 +266,109 @@ async fn metrics_count_rows_and_checkpoints() {
     assert!(m.checkpoints.completed >= 2, "{:?}", m.checkpoints);
     assert!(m.checkpoints.last_completed_id.is_some());
 }
+
+/// What the runtime called on the sources and the participant of one job.
+#[derive(Default)]
+struct Ends {
+    closed: std::sync::atomic::AtomicU32,
+    abandoned: std::sync::atomic::AtomicU32,
+    participant_closed: std::sync::atomic::AtomicU32,
+}
+
+/// A [`SequenceSource`] that counts how it ended.
+struct Watched(shareflow::runtime::testing::SequenceSource, Arc<Ends>);
+
+#[async_trait]
+impl shareflow::runtime::Source for Watched {
+    async fn open(&mut self, ctx: &SubtaskContext, restored: StateItems) -> Result<()> {
+        self.0.open(ctx, restored).await
+    }
+    async fn poll_next(&mut self, checkpoint_id: u64) -> Result<shareflow::runtime::SourceEvent> {
+        self.0.poll_next(checkpoint_id).await
+    }
+    async fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<StateItems> {
+        self.0.snapshot_state(checkpoint_id).await
+    }
+    async fn close(&mut self) -> Result<()> {
+        self.1.closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.close().await
+    }
+    async fn abandon(&mut self) -> Result<()> {
+        self.1.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A participant with no transactions of its own that counts its closes.
+struct ClosingWitness(Arc<Ends>);
+
+#[async_trait]
+impl shareflow::runtime::TransactionParticipant for ClosingWitness {
+    fn name(&self) -> &str {
+        "witness"
+    }
+    async fn begin(&self, _txn: &shareflow::checkpoint::TransactionId) -> Result<()> {
+        Ok(())
+    }
+    async fn prepare(&self, _txn: &shareflow::checkpoint::TransactionId) -> Result<shareflow::runtime::PrepareOutcome> {
+        Ok(shareflow::runtime::PrepareOutcome::Prepared)
+    }
+    async fn commit(&self, _txn: &shareflow::checkpoint::TransactionId) -> Result<()> {
+        Ok(())
+    }
+    async fn abort(&self, _txn: &shareflow::checkpoint::TransactionId) -> Result<()> {
+        Ok(())
+    }
+    async fn pending(
+        &self,
+        _template: &shareflow::runtime::TransactionTemplate,
+    ) -> Result<Vec<shareflow::runtime::PendingTransaction>> {
+        Ok(Vec::new())
+    }
+    async fn close(&self) -> Result<()> {
+        self.0.participant_closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// source (watched) -> collect sink, with the witness participant; `crash_at` arms a
+/// crash before that commit, with no restarts.
+async fn run_watched(crash_at: Option<u32>) -> (std::result::Result<(), RuntimeError>, Arc<Ends>) {
+    let ends = Arc::new(Ends::default());
+    let sink = CollectSink::new();
+    let job = JobBuilder::new();
+    let inner = SequenceSource::factory_throttled(2, 2_000, 20, Duration::from_millis(1));
+    let watched = ends.clone();
+    job.source("numbers", SequenceSource::schema(), move |ctx: &SubtaskContext| Watched(inner(ctx), watched.clone()))
+        .parallelism(2)
+        .sink("collect", sink.factory())
+        .participant(sink.participant())
+        .participant(Arc::new(ClosingWitness(ends.clone())));
+    let config = JobConfig::new(storage("ends"), "golden", "ends")
+        .checkpoint_interval(Duration::from_millis(5))
+        .restart(RestartStrategy::None);
+    let job = job.build(config).unwrap();
+    if let Some(n) = crash_at {
+        job.failpoints().arm(points::COMMIT_BEFORE, n);
+    }
+    (job.run().await.map(|_| ()), ends)
+}
+
+/// A job that ends closes its sources and its participants; a failed attempt abandons
+/// its sources (they release their clients without deciding anything), and the job
+/// still closes its participants on the way out.
+#[tokio::test(start_paused = true)]
+async fn sources_close_or_abandon_and_participants_close_however_the_job_ends() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (result, ends) = run_watched(None).await;
+    result.unwrap();
+    assert_eq!(ends.closed.load(SeqCst), 2, "both source subtasks closed");
+    assert_eq!(ends.abandoned.load(SeqCst), 0);
+    assert_eq!(ends.participant_closed.load(SeqCst), 1);
+
+    let (result, ends) = run_watched(Some(2)).await;
+    assert!(matches!(result, Err(RuntimeError::InjectedCrash(_))), "{result:?}");
+    assert_eq!(ends.abandoned.load(SeqCst), 2, "both source subtasks abandoned");
+    assert_eq!(ends.closed.load(SeqCst), 0, "a failed attempt closes nothing");
+    assert_eq!(ends.participant_closed.load(SeqCst), 1, "closed once on the way out");
+}

@@ -158,9 +158,30 @@ impl Instance {
                     rule: "cannot adopt another instance's transactions; this job cannot run as an instance".into(),
                 });
             };
-            // Opening with the adopted prefix fences it: it can decide nothing more.
-            q.open(&template).await?;
             adopters.push(q);
+        }
+        let result = self.adopt_with(prefix, &template, &adopters, participants, metrics, failpoints).await;
+        for q in &adopters {
+            if let Err(e) = q.close().await {
+                tracing::warn!(participant = q.name(), %prefix, error = %e, "closing an adopter failed");
+            }
+        }
+        result
+    }
+
+    /// [`adopt`](Self::adopt) with `adopters`, one per participant, which it opens.
+    async fn adopt_with(
+        &self,
+        prefix: &str,
+        template: &TransactionTemplate,
+        adopters: &[Participant],
+        participants: &[Participant],
+        metrics: &JobMetrics,
+        failpoints: &Failpoints,
+    ) -> Result<()> {
+        for q in adopters {
+            // Opening with the adopted prefix fences it: it can decide nothing more.
+            q.open(template).await?;
         }
         // Decided once: a resumed adoption never decides from a manifest the adopted
         // instance wrote after the first plan.
@@ -170,7 +191,7 @@ impl Instance {
         let restored = self.registry.record_plan(prefix, latest).await?;
         failpoints.hit(points::ADOPTION_MID)?;
         let marks = RecoveryMarks { checkpoints: Some(&theirs), metrics, mid: None };
-        let decided = decide(&adopters, &template, restored, marks).await?.checkpoints;
+        let decided = decide(adopters, template, restored, marks).await?.checkpoints;
         // Its transactions are decided: fence what is left of it and take its work over,
         // with that of every instance it held (holding is transitive).
         let records = self.registry.observe().await?;

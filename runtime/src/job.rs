@@ -134,8 +134,20 @@ impl Job {
     }
 
     /// Runs the job to the end of its input. On a failure, restarts from the latest
-    /// complete checkpoint as the restart strategy allows.
+    /// complete checkpoint as the restart strategy allows. However it ends, the
+    /// participants are closed ([`TransactionParticipant::close`](crate::operator::TransactionParticipant::close)) before it returns.
     pub async fn run(&self) -> Result<JobReport> {
+        let result = self.run_attempts().await;
+        for p in &self.spec.participants {
+            if let Err(e) = p.close().await {
+                tracing::warn!(participant = p.name(), error = %e, "closing the participant failed");
+            }
+        }
+        result
+    }
+
+    /// [`run`](Self::run) without closing the participants.
+    async fn run_attempts(&self) -> Result<JobReport> {
         // A configuration a participant refuses fails now, not after a restart loop.
         let settings = self.settings().await?;
         for p in &self.spec.participants {
@@ -372,6 +384,7 @@ impl Job {
         let mut controls = Vec::new();
         let mut triggers = Vec::new();
         let mut handles = Vec::new();
+        let (cancel, cancelled) = tokio::sync::watch::channel(false);
         let mut subtasks = 0;
         for (i, node) in nodes.iter().enumerate() {
             let p = self.parallelism[i];
@@ -403,11 +416,12 @@ impl Job {
                 let handle = Self::spawn_task(
                     &node.kind,
                     io,
+                    &cancelled,
                     &mut receivers[i][s as usize],
                     &mut input_edge[i][s as usize],
                     &mut triggers,
                 )?;
-                handles.push(handle);
+                handles.push((handle, matches!(node.kind, NodeKind::Source(_))));
             }
         }
         drop(report_tx);
@@ -429,7 +443,7 @@ impl Job {
         };
         coordinator.uncommitted.insert(recovered.first_checkpoint_id);
         let result = coordinator.run().await;
-        join_tasks(handles, result.is_err()).await;
+        join_tasks(handles, result.is_err().then_some(cancel)).await;
         result.map(|()| recovered.restored_from)
     }
 
@@ -439,6 +453,7 @@ impl Job {
     fn spawn_task(
         kind: &NodeKind,
         io: TaskIo,
+        cancelled: &tokio::sync::watch::Receiver<bool>,
         receiver: &mut Option<mpsc::Receiver<Tagged>>,
         input_edge: &mut Vec<usize>,
         triggers: &mut Vec<mpsc::UnboundedSender<Barrier>>,
@@ -449,8 +464,9 @@ impl Job {
                 let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
                 triggers.push(trigger_tx);
                 let source = factory(&io.ctx);
+                let cancelled = cancelled.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = task::run_source(source, trigger_rx, io).await {
+                    if let Err(e) = task::run_source(source, trigger_rx, io, cancelled).await {
                         let _ = report.send(Report::Failed(e));
                     }
                 })
@@ -471,15 +487,29 @@ impl Job {
     }
 }
 
-/// Waits for the tasks to end once the coordinator returned. After a failure they are
-/// aborted first, as in a crash: tasks stop where they are; recovery sorts out the rest.
-async fn join_tasks(handles: Vec<JoinHandle<()>>, failed: bool) {
-    if failed {
-        for h in &handles {
-            h.abort();
+/// Waits for the tasks to end once the coordinator returned. After a failure (`cancel`
+/// given) they stop where they are, as in a crash, and recovery sorts out the rest:
+/// operators are aborted, sources are cancelled and release their clients
+/// ([`Source::abandon`](crate::operator::Source::abandon), bounded by
+/// [`task::ABANDON_LIMIT`]), and a source still running after that is aborted too.
+async fn join_tasks(handles: Vec<(JoinHandle<()>, bool)>, cancel: Option<tokio::sync::watch::Sender<bool>>) {
+    if let Some(cancel) = cancel {
+        cancel.send_replace(true);
+        for (h, is_source) in &handles {
+            if !is_source {
+                h.abort();
+            }
         }
+        let deadline = tokio::time::Instant::now() + task::ABANDON_LIMIT + std::time::Duration::from_secs(1);
+        for (h, _) in handles {
+            let abort = h.abort_handle();
+            if tokio::time::timeout_at(deadline, h).await.is_err() {
+                abort.abort();
+            }
+        }
+        return;
     }
-    for h in handles {
+    for (h, _) in handles {
         let _ = h.await;
     }
 }

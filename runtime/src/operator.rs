@@ -193,6 +193,14 @@ pub trait Source: Send + 'static {
     async fn close(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// The attempt failed and this subtask stops where it is, as in a crash: release the
+    /// clients the source holds, deciding nothing (recovery decides). Called at most
+    /// once, instead of [`close`](Self::close), and given a few seconds. The default
+    /// does nothing: the source is dropped.
+    async fn abandon(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A transaction the recovery protocol found undecided.
@@ -285,6 +293,14 @@ pub trait TransactionParticipant: Send + Sync + 'static {
     /// not, so that a restarted job never reuses an id (a decided id cannot begin again).
     async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<CheckpointId>> {
         Ok(None)
+    }
+
+    /// Called once when the job stops, however it stops (finished, stopped, fenced,
+    /// failed), and when an adoption is done with an adopter: release the clients the
+    /// participant holds. A transaction still prepared stays for the next incarnation's
+    /// recovery. The default does nothing.
+    async fn close(&self) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -191,9 +191,39 @@ pub(crate) async fn run_operator(mut op: Box<dyn Operator>, mut inputs: Inputs, 
 /// How long an idle source waits before polling again.
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 
-/// Runs a source subtask: polls, and emits barriers when the coordinator triggers.
+/// How long a failed attempt's source may take to [abandon](Source::abandon) its clients.
+pub(crate) const ABANDON_LIMIT: Duration = Duration::from_secs(5);
+
+/// Runs a source subtask until it ends, fails, or `cancel` turns true (the attempt
+/// failed elsewhere). A failed or cancelled source stops where it is, as in a crash,
+/// and then [abandons](Source::abandon) its clients, for at most [`ABANDON_LIMIT`].
 pub(crate) async fn run_source(
     mut source: Box<dyn Source>,
+    triggers: mpsc::UnboundedReceiver<Barrier>,
+    io: TaskIo,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let task = io.ctx.task_name();
+    let result = tokio::select! {
+        r = drive_source(&mut source, triggers, io) => r,
+        // A sender dropped without cancelling (the attempt ended well) cancels nothing.
+        _ = async { if cancel.wait_for(|c| *c).await.is_err() { std::future::pending::<()>().await } } => Ok(()),
+    };
+    let ended = matches!(result, Ok(())) && !*cancel.borrow();
+    if !ended {
+        match tokio::time::timeout(ABANDON_LIMIT, source.abandon()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(task = %task, error = %e, "abandoning the source failed"),
+            Err(_) => tracing::debug!(task = %task, "abandoning the source took longer than {ABANDON_LIMIT:?}"),
+        }
+    }
+    result
+}
+
+/// Polls `source` and emits barriers when the coordinator triggers, until the final
+/// checkpoint's notifications are done.
+async fn drive_source(
+    source: &mut Box<dyn Source>,
     mut triggers: mpsc::UnboundedReceiver<Barrier>,
     mut io: TaskIo,
 ) -> Result<()> {
@@ -202,7 +232,7 @@ pub(crate) async fn run_source(
     let mut trigger: Option<Barrier> = None;
     loop {
         while let Ok(c) = io.control.try_recv() {
-            source_control(&mut source, c).await?;
+            source_control(source, c).await?;
         }
         if trigger.is_none() {
             trigger = triggers.try_recv().ok();
@@ -223,7 +253,7 @@ pub(crate) async fn run_source(
                 // The final checkpoint's completion comes after; the coordinator closes
                 // the channel when there is nothing more.
                 while let Some(c) = io.control.recv().await {
-                    source_control(&mut source, c).await?;
+                    source_control(source, c).await?;
                 }
                 return source.close().await;
             }
@@ -232,7 +262,7 @@ pub(crate) async fn run_source(
         if finished {
             tokio::select! {
                 t = triggers.recv() => trigger = t,
-                Some(c) = io.control.recv() => source_control(&mut source, c).await?,
+                Some(c) = io.control.recv() => source_control(source, c).await?,
             }
             continue;
         }

@@ -321,6 +321,14 @@ impl Source for KafkaShareSource {
         }
         Ok(())
     }
+
+    /// The attempt failed: the member leaves its group at once. Acknowledgements it
+    /// still keeps are sent (each record's intent is durable before its Accept, so the
+    /// ledger covers them either way), and what it holds unsettled goes back now
+    /// rather than when its acquisition lock expires.
+    async fn abandon(&mut self) -> Result<()> {
+        self.close().await
+    }
 }
 
 impl Drop for KafkaShareSource {

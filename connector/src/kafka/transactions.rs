@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use krafka::producer::{DeliveryHandle, Producer, TransactionalProducer};
+use krafka::producer::{DeliveryHandle, Producer, TransactionState, TransactionalProducer};
+use krafka::CloseOptions;
 use shareflow_checkpoint::{CheckpointId, TransactionId};
 use shareflow_runtime::{
     JobSettings, Participant, PendingTransaction, PrepareOutcome, Result, RuntimeError, TransactionParticipant,
@@ -64,6 +65,10 @@ pub struct KafkaTransactions {
     generation: Mutex<u32>,
     /// One transactional producer per slot, initialised when the attempt opened.
     slots: Mutex<Vec<Arc<TransactionalProducer>>>,
+    /// Producers of earlier attempts whose transaction was prepared when the attempt
+    /// ended, by slot id: recovery's decision goes through them (closing one before
+    /// would abort its transaction).
+    held: Mutex<BTreeMap<String, Arc<TransactionalProducer>>>,
     live: Mutex<BTreeMap<CheckpointId, Live>>,
     intents: Mutex<BTreeMap<CheckpointId, CheckpointIntents>>,
     /// Open transactions of earlier attempts (or of an adopted prefix), by checkpoint
@@ -117,6 +122,7 @@ impl KafkaTransactions {
             owner,
             generation: Mutex::new(0),
             slots: Mutex::new(Vec::new()),
+            held: Mutex::new(BTreeMap::new()),
             live: Mutex::new(BTreeMap::new()),
             intents: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(BTreeMap::new()),
@@ -466,6 +472,41 @@ impl KafkaTransactions {
         }
     }
 
+    /// The job stopped: closes every client this participant holds. What never prepared
+    /// is aborted with its producer; prepared transactions, this attempt's or held from
+    /// an earlier one, stay open for the next incarnation ([`leave_prepared`]). The
+    /// participant may open again afterwards: its clients are built anew.
+    async fn close_clients(&self) {
+        self.group.stop().await;
+        let live = std::mem::take(&mut *lock(&self.live));
+        let slots = std::mem::take(&mut *lock(&self.slots));
+        let held = std::mem::take(&mut *lock(&self.held));
+        let template = lock(&self.template).take();
+        let prepared: BTreeSet<u16> = live.values().filter(|l| l.prepared).map(|l| l.slot).collect();
+        let mut closing = Vec::new();
+        for (slot, producer) in slots.into_iter().enumerate() {
+            let slot = slot as u16;
+            match &template {
+                Some(t) if prepared.contains(&slot) => leave_prepared(producer, &slot_id(t, self.generation(), slot)),
+                _ => closing.push(close_producer(producer)),
+            }
+        }
+        for (id, producer) in held {
+            leave_prepared(producer, &id);
+        }
+        futures::future::join_all(closing).await;
+        self.plain.close(CLOSE_LIMIT).await;
+        self.log.close(CLOSE_LIMIT).await;
+        lock(&self.intents).clear();
+        lock(&self.recovered).clear();
+        lock(&self.plain_handles).clear();
+    }
+
+    /// Takes the producer held for slot id `id` (see `held`), if any.
+    fn take_held(&self, id: &str) -> Option<Arc<TransactionalProducer>> {
+        lock(&self.held).remove(id)
+    }
+
     /// Closes this attempt's producers and forgets its transactions: a new attempt.
     /// Unprepared live transactions are aborted (buffered writes could otherwise open
     /// them again); prepared ones are left to recovery, which commits them if their
@@ -487,12 +528,12 @@ impl KafkaTransactions {
             }
         }
         for (slot, producer) in slots.into_iter().enumerate() {
-            // A producer whose prepared transaction waits for recovery is dropped, not
-            // closed: closing could abort it.
-            if !keep.contains(&(slot as u16)) {
-                tokio::spawn(async move {
-                    let _ = producer.close().await;
-                });
+            // A producer whose prepared transaction waits for recovery's decision is
+            // held, not closed: closing would abort it.
+            if keep.contains(&(slot as u16)) {
+                lock(&self.held).insert(slot_id(template, self.generation(), slot as u16), producer);
+            } else {
+                tokio::spawn(close_producer(producer));
             }
         }
         lock(&self.intents).clear();
@@ -501,6 +542,30 @@ impl KafkaTransactions {
         Ok(())
     }
 }
+
+/// Closes a transactional producer that holds no prepared transaction: an open one is
+/// aborted first (what never prepared can never commit), then the producer is closed,
+/// each step bounded.
+async fn close_producer(producer: Arc<TransactionalProducer>) {
+    if producer.state() == TransactionState::Open {
+        let _ = tokio::time::timeout(CLOSE_LIMIT, producer.abort()).await;
+    }
+    let _ = producer.close_with(CloseOptions::new().timeout(CLOSE_LIMIT)).await;
+}
+
+/// Leaves the producer of a prepared transaction to the process's end when the job
+/// stops: closing it would abort a transaction that the next incarnation's recovery may
+/// commit (by its producer id and epoch), and Kafka without KIP-939 offers no way to
+/// hand a transaction over. Dropping it would say "dropped without close()", as if this
+/// were an accident; it is not, so it is forgotten on purpose. Its connections go with
+/// the process, or with the transaction's timeout at the broker.
+fn leave_prepared(producer: Arc<TransactionalProducer>, id: &str) {
+    tracing::info!(%id, "leaving a prepared transaction to the next incarnation's recovery");
+    std::mem::forget(producer);
+}
+
+/// The longest a closing client waits for each step.
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// What a participant's ledger reads cost ([`KafkaTransactions::ledger_reads`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -655,6 +655,15 @@ impl CachedProducer {
         *g = Some(p.clone());
         Ok(p)
     }
+
+    /// Closes the producer, if one was built, waiting at most `limit` for what it still
+    /// sends; the next [`get`](Self::get) builds a new one.
+    pub(crate) async fn close(&self, limit: Duration) {
+        let taken = self.slot.lock().await.take();
+        if let Some(p) = taken {
+            let _ = p.close_with(krafka::CloseOptions::new().timeout(limit)).await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -362,6 +362,16 @@ pub(crate) struct Compaction {
     pub commits_start: Option<i64>,
 }
 
+/// How long a tailer may take to see that its session ended and close its consumer.
+const TAILER_STOP_LIMIT: Duration = Duration::from_secs(5);
+
+/// Waits for a tailer whose session ended, aborting it after [`TAILER_STOP_LIMIT`].
+async fn end_tailer(mut handle: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(TAILER_STOP_LIMIT, &mut handle).await.is_err() {
+        handle.abort();
+    }
+}
+
 impl Drop for GroupLedger {
     fn drop(&mut self) {
         if let Some(h) = shareflow_share::sync::lock(&self.tailer).take() {
@@ -414,7 +424,19 @@ impl GroupLedger {
             }
         });
         if let Some(old) = shareflow_share::sync::lock(&self.tailer).replace(handle) {
-            old.abort();
+            // The old session's tailer sees the new session at its next poll and closes
+            // its consumer; one that hangs is aborted.
+            tokio::spawn(end_tailer(old));
+        }
+    }
+
+    /// Stops tailing: the tailer closes its consumer (aborted if it takes longer than
+    /// [`TAILER_STOP_LIMIT`]). [`start`](Self::start) tails again.
+    pub(crate) async fn stop(&self) {
+        self.lock().session += 1;
+        let tailer = shareflow_share::sync::lock(&self.tailer).take();
+        if let Some(handle) = tailer {
+            end_tailer(handle).await;
         }
     }
 
@@ -432,6 +454,13 @@ impl GroupLedger {
             .build()
             .await
             .map_err(|e| kafka_error(format!("tail the intents topic {topic}"), e))?;
+        let followed = self.follow(&consumer, topic, session).await;
+        let _ = tokio::time::timeout(TAILER_STOP_LIMIT, consumer.close()).await;
+        followed
+    }
+
+    /// Reads `topic` with `consumer` into the ledger's view, while `session` is current.
+    async fn follow(&self, consumer: &krafka::consumer::Consumer, topic: &str, session: u64) -> Result<()> {
         consumer.assign(topic, vec![0]).await.map_err(|e| kafka_error(format!("assign {topic}"), e))?;
         consumer.seek_to_beginning(topic, 0).await.map_err(|e| kafka_error(format!("seek {topic}"), e))?;
         loop {

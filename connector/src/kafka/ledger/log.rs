@@ -51,6 +51,11 @@ impl LedgerLog {
         }
     }
 
+    /// Closes the producer of intents and notes, waiting at most `limit`.
+    pub(crate) async fn close(&self, limit: Duration) {
+        self.intents.close(limit).await;
+    }
+
     /// Commit entries read so far, and their value bytes.
     pub(crate) fn read_stats(&self) -> (u64, u64) {
         (self.read_entries.load(Ordering::Relaxed), self.read_bytes.load(Ordering::Relaxed))

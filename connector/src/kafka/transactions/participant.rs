@@ -213,6 +213,20 @@ impl TransactionParticipant for KafkaTransactions {
             tracing::warn!(%txn, "recovery: no open transaction carries it; it committed already, or the broker aborted it");
             return Ok(());
         };
+        // An earlier attempt of this process prepared it: its own producer commits it.
+        if let Some(producer) = self.take_held(&id) {
+            match producer.commit().await {
+                Ok(()) => {
+                    tracing::info!(%txn, %id, "recovery: committed by the earlier attempt's producer");
+                    tokio::spawn(close_producer(producer));
+                    lock(&self.recovered).remove(&n);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::info!(%txn, %id, error = %e, "recovery: the earlier attempt's producer cannot commit; deciding by what the broker says")
+                }
+            }
+        }
         let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
         let described = self.cluster.describe_transaction(&id).await.map_err(|e| failed("commit", txn, e))?;
         match plan(Request::Commit, described.as_ref(), &commits_topic(&template)) {
@@ -247,8 +261,16 @@ impl TransactionParticipant for KafkaTransactions {
             return producer.abort().await.map_err(|e| failed("abort", txn, kafka_error(format!("abort {txn}"), e)));
         }
         // Recovery, or a repeated abort: an open transaction whose producer is gone is
-        // aborted by fencing its id.
+        // aborted by fencing its id; one an earlier attempt of this process prepared, by
+        // its own producer.
         let Some(id) = self.recovered_id(txn).await? else { return Ok(()) };
+        if let Some(producer) = self.take_held(&id) {
+            if producer.abort().await.is_ok() {
+                tokio::spawn(close_producer(producer));
+                lock(&self.recovered).remove(&n);
+                return Ok(());
+            }
+        }
         let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
         let described = self.cluster.describe_transaction(&id).await.map_err(|e| failed("abort", txn, e))?;
         match plan(Request::Abort, described.as_ref(), &commits_topic(&template)) {
@@ -294,6 +316,7 @@ impl TransactionParticipant for KafkaTransactions {
                 .map(|(id, _, _, _)| id)
                 .collect();
             self.fence_all(&ids).await.map_err(rt)?;
+            lock(&self.held).retain(|id, _| !ids.contains(id));
             tracing::info!(prefix = %template.prefix(), fenced = ids.len(), "took over: every transactional id of the prefix is fenced");
         }
         // The replay plan needs the committed checkpoints of the prefix and of every prefix
@@ -326,5 +349,10 @@ impl TransactionParticipant for KafkaTransactions {
         self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
         let (_, intents) = self.group.highest(template.prefix());
         Ok(intents.max(*lock(&self.highest_commit)))
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.close_clients().await;
+        Ok(())
     }
 }
