@@ -178,6 +178,33 @@ def broker_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
+def kafka_fleet_soak(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    args = header.get("args", {})
+    cmd = f"cargo bench --bench kafka_fleet_soak -- {args.get('minutes', '?')} {args.get('rate', '?')}"
+    out = []
+    for r in rows:
+        if r["kind"] != "summary":
+            continue
+        missing, duplicated, p99, kills, end, five = need(path, r, "missing", "duplicated", "latency_p99_ms", "kills",
+                                                         "footprint_end", "footprint_at_5_min")
+        out.append(figure("fleet soak on Kafka: output records missing or duplicated", cmd, "records",
+                          [value(path, r, lambda: float(missing) + float(duplicated))], header))
+        out.append(figure("fleet soak on Kafka: end-to-end latency p99 over the run", cmd, "s",
+                          [value(path, r, lambda: float(p99) / 1000)], header))
+        out.append(figure("fleet soak on Kafka: SIGKILLs and restarts", cmd, "count",
+                          [value(path, r, lambda: float(kills))], header))
+        for key, label in (("txn_ids", "transactional ids"), ("topics", "topics")):
+            out.append(figure(f"fleet soak on Kafka: {label} of the group, end / at 5 minutes", cmd, "ratio",
+                              [value(path, r, lambda key=key: float(end[key]) / float(five[key]))], header))
+    rss = [value(path, r, lambda r=r: max(float(v) for v in need(path, r, "rss_mib")[0]))
+           for r in rows if r["kind"] == "sample"]
+    if rss:
+        # Every 10 s sample of one run, the largest instance: the spread is over time.
+        out.append(figure("fleet soak on Kafka: resident memory of the largest instance, 10 s samples", cmd, "MiB",
+                          rss, header))
+    return out
+
+
 def kafka_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     args = header.get("args", {})
     cmd = f"cargo run --release --features kafka --example kafka_bench -- {args.get('records', '?')} {args.get('rounds', '?')}"
@@ -406,7 +433,7 @@ def versus(figures: list[dict]) -> str:
 
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench,
-               "streams_bench": streams_bench}
+               "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak}
 
 
 def summarise(results: Path) -> list[dict]:

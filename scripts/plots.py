@@ -144,6 +144,64 @@ def soak(run: Run, out: Path) -> Path:
     return save(fig, out / "soak.png")
 
 
+def fleet(run: Run, out: Path) -> Path:
+    """Three churning instances on Kafka: rate, latency, memory per instance, and what the
+    group leaves on the broker (transactional ids, topics, ledger and intents bytes)."""
+    samples = run.of("sample")
+    if not samples:
+        raise ResultsError(f"{run.path}: no sample lines")
+    keys = ("secs", "records_per_second", "latency_p50_ms", "latency_p99_ms", "rss_mib", "txn_ids", "topics",
+            "ledger_mib", "intents_mib")
+    cols = {k: [] for k in keys}
+    for row in samples:
+        for key, value in zip(keys, run.need(row, *keys)):
+            cols[key].append(value)
+    minutes = [s / 60 for s in cols["secs"]]
+    events = run.of("event")
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6), sharex=True)
+    ax = axes[0][0]
+    ax.plot(minutes, [v / 1e3 for v in cols["records_per_second"]], color="#1f77b4")
+    ax.set_title("committed records/s (thousands, 10 s windows)", fontsize=9)
+    ax = axes[0][1]
+    ax.plot(minutes, [v / 1e3 for v in cols["latency_p99_ms"]], color="#d62728", label="p99")
+    ax.plot(minutes, [v / 1e3 for v in cols["latency_p50_ms"]], color="#1f77b4", label="p50")
+    ax.set_title("end-to-end latency, produce to read_committed (s)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax = axes[0][2]
+    for slot in range(len(cols["rss_mib"][0])):
+        ax.plot(minutes, [r[slot] if slot < len(r) else 0 for r in cols["rss_mib"]], label=f"slot {slot}")
+    ax.set_title("resident memory per instance slot (MiB)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax = axes[1][0]
+    ax.plot(minutes, cols["txn_ids"], color="#9467bd")
+    ax.set_title("transactional ids of the group at the broker", fontsize=9)
+    ax = axes[1][1]
+    ax.plot(minutes, cols["topics"], color="#8c564b")
+    ax.set_title("topics of the group (input, output, intents, ledgers)", fontsize=9)
+    ax = axes[1][2]
+    ax.plot(minutes, cols["ledger_mib"], label="ledger topics")
+    ax.plot(minutes, cols["intents_mib"], label="intents topic")
+    ax.set_title("ledger and intents bytes on the broker's disk (MiB)", fontsize=9)
+    ax.legend(fontsize=8)
+    for row in axes:
+        for ax in row:
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            for e in events:
+                style = {"replaced": ("#ff7f0e", "-", 0.7), "sigkill": ("#7f7f7f", ":", 0.5)}.get(e.get("event"))
+                if style:
+                    ax.axvline(float(e.get("secs", 0)) / 60, color=style[0], linestyle=style[1], linewidth=0.8,
+                               alpha=style[2])
+    for ax in axes[1]:
+        ax.set_xlabel("minutes (dotted: SIGKILL and restart; orange: replaced by a new name)", fontsize=8)
+    args = run.header.get("args", {})
+    fig.suptitle(f"Fleet soak: 3 instances on Kafka and S3, {args.get('minutes', '?')} min at "
+                 f"{args.get('rate', '?')} records/s, a SIGKILL every 60 s, a new name every 5 min", fontsize=10)
+    caption(fig, run, f"cargo bench --bench kafka_fleet_soak -- {args.get('minutes', 30):g} {args.get('rate', 5000)}")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return save(fig, out / "fleet.png")
+
+
 def save(fig, path: Path) -> Path:
     # No software/date metadata: the same results give the same bytes.
     fig.savefig(path, dpi=110, metadata={"Software": None})
@@ -155,6 +213,7 @@ CHARTS = {
     "eos_cost": (eos_throughput, "cargo bench --bench eos_cost"),
     "checkpoint_commit": (commit_latency, "cargo bench --bench checkpoint_commit"),
     "broker_soak": (soak, "cargo bench --bench broker_soak"),
+    "kafka_fleet_soak": (fleet, "cargo bench --bench kafka_fleet_soak"),
 }
 
 

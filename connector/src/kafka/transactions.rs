@@ -33,6 +33,14 @@ use shareflow_share::{Error, ErrorKind};
 
 const NAME: &str = "kafka";
 
+/// The configs of the intents and ledger topics. Nothing expires by time: an entry is
+/// needed until compaction trims it (DeleteRecords). Compaction only moves the log's
+/// start offset; the broker frees the disk a whole segment at a time, and never the
+/// active one, so a segment rolls every 2 minutes (or 16 MiB) and what was trimmed
+/// leaves the disk at the broker's next retention check (decision 0037).
+const LEDGER_TOPIC_CONFIGS: &[(&str, &str)] =
+    &[("retention.ms", "-1"), ("cleanup.policy", "delete"), ("segment.ms", "120000"), ("segment.bytes", "16777216")];
+
 /// How long the intents tailer may take to catch up or to pass an intent.
 const TAIL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -82,6 +90,9 @@ pub struct KafkaTransactions {
     log: Arc<LedgerLog>,
     plain_handles: Mutex<Vec<DeliveryHandle>>,
     group: Arc<GroupLedger>,
+    /// The commit notes being written after commits (and the compactions after them):
+    /// closing waits for them, so that a retired instance leaves every commit noted.
+    notes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for KafkaTransactions {
@@ -130,6 +141,7 @@ impl KafkaTransactions {
             plain: CachedProducer::new(OUTPUT_LINGER, OUTPUT_BATCH_BYTES),
             log,
             plain_handles: Mutex::new(Vec::new()),
+            notes: Mutex::new(Vec::new()),
         })
     }
 
@@ -311,7 +323,7 @@ impl KafkaTransactions {
         let every = i64::try_from(self.config.ledger_summary_every).unwrap_or(i64::MAX);
         let template = lock(&self.template).clone();
         let owner = self.owner;
-        tokio::spawn(async move {
+        let note = tokio::spawn(async move {
             if let Err(e) = group.write_note(me.clone(), checkpoint_id).await {
                 tracing::warn!(claimant = %me, checkpoint = checkpoint_id, error = %e, "could not write a commit note");
                 return;
@@ -324,6 +336,9 @@ impl KafkaTransactions {
                 tracing::warn!(error = %e, "could not compact the ledger; it is tried again after a later commit");
             }
         });
+        let mut notes = lock(&self.notes);
+        notes.retain(|h| !h.is_finished());
+        notes.push(note);
     }
 
     /// The checkpoint ids of this job's prefix whose `Commit` entry is visible
@@ -481,7 +496,8 @@ impl KafkaTransactions {
         let live = std::mem::take(&mut *lock(&self.live));
         let slots = std::mem::take(&mut *lock(&self.slots));
         let held = std::mem::take(&mut *lock(&self.held));
-        let template = lock(&self.template).take();
+        // The template stays: the ledger can still be read (committed checkpoints).
+        let template = lock(&self.template).clone();
         let prepared: BTreeSet<u16> = live.values().filter(|l| l.prepared).map(|l| l.slot).collect();
         let mut closing = Vec::new();
         for (slot, producer) in slots.into_iter().enumerate() {
@@ -495,6 +511,13 @@ impl KafkaTransactions {
             leave_prepared(producer, &id);
         }
         futures::future::join_all(closing).await;
+        // Every commit gets its note before the ledger's producer closes: the ledger
+        // topic of a retired instance may be deleted, and the notes then say what it
+        // committed (decision 0036).
+        let notes = std::mem::take(&mut *lock(&self.notes));
+        if tokio::time::timeout(CLOSE_LIMIT, futures::future::join_all(notes)).await.is_err() {
+            tracing::warn!("commit notes still unwritten after {CLOSE_LIMIT:?}; the next take-over writes them");
+        }
         self.plain.close(CLOSE_LIMIT).await;
         self.log.close(CLOSE_LIMIT).await;
         lock(&self.intents).clear();

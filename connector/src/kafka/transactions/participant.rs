@@ -49,13 +49,10 @@ impl TransactionParticipant for KafkaTransactions {
         let previous_generation = std::mem::take(&mut *lock(&self.generation));
         *lock(&self.template) = Some(template.clone());
         let (intents, commits) = (intents_topic(template.group_id()), commits_topic(template));
-        // One partition each, kept forever: entries are needed until replayed, and one
-        // partition totally orders the claims.
+        // One partition each, kept until compaction trims it: entries are needed until
+        // replayed, and one partition totally orders the claims.
         for topic in [&intents, &commits] {
-            self.cluster
-                .ensure_topic(topic, 1, &[("retention.ms", "-1"), ("cleanup.policy", "delete")])
-                .await
-                .map_err(rt)?;
+            self.cluster.ensure_topic(topic, 1, LEDGER_TOPIC_CONFIGS).await.map_err(rt)?;
         }
         self.group.start(&intents);
         self.group.catch_up(TAIL_TIMEOUT).await.map_err(rt)?;
@@ -203,7 +200,13 @@ impl TransactionParticipant for KafkaTransactions {
         let live = lock(&self.live).remove(&n);
         if let Some(l) = live {
             let producer = self.slot_producer(l.slot)?;
-            producer.commit().await.map_err(|e| failed("commit", txn, kafka_error(format!("commit {txn}"), e)))?;
+            if let Err(e) = producer.commit().await {
+                // Its checkpoint completed: it stays prepared, so that neither a new
+                // attempt nor closing aborts it, and recovery commits it (through this
+                // producer while the process lives, else by producer id and epoch).
+                lock(&self.live).insert(n, l);
+                return Err(failed("commit", txn, kafka_error(format!("commit {txn}"), e)));
+            }
             lock(&self.intents).remove(&n);
             self.after_commit(n);
             return Ok(());
@@ -327,10 +330,20 @@ impl TransactionParticipant for KafkaTransactions {
         let prefix = template.prefix().to_string();
         let mut prefixes = self.group.reclaimers(&prefix);
         prefixes.insert(prefix.clone());
+        let existing: BTreeSet<String> = self.cluster.topics().await.map_err(rt)?.into_iter().collect();
+        let mine = lock(&self.template).as_ref().map(|t| t.prefix().to_string());
         let mut committed = Vec::new();
         for p in prefixes {
             let t = TransactionTemplate::new(template.group_id(), &p)?;
-            let commits = self.log.commits(&commits_topic(&t), true).await.map_err(rt)?;
+            let topic = commits_topic(&t);
+            if !existing.contains(&topic) && mine.as_deref() != Some(p.as_str()) {
+                // Deleted by `instances gc` or at retirement: the instance retired or its
+                // adoption ended, and either way every commit of it has its commit note
+                // in the intents topic by then, which is what the plan reads (decision 0036).
+                tracing::info!(prefix = %p, %topic, "its ledger topic is gone (retired or adopted, then collected); its commit notes stand for it");
+                continue;
+            }
+            let commits = self.log.commits(&topic, true).await.map_err(rt)?;
             committed.extend(commits.into_iter().map(|(g, e, _)| (Claimant::new(p.clone(), g), e)));
         }
         // Commit notes a crash lost (between a commit and its note), written again so
