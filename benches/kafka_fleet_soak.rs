@@ -235,10 +235,12 @@ async fn produce(cluster: KafkaCluster, topic: String, rate: u64, produced: Arc<
     writer.close().await.expect("close the input writer");
 }
 
-/// Follows `topic` read_committed until `stop`, into `seen`.
+/// Follows `topic` read_committed into `seen` until `stop`, then reads once more to
+/// the end: every committed record of the topic, each read once.
 async fn follow(cluster: KafkaCluster, topic: String, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) {
     let mut from: Vec<i64> = Vec::new();
-    while !stop.load(Ordering::SeqCst) {
+    loop {
+        let last = stop.load(Ordering::SeqCst);
         match cluster.read_committed_from(&topic, &from).await {
             Ok((records, ends)) => {
                 let now = unix_micros();
@@ -249,7 +251,14 @@ async fn follow(cluster: KafkaCluster, topic: String, seen: Arc<Mutex<Seen>>, st
                 }
                 from = ends;
             }
-            Err(e) => eprintln!("fleet soak: reading the output failed, retrying: {e}"),
+            Err(e) => {
+                eprintln!("fleet soak: reading the output failed, retrying: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        }
+        if last {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -470,33 +479,22 @@ async fn soak(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let drained_in = drain.elapsed().as_secs_f64();
-    stop_reading.store(true, Ordering::SeqCst);
-    reader.await.unwrap();
     for m in &mut churn.members {
         let code = sigterm_and_wait(m, Duration::from_secs(60));
         assert_eq!(code, Some(0), "{} did not retire at the end:\n{}", m.name, tail(&m.stderr));
     }
+    // What the retirements committed too: the reader's last pass reads to the end.
+    stop_reading.store(true, Ordering::SeqCst);
+    reader.await.unwrap();
     gc_deleted += fleet.gc();
     let end_footprint = footprint(&cluster, &group, &data).await;
-    finish(
-        &cluster,
-        &output,
-        produced,
-        &seen,
-        &churn,
-        gc_deleted,
-        drained_in,
-        &footprints,
-        end_footprint,
-        &mut results,
-    )
-    .await;
+    finish(produced, &seen, &churn, gc_deleted, drained_in, &footprints, end_footprint, &mut results);
 }
 
+/// Checks every id once (the reader read every committed record of the output once,
+/// from its start to its end after the instances retired) and records the summary.
 #[allow(clippy::too_many_arguments)]
-async fn finish(
-    cluster: &KafkaCluster,
-    output: &str,
+fn finish(
     produced: u64,
     seen: &Mutex<Seen>,
     churn: &Churn,
@@ -506,23 +504,18 @@ async fn finish(
     end_footprint: serde_json::Value,
     results: &mut results::Results,
 ) {
-    // Every id once, read again from the start.
-    let values = cluster.read_committed(output).await.expect("read the output");
-    let mut counts = vec![0u32; produced as usize];
-    let mut foreign = 0u64;
-    for (_, _, _, v) in &values {
-        match v.as_deref().and_then(parse) {
-            Some((id, _)) if id < produced => counts[id as usize] += 1,
-            _ => foreign += 1,
-        }
-    }
-    let missing = counts.iter().filter(|c| **c == 0).count();
-    let duplicated = counts.iter().filter(|c| **c > 1).count();
+    let s = seen.lock().unwrap();
+    let count = |id: u64| s.counts.get(id as usize).copied().unwrap_or(0);
+    let missing = (0..produced).filter(|id| count(*id) == 0).count();
+    let duplicated = (0..produced).filter(|id| count(*id) > 1).count();
+    let foreign = (produced as usize..s.counts.len()).filter(|id| s.counts[*id] > 0).count();
+    let output_records: u64 = s.counts.iter().map(|c| u64::from(*c)).sum();
+    drop(s);
     let mut all = std::mem::take(&mut seen.lock().unwrap().all);
     all.sort_unstable();
     let at_five = footprints.range(300..).next().map(|(_, v)| v.clone()).unwrap_or(serde_json::Value::Null);
     let first = footprints.values().next().cloned().unwrap_or(serde_json::Value::Null);
-    let summary = serde_json::json!({"kind": "summary", "produced": produced, "output_records": values.len(),
+    let summary = serde_json::json!({"kind": "summary", "produced": produced, "output_records": output_records,
         "missing": missing, "duplicated": duplicated, "foreign": foreign,
         "latency_p50_ms": percentile(&all, 0.5), "latency_p99_ms": percentile(&all, 0.99),
         "latency_max_ms": all.last().copied().unwrap_or(0), "kills": churn.kills,
