@@ -193,10 +193,11 @@ def fleet(run: Run, out: Path) -> Path:
                     ax.axvline(float(e.get("secs", 0)) / 60, color=style[0], linestyle=style[1], linewidth=0.8,
                                alpha=style[2])
     for ax in axes[1]:
-        ax.set_xlabel("minutes (dotted: SIGKILL and restart; orange: replaced by a new name)", fontsize=8)
+        ax.set_xlabel("minutes", fontsize=8)
     args = run.header.get("args", {})
     fig.suptitle(f"Fleet soak: 3 instances on Kafka and S3, {args.get('minutes', '?')} min at "
-                 f"{args.get('rate', '?')} records/s, a SIGKILL every 60 s, a new name every 5 min", fontsize=10)
+                 f"{args.get('rate', '?')} records/s\ndotted: a SIGKILL and restart (every 60 s); orange: an instance replaced by a "
+                 f"new name (every 5 min)", fontsize=10)
     caption(fig, run, f"cargo bench --bench kafka_fleet_soak -- {args.get('minutes', 30):g} {args.get('rate', 5000)}")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return save(fig, out / "fleet.png")

@@ -132,6 +132,17 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
 /// A `shareflow run` process of the same-prefix rounds; its stderr goes to a file.
 struct Run(Child, std::path::PathBuf);
 
+/// The distinct demo records committed to `output`, read_committed; a record committed
+/// twice fails the test.
+async fn committed_once(c: shareflow::connector::kafka::KafkaCluster, output: String) -> u64 {
+    let mut count: HashMap<u64, u32> = HashMap::new();
+    for (_, _, _, v) in c.read_committed(&output).await.expect("read") {
+        *count.entry(v.as_deref().and_then(identity).expect("a demo value")).or_default() += 1;
+    }
+    assert_eq!(count.values().map(|n| n - 1).sum::<u32>(), 0, "duplicated output");
+    count.len() as u64
+}
+
 impl Run {
     fn start(bootstrap: &str, group: &str, checkpoints: &str, stderr: std::path::PathBuf) -> Self {
         Self::start_as("same", bootstrap, group, checkpoints, stderr)
@@ -272,17 +283,7 @@ async fn an_adopters_restart_needs_no_collected_ledger_of_the_instance_it_adopte
     let dir = tempfile::tempdir().expect("checkpoint dir");
     let checkpoints = format!("file://{}/checkpoints", dir.path().display());
     let gone_ledger = format!("{group}-gone-ledger");
-    let committed = |c: &shareflow::connector::kafka::KafkaCluster| {
-        let (c, output) = (c.clone(), output.clone());
-        async move {
-            let mut count: HashMap<u64, u32> = HashMap::new();
-            for (_, _, _, v) in c.read_committed(&output).await.expect("read") {
-                *count.entry(v.as_deref().and_then(identity).expect("a demo value")).or_default() += 1;
-            }
-            assert_eq!(count.values().map(|n| n - 1).sum::<u32>(), 0, "duplicated output");
-            count.len() as u64
-        }
-    };
+    let committed = |c: &shareflow::connector::kafka::KafkaCluster| committed_once(c.clone(), output.clone());
     let fast = ["--adoption-timeout", "5000"];
     let start =
         |name: &str, err: &str| Run::start_with(name, &bootstrap, &group, &checkpoints, dir.path().join(err), &fast);
@@ -341,18 +342,7 @@ async fn instances_gc_deletes_the_ledgers_of_retired_instances_only() {
     let dir = tempfile::tempdir().expect("checkpoint dir");
     let checkpoints = format!("file://{}/checkpoints", dir.path().display());
     let (gone_ledger, live_ledger) = (format!("{group}-gone-ledger"), format!("{group}-live-ledger"));
-    let committed = |c: &shareflow::connector::kafka::KafkaCluster| {
-        let c = c.clone();
-        let output = output.clone();
-        async move {
-            let mut count: HashMap<u64, u32> = HashMap::new();
-            for (_, _, _, v) in c.read_committed(&output).await.expect("read") {
-                *count.entry(v.as_deref().and_then(identity).expect("a demo value")).or_default() += 1;
-            }
-            assert_eq!(count.values().map(|n| n - 1).sum::<u32>(), 0, "duplicated output");
-            count.len() as u64
-        }
-    };
+    let committed = |c: &shareflow::connector::kafka::KafkaCluster| committed_once(c.clone(), output.clone());
     let wait_for = || tokio::time::Instant::now() + Duration::from_secs(60);
     c.produce(&input, (0..500).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");
     // "gone" commits the input, then retires on SIGTERM.
