@@ -189,15 +189,16 @@ impl Source for KafkaShareSource {
         let mut consumer_config = KafkaShareConsumerConfig::new(&self.config.group);
         consumer_config.fetch_max_records = self.config.max_poll_records;
         consumer_config.fetch_max_wait = self.config.poll_timeout;
-        let mut consumer =
-            KafkaShareConsumer::new(&self.cluster, consumer_config).await.map_err(|e| runtime_error(&self.task, e))?;
+        // Kept at once, not after joining: an attempt that fails while this subtask
+        // waits for its siblings abandons (closes) the member it has.
+        let consumer = self.consumer.insert(
+            KafkaShareConsumer::new(&self.cluster, consumer_config).await.map_err(|e| runtime_error(&self.task, e))?,
+        );
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).await.map_err(|e| runtime_error(&self.task, e))?;
         let gate = self.gate.get_or_init(|| JoinGate::new(self.parallelism as usize, JOIN_GATE_LIMIT));
-        let passed =
-            gate.settle(self.subtask as usize, &mut consumer).await.map_err(|e| runtime_error(&self.task, e))?;
+        let passed = gate.settle(self.subtask as usize, consumer).await.map_err(|e| runtime_error(&self.task, e))?;
         tracing::debug!(task = %self.task, ?passed, assignment = ?consumer.assignment(), "joined the share group");
-        self.consumer = Some(consumer);
         self.buffer_empty_at = tokio::time::Instant::now();
         Ok(())
     }
