@@ -491,11 +491,19 @@ impl GroupLedger {
                 }
             }
             if let Some(p) = consumer.position(topic, 0).await {
+                // Published under the lock, and only while this session is current: a
+                // `start` in between resets the position, and an old tailer must not
+                // write its own over that.
+                let g = self.lock();
+                if g.session != session {
+                    return Ok(());
+                }
                 self.position.send_if_modified(|old| {
                     let changed = *old != p;
                     *old = p;
                     changed
                 });
+                drop(g);
             }
         }
     }
