@@ -28,7 +28,6 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -309,6 +308,12 @@ struct Churn {
 }
 
 impl Churn {
+    /// A name no instance of the soak had: `i1`, `i2`, ...
+    fn fresh_name(&mut self) -> String {
+        self.next_name += 1;
+        format!("i{}", self.next_name)
+    }
+
     /// Starts again a member that exited on its own, recording it: under its name, or
     /// under a new one if it exited fenced (3), as its message tells an operator to.
     fn revive(&mut self, fleet: &mut Fleet, results: &mut results::Results, secs: f64) {
@@ -319,12 +324,7 @@ impl Churn {
                 eprintln!("fleet soak: {} exited by itself ({status}):\n{}", m.name, tail(&m.stderr));
                 results.record(serde_json::json!({"kind": "event", "secs": secs, "event": "exited",
                     "instance": m.name, "status": status.to_string(), "stderr": tail(&m.stderr)}));
-                let name = if status.code() == Some(3) {
-                    self.next_name += 1;
-                    format!("i{}", self.next_name)
-                } else {
-                    m.name.clone()
-                };
+                let name = if status.code() == Some(3) { self.fresh_name() } else { m.name.clone() };
                 self.members[i] = fleet.start(&name);
             }
         }
@@ -352,8 +352,7 @@ impl Churn {
             sigkill(&mut self.members[i]);
             "killed, left for adoption"
         };
-        self.next_name += 1;
-        let new = format!("i{}", self.next_name);
+        let new = self.fresh_name();
         self.members[i] = fleet.start(&new);
         results.record(serde_json::json!({"kind": "event", "secs": secs, "event": "replaced", "old": old,
             "new": new, "how": how}));
@@ -430,7 +429,6 @@ async fn soak(
     let started = Instant::now();
     let total = Duration::from_secs_f64(minutes * 60.0);
     let (mut next_kill, mut next_replace, mut next_sample) = (KILL_EVERY, REPLACE_EVERY, SAMPLE_EVERY);
-    let mut footprints: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
     let mut gc_deleted = 0;
     let mut last = (0u64, Instant::now());
     while started.elapsed() < total {
@@ -463,9 +461,10 @@ async fn soak(
                 "records_per_second": rate_now, "latency_p50_ms": p50, "latency_p99_ms": p99,
                 "rss_mib": rss, "instances": churn.members.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
                 "gc_deleted": gc_deleted});
-            line.as_object_mut().unwrap().extend(fp.as_object().unwrap().clone());
+            if let (Some(line), serde_json::Value::Object(fp)) = (line.as_object_mut(), fp) {
+                line.extend(fp);
+            }
             println!("fleet soak: {line}");
-            footprints.insert(secs as u64, fp);
             results.record(line);
         }
     }
@@ -488,19 +487,17 @@ async fn soak(
     reader.await.unwrap();
     gc_deleted += fleet.gc();
     let end_footprint = footprint(&cluster, &group, &data).await;
-    finish(produced, &seen, &churn, gc_deleted, drained_in, &footprints, end_footprint, &mut results);
+    finish(produced, &seen, &churn, gc_deleted, drained_in, end_footprint, &mut results);
 }
 
 /// Checks every id once (the reader read every committed record of the output once,
 /// from its start to its end after the instances retired) and records the summary.
-#[allow(clippy::too_many_arguments)]
 fn finish(
     produced: u64,
     seen: &Mutex<Seen>,
     churn: &Churn,
     gc_deleted: usize,
     drained_in: f64,
-    footprints: &BTreeMap<u64, serde_json::Value>,
     end_footprint: serde_json::Value,
     results: &mut results::Results,
 ) {
@@ -513,15 +510,12 @@ fn finish(
     drop(s);
     let mut all = std::mem::take(&mut seen.lock().unwrap().all);
     all.sort_unstable();
-    let at_five = footprints.range(300..).next().map(|(_, v)| v.clone()).unwrap_or(serde_json::Value::Null);
-    let first = footprints.values().next().cloned().unwrap_or(serde_json::Value::Null);
     let summary = serde_json::json!({"kind": "summary", "produced": produced, "output_records": output_records,
         "missing": missing, "duplicated": duplicated, "foreign": foreign,
         "latency_p50_ms": percentile(&all, 0.5), "latency_p99_ms": percentile(&all, 0.99),
         "latency_max_ms": all.last().copied().unwrap_or(0), "kills": churn.kills,
         "replacements": churn.replacements, "unexpected_exits": churn.unexpected_exits, "gc_deleted": gc_deleted,
-        "drained_in_s": drained_in, "footprint_first": first, "footprint_at_5_min": at_five,
-        "footprint_end": end_footprint});
+        "drained_in_s": drained_in, "footprint_end": end_footprint});
     println!("fleet soak: {summary}");
     results.record(summary);
     assert_eq!((missing, duplicated, foreign), (0, 0, 0), "the output is not every input record exactly once");

@@ -132,6 +132,31 @@ async fn instances_killed_paused_and_joining_keep_the_output_exactly_once() {
 /// A `shareflow run` process of the same-prefix rounds; its stderr goes to a file.
 struct Run(Child, std::path::PathBuf);
 
+/// A fresh group on the Kafka broker: its input and output topics (2 partitions each)
+/// and a checkpoint root on the file system.
+struct Fresh {
+    c: shareflow::connector::kafka::KafkaCluster,
+    bootstrap: String,
+    group: String,
+    input: String,
+    output: String,
+    dir: tempfile::TempDir,
+    checkpoints: String,
+}
+
+/// [`Fresh`] for a group named after `name`; `None` without a broker (outside CI).
+async fn fresh(name: &str) -> Option<Fresh> {
+    let c = cluster().await?;
+    let bootstrap = support::kafka::bootstrap().expect("set");
+    let group = unique(name);
+    let (input, output) = (format!("{group}-input"), format!("{group}-output"));
+    c.ensure_topic(&input, 2, &[]).await.expect("input topic");
+    c.ensure_topic(&output, 2, &[]).await.expect("output topic");
+    let dir = tempfile::tempdir().expect("checkpoint dir");
+    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    Some(Fresh { c, bootstrap, group, input, output, dir, checkpoints })
+}
+
 /// The distinct demo records committed to `output`, read_committed; a record committed
 /// twice fails the test.
 async fn committed_once(c: shareflow::connector::kafka::KafkaCluster, output: String) -> u64 {
@@ -213,14 +238,9 @@ impl Run {
 /// later one commits the whole input exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_run_stops_with_its_own_exit_code_and_says_who_fenced_it() {
-    let Some(c) = cluster().await else { return };
-    let bootstrap = support::kafka::bootstrap().expect("set");
-    let group = unique("fenced-exit");
-    let (input, output) = (format!("{group}-input"), format!("{group}-output"));
-    c.ensure_topic(&input, 2, &[]).await.expect("input topic");
-    c.ensure_topic(&output, 2, &[]).await.expect("output topic");
-    let dir = tempfile::tempdir().expect("checkpoint dir");
-    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    let Some(Fresh { c, bootstrap, group, input, output, dir, checkpoints }) = fresh("fenced-exit").await else {
+        return;
+    };
     const RECORDS: u64 = 2_000;
     c.produce(&input, (0..RECORDS / 2).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");
     let mut first = Run::start(&bootstrap, &group, &checkpoints, dir.path().join("first.err"));
@@ -277,14 +297,9 @@ async fn a_fenced_run_stops_with_its_own_exit_code_and_says_who_fenced_it() {
 /// attempt with "unknown topic" before, found by the fleet soak.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adopters_restart_needs_no_collected_ledger_of_the_instance_it_adopted() {
-    let Some(c) = cluster().await else { return };
-    let bootstrap = support::kafka::bootstrap().expect("set");
-    let group = unique("adopted-gc");
-    let (input, output) = (format!("{group}-input"), format!("{group}-output"));
-    c.ensure_topic(&input, 2, &[]).await.expect("input topic");
-    c.ensure_topic(&output, 2, &[]).await.expect("output topic");
-    let dir = tempfile::tempdir().expect("checkpoint dir");
-    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    let Some(Fresh { c, bootstrap, group, input, output, dir, checkpoints }) = fresh("adopted-gc").await else {
+        return;
+    };
     let gone_ledger = format!("{group}-gone-ledger");
     let committed = |c: &shareflow::connector::kafka::KafkaCluster| committed_once(c.clone(), output.clone());
     let fast = ["--adoption-timeout", "5000"];
@@ -336,14 +351,7 @@ async fn an_adopters_restart_needs_no_collected_ledger_of_the_instance_it_adopte
 /// instance starts again afterwards under its name and the output stays exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_gc_deletes_the_ledgers_of_retired_instances_only() {
-    let Some(c) = cluster().await else { return };
-    let bootstrap = support::kafka::bootstrap().expect("set");
-    let group = unique("ledger-gc");
-    let (input, output) = (format!("{group}-input"), format!("{group}-output"));
-    c.ensure_topic(&input, 2, &[]).await.expect("input topic");
-    c.ensure_topic(&output, 2, &[]).await.expect("output topic");
-    let dir = tempfile::tempdir().expect("checkpoint dir");
-    let checkpoints = format!("file://{}/checkpoints", dir.path().display());
+    let Some(Fresh { c, bootstrap, group, input, output, dir, checkpoints }) = fresh("ledger-gc").await else { return };
     let (gone_ledger, live_ledger) = (format!("{group}-gone-ledger"), format!("{group}-live-ledger"));
     let committed = |c: &shareflow::connector::kafka::KafkaCluster| committed_once(c.clone(), output.clone());
     let wait_for = || tokio::time::Instant::now() + Duration::from_secs(60);

@@ -487,30 +487,22 @@ impl KafkaTransactions {
         }
     }
 
-    /// The job stopped: closes every client this participant holds. What never prepared
-    /// is aborted with its producer; prepared transactions, this attempt's or held from
-    /// an earlier one, stay open for the next incarnation ([`leave_prepared`]). The
+    /// The job stopped: closes every client this participant holds. The attempt retires
+    /// as before a new one ([`retire_attempt`](Self::retire_attempt)); then the prepared
+    /// transactions it held stay open for the next incarnation ([`leave_prepared`]). The
     /// participant may open again afterwards: its clients are built anew.
     async fn close_clients(&self) {
         self.group.stop().await;
-        let live = std::mem::take(&mut *lock(&self.live));
-        let slots = std::mem::take(&mut *lock(&self.slots));
-        let held = std::mem::take(&mut *lock(&self.held));
         // The template stays: the ledger can still be read (committed checkpoints).
         let template = lock(&self.template).clone();
-        let prepared: BTreeSet<u16> = live.values().filter(|l| l.prepared).map(|l| l.slot).collect();
-        let mut closing = Vec::new();
-        for (slot, producer) in slots.into_iter().enumerate() {
-            let slot = slot as u16;
-            match &template {
-                Some(t) if prepared.contains(&slot) => leave_prepared(producer, &slot_id(t, self.generation(), slot)),
-                _ => closing.push(close_producer(producer)),
+        if let Some(t) = &template {
+            if let Err(e) = self.retire_attempt(t).await {
+                tracing::warn!(error = %e, "closing: an unprepared transaction could not be aborted; its timeout will");
             }
         }
-        for (id, producer) in held {
+        for (id, producer) in std::mem::take(&mut *lock(&self.held)) {
             leave_prepared(producer, &id);
         }
-        futures::future::join_all(closing).await;
         // Every commit gets its note before the ledger's producer closes: the ledger
         // topic of a retired instance may be deleted, and the notes then say what it
         // committed (decision 0036).
@@ -520,9 +512,6 @@ impl KafkaTransactions {
         }
         self.plain.close(CLOSE_LIMIT).await;
         self.log.close(CLOSE_LIMIT).await;
-        lock(&self.intents).clear();
-        lock(&self.recovered).clear();
-        lock(&self.plain_handles).clear();
     }
 
     /// Takes the producer held for slot id `id` (see `held`), if any.
@@ -550,15 +539,17 @@ impl KafkaTransactions {
                 self.fence(&id).await.map_err(|e| failed("abort", &template.transaction(n), e))?;
             }
         }
+        let mut closing = Vec::new();
         for (slot, producer) in slots.into_iter().enumerate() {
             // A producer whose prepared transaction waits for recovery's decision is
             // held, not closed: closing would abort it.
             if keep.contains(&(slot as u16)) {
                 lock(&self.held).insert(slot_id(template, self.generation(), slot as u16), producer);
             } else {
-                tokio::spawn(close_producer(producer));
+                closing.push(close_producer(producer));
             }
         }
+        futures::future::join_all(closing).await;
         lock(&self.intents).clear();
         lock(&self.recovered).clear();
         lock(&self.plain_handles).clear();
