@@ -19,6 +19,9 @@ pub(crate) struct Barrier {
     pub(crate) checkpoint_id: CheckpointId,
     /// The last checkpoint: sources end after it.
     pub(crate) is_final: bool,
+    /// The final checkpoint of inputs that ended (not of a stop): event time ends
+    /// here, and windowed operators emit every window.
+    pub(crate) end_of_input: bool,
 }
 
 /// What flows on an edge.
@@ -26,6 +29,9 @@ pub(crate) struct Barrier {
 pub(crate) enum Message {
     Batch(RecordBatch),
     Barrier(Barrier),
+    /// The sender's event-time watermark, in ms since the Unix epoch, sent before the
+    /// barrier that ends a checkpoint's rows; `None`: the sender was idle in that period.
+    Watermark(Option<i64>),
     End,
 }
 
@@ -120,8 +126,13 @@ impl Collector {
                     Self::send(&self.task, &self.metrics, tx, Tagged { input: *input, message: Message::Batch(batch) })
                         .await?;
                 }
-                Partitioning::Hash(column) => {
-                    let parts = split_by_hash(&batch, column, edge.targets.len(), &self.task)?;
+                Partitioning::Hash(_) | Partitioning::Keys(_) => {
+                    let columns = match &edge.partitioning {
+                        Partitioning::Hash(column) => std::slice::from_ref(column),
+                        Partitioning::Keys(columns) => columns.as_slice(),
+                        _ => &[],
+                    };
+                    let parts = split_by_hash(&batch, columns, edge.targets.len(), &self.task)?;
                     for (target, part) in parts {
                         let (tx, input) = &edge.targets[target];
                         Self::send(
@@ -136,6 +147,15 @@ impl Collector {
             }
         }
         Ok(())
+    }
+
+    /// Sends this subtask's event-time watermark (ms since the Unix epoch; `None`: idle,
+    /// no rows in this checkpoint's period) to every downstream subtask. An operator
+    /// sends it from [`snapshot_state`](crate::Operator::snapshot_state), just before the
+    /// barrier; a downstream operator sees the minimum over its inputs
+    /// ([`on_watermark`](crate::Operator::on_watermark)).
+    pub async fn watermark(&mut self, event_time_ms: Option<i64>) -> Result<()> {
+        self.broadcast(Message::Watermark(event_time_ms)).await
     }
 
     /// Sends a barrier or end-of-stream to every downstream subtask.

@@ -72,14 +72,14 @@ impl Coordinator<'_> {
         self.metrics.checkpoints(|c| c.transactions_open = open);
     }
 
-    async fn trigger(&mut self, is_final: bool) -> Result<InFlight> {
+    async fn trigger(&mut self, is_final: bool, end_of_input: bool) -> Result<InFlight> {
         let id = self.next_id;
         if !is_final {
             // The rows of checkpoint id + 1 start when barrier id passes; its transaction must exist first.
             self.begin(id + 1).await?;
         }
         self.next_id = id + 1;
-        let barrier = Barrier { checkpoint_id: id, is_final };
+        let barrier = Barrier { checkpoint_id: id, is_final, end_of_input };
         tracing::debug!(checkpoint = id, is_final, "triggering checkpoint");
         for t in &self.triggers {
             let _ = t.send(barrier);
@@ -117,7 +117,7 @@ impl Coordinator<'_> {
                 if stopping && sources_finished < sources {
                     tracing::info!("stop asked for: taking a final checkpoint");
                 }
-                in_flight = Some(self.trigger(true).await?);
+                in_flight = Some(self.trigger(true, sources_finished >= sources).await?);
                 final_triggered = true;
             }
             let mut tick_due = false;
@@ -166,7 +166,7 @@ impl Coordinator<'_> {
                         Some(f) => in_flight = Some(f),
                         None => {
                             if next_trigger.is_some_and(|t| Instant::now() >= t) && !final_triggered {
-                                in_flight = Some(self.trigger(false).await?);
+                                in_flight = Some(self.trigger(false, false).await?);
                             }
                         }
                     }

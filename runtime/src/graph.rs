@@ -18,6 +18,7 @@ use crate::job::Job;
 use crate::operator::{Operator, Participant, Source, SubtaskContext};
 use crate::partition::Partitioning;
 use crate::spec::{Edge, GraphSpec, Node, NodeKind, OperatorFactory, SourceFactory};
+use crate::sql::{AggregateOperator, KeyStage, LateRows, QueryPlan, SqlOptions};
 
 /// Builds a job graph. Clone-free fluent API: each call returns a [`Stream`].
 ///
@@ -56,7 +57,7 @@ impl JobBuilder {
                     "two operators are named {name:?}; names must be unique"
                 )));
             }
-            g.nodes.push(Node { name: name.to_string(), kind, parallelism: None, schema });
+            g.nodes.push(Node { name: name.to_string(), kind, parallelism: None, schema, keyed_state: false });
             g.nodes.len() - 1
         })
     }
@@ -87,6 +88,7 @@ impl JobBuilder {
             edges: g.edges.clone(),
             participants: g.participants.clone(),
             errors: std::mem::take(&mut g.errors),
+            stateful: g.stateful.clone(),
         });
         if let Some(e) = spec.errors.into_iter().next() {
             return Err(e);
@@ -104,7 +106,13 @@ impl JobBuilder {
             }
         }
         Job::new(
-            GraphSpec { nodes: spec.nodes, edges: spec.edges, participants: spec.participants, errors: Vec::new() },
+            GraphSpec {
+                nodes: spec.nodes,
+                edges: spec.edges,
+                participants: spec.participants,
+                errors: Vec::new(),
+                stateful: spec.stateful,
+            },
             config,
         )
     }
@@ -119,6 +127,15 @@ impl Stream {
     /// Sets the parallelism of the operator that produces this stream.
     pub fn parallelism(self, parallelism: u32) -> Self {
         self.builder.with(|g| g.nodes[self.node].parallelism = Some(parallelism));
+        self
+    }
+
+    /// Marks the operator that produces this stream as keeping keyed state: every state
+    /// item it returns is a [`KeyedItem`](crate::KeyedItem), and a restore gives each
+    /// item to every subtask whose key groups it covers (at any parallelism), rather
+    /// than dealing items round-robin.
+    pub fn keyed_state(self) -> Self {
+        self.builder.with(|g| g.nodes[self.node].keyed_state = true);
         self
     }
 
@@ -198,9 +215,19 @@ impl Stream {
         self.operator(name, schema, move |_| Map { f: f.clone() })
     }
 
-    /// A stateless SQL transformation, planned once now against this stream's schema.
-    /// The input table is called `input`.
+    /// A SQL transformation, planned once now against this stream's schema. The input
+    /// table is called `input`. A stateless query runs on each batch; one with `GROUP
+    /// BY` or aggregates keeps keyed state in the checkpoints ([`sql_with`](Self::sql_with),
+    /// docs/sql.md), with the default [`SqlOptions`].
     pub fn sql(self, name: &str, query: &str) -> Stream {
+        self.sql_with(name, query, SqlOptions::default())
+    }
+
+    /// [`sql`](Self::sql) with options. A stateful query becomes two operators: `name`
+    /// (the aggregate, whose parallelism `.parallelism` sets, with keyed state) fed by
+    /// `{name}-keys` (the group keys, event time and arguments, at the default
+    /// parallelism), exchanged by the hash of the group keys.
+    pub fn sql_with(self, name: &str, query: &str, options: SqlOptions) -> Stream {
         let Some(schema) = self.schema() else {
             self.builder.with(|g| {
                 g.errors.push(RuntimeError::Sql {
@@ -210,11 +237,26 @@ impl Stream {
             });
             return self.operator(name, None, |_| Map { f: Arc::new(Ok) });
         };
-        match crate::sql::SqlPlan::plan(query, schema) {
-            Ok(plan) => {
+        match crate::sql::plan_query(query, schema, options) {
+            Ok(QueryPlan::Stateless(plan)) => {
                 let plan = Arc::new(plan);
                 let out = plan.output_schema();
                 self.operator(name, Some(out), move |ctx| crate::sql::SqlOperator::new(plan.clone(), ctx.task_name()))
+            }
+            Ok(QueryPlan::Stateful(plan)) => {
+                let plan = Arc::new(plan);
+                let late = Arc::new(LateRows::default());
+                self.builder.with(|g| g.stateful.push((name.to_string(), late.clone())));
+                let keys_plan = plan.clone();
+                let mut keys = self.operator(&format!("{name}-keys"), Some(plan.exchange.clone()), move |ctx| {
+                    KeyStage::new(keys_plan.clone(), ctx)
+                });
+                keys.next_partitioning = Some(Partitioning::Keys(plan.key_columns()));
+                let out = plan.output_schema();
+                keys.operator(name, Some(out), move |ctx| {
+                    StatefulOrFailed::new(AggregateOperator::new(plan.clone(), ctx, late.clone()))
+                })
+                .keyed_state()
             }
             Err(e) => {
                 self.builder.with(|g| g.errors.push(e));
@@ -260,6 +302,51 @@ where
         }
     });
     Stream { builder, node, next_partitioning: None }
+}
+
+/// An aggregate operator, or the error that making it gave (reported at `open`).
+enum StatefulOrFailed {
+    Ready(Box<AggregateOperator>),
+    Failed(RuntimeError),
+}
+
+impl StatefulOrFailed {
+    fn new(made: Result<AggregateOperator>) -> Self {
+        match made {
+            Ok(op) => Self::Ready(Box::new(op)),
+            Err(e) => Self::Failed(e),
+        }
+    }
+
+    fn ready(&mut self) -> Result<&mut AggregateOperator> {
+        match self {
+            Self::Ready(op) => Ok(op),
+            Self::Failed(e) => Err(RuntimeError::Internal(e.to_string())),
+        }
+    }
+}
+
+#[async_trait]
+impl Operator for StatefulOrFailed {
+    async fn open(&mut self, ctx: &SubtaskContext, restored: crate::StateItems) -> Result<()> {
+        self.ready()?.open(ctx, restored).await
+    }
+
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, out: &mut Collector) -> Result<()> {
+        self.ready()?.process_batch(batch, input, out).await
+    }
+
+    async fn on_watermark(&mut self, watermark: i64) -> Result<()> {
+        self.ready()?.on_watermark(watermark).await
+    }
+
+    async fn snapshot_state(
+        &mut self,
+        checkpoint_id: crate::CheckpointId,
+        out: &mut Collector,
+    ) -> Result<crate::StateItems> {
+        self.ready()?.snapshot_state(checkpoint_id, out).await
+    }
 }
 
 struct Union;

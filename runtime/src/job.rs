@@ -388,7 +388,11 @@ impl Job {
         let mut subtasks = 0;
         for (i, node) in nodes.iter().enumerate() {
             let p = self.parallelism[i];
-            let restored = Self::redistribute(&recovered.states, &node.name, p);
+            let restored = if node.keyed_state {
+                crate::keyed::redistribute(&recovered.states, &node.name, p)?
+            } else {
+                Self::redistribute(&recovered.states, &node.name, p)
+            };
             let metrics = self.metrics.operator(&node.name);
             for s in 0..p {
                 subtasks += 1;

@@ -48,6 +48,7 @@ pub mod failpoint;
 mod graph;
 mod instance;
 mod job;
+mod keyed;
 mod metrics;
 mod operator;
 mod partition;
@@ -67,6 +68,7 @@ pub use failpoint::Failpoints;
 pub use graph::{JobBuilder, Stream};
 pub use instance::{decide, resolve_pending, Decided, RecoveryMarks, Resolution};
 pub use job::{Job, JobReport, StopHandle};
+pub use keyed::KeyedItem;
 pub use metrics::{
     CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,
 };
@@ -74,7 +76,8 @@ pub use operator::{
     JobSettings, Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems,
     SubtaskContext, TransactionParticipant, TransactionTemplate,
 };
-pub use partition::Partitioning;
+pub use partition::{key_group_of, key_groups_of_subtask, subtask_of_key_group, Partitioning, KEY_GROUPS};
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_checkpoint::CheckpointId;
 pub use spec::{OperatorFactory, SourceFactory};
+pub use sql::{SqlOptions, WindowSpec};

@@ -131,6 +131,14 @@ pub trait Operator: Send + 'static {
     /// Processes one batch from input `input` (0 for single-input operators).
     async fn process_batch(&mut self, batch: RecordBatch, input: usize, out: &mut Collector) -> Result<()>;
 
+    /// Barrier n arrived on every input, and `watermark` is the minimum of the event-time
+    /// watermarks (ms since the Unix epoch) that the inputs not idle in checkpoint n's
+    /// period sent before it ([`Collector::watermark`]). Called just before
+    /// [`snapshot_state`](Self::snapshot_state), and only if some input sent one.
+    async fn on_watermark(&mut self, _watermark: i64) -> Result<()> {
+        Ok(())
+    }
+
     /// Barrier n arrived on every input: every row of checkpoint n has been processed.
     /// Flush what must be durable for n and return the state to store.
     async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, _out: &mut Collector) -> Result<StateItems> {

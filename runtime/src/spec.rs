@@ -27,6 +27,9 @@ pub(crate) struct Node {
     pub(crate) kind: NodeKind,
     pub(crate) parallelism: Option<u32>,
     pub(crate) schema: Option<SchemaRef>,
+    /// Its state items are keyed ([`crate::keyed::KeyedItem`]): on restore each goes
+    /// to every subtask whose key groups it covers, not round-robin.
+    pub(crate) keyed_state: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -44,4 +47,6 @@ pub(crate) struct GraphSpec {
     pub(crate) edges: Vec<Edge>,
     pub(crate) participants: Vec<Participant>,
     pub(crate) errors: Vec<RuntimeError>,
+    /// The stateful SQL operators by name, with their late-row counters.
+    pub(crate) stateful: Vec<(String, Arc<crate::sql::LateRows>)>,
 }

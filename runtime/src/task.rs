@@ -40,6 +40,8 @@ pub(crate) struct Inputs {
     blocked: Vec<bool>,
     ended: Vec<bool>,
     aligning: Option<Barrier>,
+    /// Per raw input, the watermark it sent in the current checkpoint's period, if any.
+    watermarks: Vec<Option<i64>>,
 }
 
 /// What the inputs produce for the operator.
@@ -60,7 +62,16 @@ impl Inputs {
             blocked: vec![false; inputs],
             ended: vec![false; inputs],
             aligning: None,
+            watermarks: vec![None; inputs],
         }
+    }
+
+    /// The minimum of the watermarks the inputs sent since the last alignment, over the
+    /// inputs that were not idle; `None` if every input was idle. Resets them.
+    pub(crate) fn take_watermark(&mut self) -> Option<i64> {
+        let min = self.watermarks.iter().flatten().min().copied();
+        self.watermarks.iter_mut().for_each(|w| *w = None);
+        min
     }
 
     fn raw_next(&mut self) -> Option<(usize, Message)> {
@@ -93,6 +104,12 @@ impl Inputs {
             };
             match message {
                 Message::Batch(b) => return Ok(InputEvent::Batch(self.edge_of.get(input).copied().unwrap_or(0), b)),
+                Message::Watermark(w) => {
+                    if let Some(w) = w {
+                        let slot = &mut self.watermarks[input];
+                        *slot = Some(slot.map_or(w, |old: i64| old.max(w)));
+                    }
+                }
                 Message::Barrier(b) => {
                     match self.aligning {
                         None => self.aligning = Some(b),
@@ -167,6 +184,14 @@ pub(crate) async fn run_operator(mut op: Box<dyn Operator>, mut inputs: Inputs, 
                 }
                 InputEvent::Aligned(barrier) => {
                     tracing::trace!(task = %task, checkpoint = barrier.checkpoint_id, "snapshot");
+                    if let Some(watermark) = inputs.take_watermark() {
+                        op.on_watermark(watermark).await?;
+                    }
+                    if barrier.end_of_input {
+                        // The inputs ended: no later event time can come (Flink's final
+                        // watermark), so every window closes in this checkpoint.
+                        op.on_watermark(i64::MAX).await?;
+                    }
                     let state = op.snapshot_state(barrier.checkpoint_id, &mut io.out).await?;
                     io.out.barrier_passed(barrier.checkpoint_id);
                     let _ = io.report.send(Report::Ack { checkpoint_id: barrier.checkpoint_id, node: io.node, subtask: io.ctx.subtask, state });
@@ -314,7 +339,7 @@ mod tests {
     #[tokio::test]
     async fn two_inputs_align_on_a_barrier() {
         let (tx, rx) = mpsc::channel(16);
-        let barrier = Barrier { checkpoint_id: 1, is_final: false };
+        let barrier = Barrier { checkpoint_id: 1, is_final: false, end_of_input: false };
         let send = |input, message| tx.try_send(Tagged { input, message }).unwrap();
         send(0, Message::Batch(batch(1)));
         send(0, Message::Barrier(barrier));
@@ -353,10 +378,16 @@ mod tests {
     #[tokio::test]
     async fn an_out_of_order_barrier_is_an_error() {
         let (tx, rx) = mpsc::channel(16);
-        tx.try_send(Tagged { input: 0, message: Message::Barrier(Barrier { checkpoint_id: 1, is_final: false }) })
-            .unwrap();
-        tx.try_send(Tagged { input: 1, message: Message::Barrier(Barrier { checkpoint_id: 2, is_final: false }) })
-            .unwrap();
+        tx.try_send(Tagged {
+            input: 0,
+            message: Message::Barrier(Barrier { checkpoint_id: 1, is_final: false, end_of_input: false }),
+        })
+        .unwrap();
+        tx.try_send(Tagged {
+            input: 1,
+            message: Message::Barrier(Barrier { checkpoint_id: 2, is_final: false, end_of_input: false }),
+        })
+        .unwrap();
         let mut inputs = Inputs::new(rx, 2, vec![0, 1]);
         assert!(inputs.next("t").await.is_err());
     }
