@@ -140,3 +140,115 @@ async fn state_moves_by_key_group_when_the_parallelism_changes() {
         assert_eq!(sink.committed_sorted(), hop_oracle(), "{before} -> {after}");
     }
 }
+
+/// Session windows over event times that arrive out of order: per key, times are a
+/// permutation of 0..1000 spread into 10 blocks of 100 dense milliseconds, 1 s apart,
+/// so rows bridge and merge sessions, and each key ends with 10 sessions of 100 rows.
+const SESSION: &str = r#"SELECT split AS k, CAST(session(("offset" * 37) % 1000 + (("offset" * 37) % 1000 / 100) * 1000,
+    INTERVAL '0.5 seconds') AS BIGINT) AS w, count(*) AS c, sum("offset") AS s
+    FROM input GROUP BY split, session(("offset" * 37) % 1000 + (("offset" * 37) % 1000 / 100) * 1000, INTERVAL '0.5 seconds')"#;
+
+fn session_oracle() -> Vec<String> {
+    oracle(|o| {
+        let p = (o * 37) % 1000;
+        vec![(p / 100) * 1100]
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn session_windows_merge_rows_that_arrive_out_of_order() {
+    for (p, crashes) in [(1, Vec::new()), (3, vec![(points::COMMIT_BEFORE.to_string(), 3)])] {
+        let sink = CollectSink::new();
+        run(&sink, SESSION, storage("session"), p, crashes).await.unwrap();
+        assert_eq!(sink.committed_sorted(), session_oracle(), "parallelism {p}");
+    }
+}
+
+/// Rows of every committed batch, in commit order, as (key, rest).
+fn committed_in_order(sink: &CollectSink) -> Vec<(String, Vec<String>)> {
+    let mut rows = Vec::new();
+    for batch in sink.committed() {
+        let options = arrow::util::display::FormatOptions::default();
+        let f: Vec<_> = batch
+            .columns()
+            .iter()
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
+        for r in 0..batch.num_rows() {
+            rows.push((f[0].value(r).to_string(), f[1..].iter().map(|f| f.value(r).to_string()).collect()));
+        }
+    }
+    rows
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unwindowed_aggregate_emits_each_changed_key_once_per_checkpoint() {
+    let query = r#"SELECT split AS k, count(*) AS c, count(DISTINCT "offset" % 7) AS d, avg("offset") AS a,
+        min("offset") AS lo, max("offset") AS hi FROM input GROUP BY split"#;
+    for crashes in
+        [Vec::new(), vec![(points::AFTER_MANIFEST.to_string(), 2)], vec![(points::COMMIT_MID.to_string(), 3)]]
+    {
+        let sink = CollectSink::new();
+        run(&sink, query, storage("upsert"), 2, crashes.clone()).await.unwrap();
+        let rows = committed_in_order(&sink);
+        let mut last: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (k, rest) in rows {
+            counts.entry(k.clone()).or_default().push(rest[0].parse().unwrap());
+            last.insert(k, rest);
+        }
+        assert!(counts.len() == SPLITS as usize && counts.values().all(|c| c.len() > 1), "{crashes:?}: {counts:?}");
+        for (k, c) in &counts {
+            // An upsert row only for a key that changed: each committed count is new.
+            assert!(c.windows(2).all(|w| w[0] < w[1]), "{crashes:?}: key {k} counts {c:?}");
+        }
+        for (k, rest) in &last {
+            assert_eq!(
+                rest,
+                &vec!["1000".to_string(), "7".into(), "499.5".into(), "0".into(), "999".into()],
+                "{crashes:?}: key {k}"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn late_rows_are_counted_and_dropped_never_merged_into_an_emitted_window() {
+    // Event time jumps forward by 10 s at offset 500 of every split, then falls back:
+    // with 1 s of lateness, the rows after it whose window closed are late.
+    let query = r#"SELECT split AS k, CAST(tumble(CASE WHEN "offset" BETWEEN 500 AND 509 THEN "offset" + 10000 ELSE "offset" END,
+        INTERVAL '0.1 seconds') AS BIGINT) AS w, count(*) AS c FROM input
+        GROUP BY split, tumble(CASE WHEN "offset" BETWEEN 500 AND 509 THEN "offset" + 10000 ELSE "offset" END, INTERVAL '0.1 seconds')"#;
+    let sink = CollectSink::new();
+    let config = JobConfig::new(storage("late"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let job = pipeline(&sink, query, 1, Duration::from_secs(1)).build(config).unwrap();
+    job.run().await.unwrap();
+    let late = job.late_rows();
+    let rows = sink.committed_sorted();
+    // Each (key, window) at most once: nothing merged into an emitted window.
+    let mut windows: Vec<(String, String)> =
+        committed_in_order(&sink).into_iter().map(|(k, r)| (k, r[0].clone())).collect();
+    let before = windows.len();
+    windows.sort();
+    windows.dedup();
+    assert_eq!(windows.len(), before, "a window was emitted twice: {rows:?}");
+    let counted: u64 = committed_in_order(&sink).iter().map(|(_, r)| r[1].parse::<u64>().unwrap()).sum();
+    assert!(late > 0, "rows after the jump are late");
+    assert_eq!(counted + late, u64::from(SPLITS) * ROWS, "every row is counted once or dropped as late");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_refuses_state_of_another_query() {
+    let store = storage("changed");
+    let sink = CollectSink::new();
+    let config = JobConfig::new(store.clone(), "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let job = pipeline(&sink, TUMBLE, 2, Duration::from_secs(3600)).build(config).unwrap();
+    job.failpoints().arm(points::COMMIT_BEFORE, 3);
+    assert!(matches!(job.run().await.unwrap_err(), RuntimeError::InjectedCrash(_)));
+    // The same operator name, another aggregate: the state does not fit.
+    let changed = TUMBLE.replace("sum(\"offset\")", "max(\"offset\")");
+    let config = JobConfig::new(store, "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let err = pipeline(&sink, &changed, 2, Duration::from_secs(3600)).build(config).unwrap().run().await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("operator agg") && msg.contains("does not match its query") && msg.contains("max"), "{msg}");
+}

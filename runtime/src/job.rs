@@ -117,6 +117,18 @@ impl Job {
         &self.failpoints
     }
 
+    /// Rows the job's stateful SQL operators dropped as late (their windows had been
+    /// emitted), over every attempt so far.
+    pub fn late_rows(&self) -> u64 {
+        self.spec.stateful.iter().map(|(_, late)| late.get()).sum()
+    }
+
+    /// Whether the job keeps keyed state (a stateful SQL operator or an operator marked
+    /// [`keyed_state`](crate::Stream::keyed_state)).
+    pub fn is_keyed(&self) -> bool {
+        self.spec.nodes.iter().any(|n| n.keyed_state)
+    }
+
     /// Live metrics.
     pub fn metrics(&self) -> JobMetricsSnapshot {
         self.metrics.snapshot()

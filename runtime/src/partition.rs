@@ -155,6 +155,7 @@ mod tests {
         }
         assert_eq!(key_groups_of_subtask(0, 1), Some((0, KEY_GROUPS - 1)));
         assert_eq!(key_groups_of_subtask(1, 2), Some((64, 127)));
-        assert_eq!(key_groups_of_subtask(199, 200), Some((127, 127)));
+        assert_eq!(key_groups_of_subtask(198, 200), Some((127, 127)));
+        assert_eq!(key_groups_of_subtask(199, 200), None, "more subtasks than key groups: some own none");
     }
 }

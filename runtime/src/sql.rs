@@ -89,6 +89,9 @@ pub fn plan_query(query: &str, input: SchemaRef, options: SqlOptions) -> Result<
             other => return Err(sql_error(query, refusal(other))),
         }
     }
+    if let Some(f) = aggregate::window_call(&analyzed) {
+        return Err(sql_error(query, format!("{f}() names an event-time window and belongs in GROUP BY")));
+    }
     let plan = ctx.optimize(analyzed).map_err(|e| sql_error(query, e))?;
     let steps = plan_steps(&ctx, query, &plan)?;
     let output: Schema = plan.schema().as_ref().as_arrow().clone();
@@ -384,6 +387,8 @@ impl Operator for SqlOperator {
 #[cfg(test)]
 mod tests {
     use arrow::array::{Int64Array, StringArray};
+
+    use super::window::WindowSpec;
     use arrow::datatypes::{DataType, Field};
 
     use super::*;
@@ -429,6 +434,81 @@ mod tests {
         ] {
             let err = SqlPlan::plan(query, schema.clone()).unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::Invalid);
+            let msg = err.to_string();
+            assert!(msg.contains(needle) && msg.contains(query), "{query}: {msg}");
+        }
+    }
+
+    fn events() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("raw", DataType::Binary, true),
+            Field::new("timestamp", DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None), false),
+        ]))
+    }
+
+    #[test]
+    fn stateful_queries_plan_with_their_window_and_keys() {
+        let cases = [
+            ("SELECT name, count(*) FROM input GROUP BY name", None, 1),
+            (
+                "SELECT name, tumble(timestamp, INTERVAL '10 seconds') AS w, sum(id) FROM input GROUP BY 1, 2",
+                Some(WindowSpec::Tumble { size: 10_000 }),
+                1,
+            ),
+            (
+                "SELECT hop(timestamp, INTERVAL '5 seconds', INTERVAL '1 minute'), avg(id) FROM input \
+                 GROUP BY hop(timestamp, INTERVAL '5 seconds', INTERVAL '1 minute')",
+                Some(WindowSpec::Hop { slide: 5_000, size: 60_000 }),
+                0,
+            ),
+            (
+                "SELECT name, id % 3, count(DISTINCT id) FROM input WHERE id > 0 \
+                 GROUP BY name, id % 3, session(id, INTERVAL '30 seconds') HAVING count(*) > 1",
+                Some(WindowSpec::Session { gap: 30_000 }),
+                2,
+            ),
+        ];
+        for (query, window, keys) in cases {
+            match plan_query(query, events(), SqlOptions::default()) {
+                Ok(QueryPlan::Stateful(p)) => {
+                    assert_eq!((p.window(), p.key_columns().len()), (window, keys), "{query}");
+                }
+                Ok(QueryPlan::Stateless(_)) => panic!("{query}: planned stateless"),
+                Err(e) => panic!("{query}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn refused_stateful_queries_name_the_query_and_the_clause() {
+        for (query, needle) in [
+            ("SELECT a.id FROM input a JOIN input b ON a.id = b.id", "join"),
+            ("SELECT name, count(*) FROM input GROUP BY name ORDER BY name", "ORDER BY"),
+            ("SELECT name, count(*) FROM input GROUP BY name LIMIT 3", "LIMIT"),
+            ("SELECT id, row_number() OVER (ORDER BY id) FROM input", "OVER"),
+            ("SELECT DISTINCT name FROM input", "DISTINCT"),
+            ("SELECT count(*) FROM input GROUP BY tumble(INTERVAL '1 second')", "without event time"),
+            ("SELECT count(*) FROM input GROUP BY tumble(name, INTERVAL '1 second')", "event time"),
+            ("SELECT count(*) FROM input GROUP BY tumble(timestamp, INTERVAL '1 month')", "months"),
+            (
+                "SELECT count(*) FROM input GROUP BY hop(timestamp, INTERVAL '1 minute', INTERVAL '5 seconds')",
+                "slide",
+            ),
+            ("SELECT nope, count(*) FROM input GROUP BY nope", "nope"),
+            ("SELECT name, sum(raw) FROM input GROUP BY name", "sum"),
+            ("SELECT tumble(timestamp, INTERVAL '1 second') FROM input", "GROUP BY"),
+            (
+                "SELECT count(*) FROM input GROUP BY tumble(timestamp, INTERVAL '1 second'), session(timestamp, INTERVAL '1 second')",
+                "two windows",
+            ),
+        ] {
+            let err = match plan_query(query, events(), SqlOptions::default()) {
+                Err(e) => e,
+                Ok(_) => panic!("{query}: planned"),
+            };
+            assert_eq!(err.kind(), crate::ErrorKind::Invalid, "{query}");
             let msg = err.to_string();
             assert!(msg.contains(needle) && msg.contains(query), "{query}: {msg}");
         }

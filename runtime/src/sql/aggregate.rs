@@ -255,6 +255,24 @@ fn aggregate_function(expr: &Expr) -> std::result::Result<(&datafusion_expr::exp
     }
 }
 
+/// The name of a window function that `plan` calls anywhere, if any.
+pub(crate) fn window_call(plan: &LogicalPlan) -> Option<String> {
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::ScalarFunction(f) = e {
+                    if WINDOW_FUNCTIONS.contains(&f.func.name()) {
+                        found = Some(f.func.name().to_string());
+                    }
+                }
+                Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    found
+}
+
 fn contains_window(expr: &Expr) -> bool {
     let mut found = false;
     let _ = expr.apply(|e| {

@@ -354,15 +354,6 @@ impl Store {
         *self = fresh;
         self.restore(keys, &Int64Array::from(start.to_vec()), &Int64Array::from(end.to_vec()), states)
     }
-
-    /// Whether any group holds rows of a key's row `row` (tests).
-    #[cfg(test)]
-    pub(crate) fn windows_of(&self, row: Row<'_>) -> Vec<(i64, i64)> {
-        (0..self.len())
-            .filter(|&g| self.keys.row(g) == row && self.parent[g] as usize == g)
-            .map(|g| (self.start[g], self.end[g]))
-            .collect()
-    }
 }
 
 /// The key columns' row encoding fields of `types`.

@@ -122,12 +122,13 @@ impl ScalarUDFImpl for WindowFunction {
 
 /// The three window functions.
 pub(crate) fn window_functions() -> Vec<Arc<ScalarUDF>> {
-    [("tumble", 2), ("hop", 3), ("session", 2)]
+    ["tumble", "hop", "session"]
         .into_iter()
-        .map(|(name, args)| {
+        .map(|name| {
             Arc::new(ScalarUDF::new_from_impl(WindowFunction {
                 name,
-                signature: Signature::any(args, Volatility::Immutable),
+                // Any count: the planner checks the arguments and says what they must be.
+                signature: Signature::variadic_any(Volatility::Immutable),
             }))
         })
         .collect()
@@ -193,15 +194,18 @@ mod tests {
 
     #[test]
     fn a_row_joins_the_sessions_it_falls_within_a_gap_of() {
-        let open = [Session { start: 0, end: 10 }, Session { start: 30, end: 45 }];
-        // (time, gap 10, sessions touched)
-        let table: [(i64, Vec<usize>); 6] = [
-            (5, vec![0]),     // inside the first
-            (9, vec![0]),     // extends it
-            (-9, vec![0]),    // before it, within a gap
-            (-10, vec![]),    // a gap away: a new session
-            (20, vec![0, 1]), // bridges both: they merge
-            (50, vec![1]),
+        // Gap 10: a session with events at 0 is [0, 10); one with events 18..=20 is [18, 30).
+        let open = [Session { start: 0, end: 10 }, Session { start: 18, end: 30 }];
+        // (time, sessions touched)
+        let table: [(i64, Vec<usize>); 8] = [
+            (5, vec![0]),    // inside the first
+            (-9, vec![0]),   // before it, within a gap: it grows back
+            (-10, vec![]),   // a gap away: a new session
+            (9, vec![0, 1]), // within a gap of both: they merge
+            (12, vec![1]),   // extends the second back
+            (25, vec![1]),   // inside the second
+            (29, vec![1]),   // extends it
+            (30, vec![]),    // a gap after its last event: a new session
         ];
         for (t, touched) in table {
             assert_eq!(sessions_touched(&open, t, 10), touched, "t {t}");
