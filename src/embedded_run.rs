@@ -141,8 +141,8 @@ async fn run_on(
             ShareGroupSource::factory(broker.clone(), txns.clone(), source, group, metrics.clone()),
         )
         .parallelism(file.parallelism);
-    for (name, sql) in &file.transforms {
-        stream = stream.sql(name, sql).parallelism(file.parallelism);
+    for (name, sql, options) in &file.transforms {
+        stream = stream.sql_with(name, sql, *options).parallelism(file.parallelism);
     }
     match &file.sink {
         SinkSpec::Topic { topic } => {

@@ -32,6 +32,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use shareflow::runtime::sql::{plan_query, QueryPlan};
+use shareflow::runtime::SqlOptions;
 use toml::Spanned;
 
 /// A job file error: where (file, line, key) and what to do.
@@ -78,6 +80,7 @@ struct RawSource {
 struct RawTransform {
     name: Option<Spanned<String>>,
     sql: Spanned<String>,
+    allowed_lateness_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,8 +132,8 @@ pub(crate) struct JobFile {
     pub(crate) exactly_once: bool,
     pub(crate) from_earliest: bool,
     pub(crate) max_rate: Option<u64>,
-    /// (operator name, SQL), in order.
-    pub(crate) transforms: Vec<(String, String)>,
+    /// (operator name, SQL, options), in order.
+    pub(crate) transforms: Vec<(String, String, SqlOptions)>,
     pub(crate) sink: SinkSpec,
     pub(crate) parallelism: u32,
     pub(crate) partitions: u32,
@@ -354,7 +357,10 @@ impl Checker<'_> {
 
     /// The `[[transform]]` tables: (operator name, SQL) in order, and whether the rows
     /// that leave the last one have a `value` column.
-    fn transforms(&self, raw: &[Spanned<RawTransform>]) -> Result<(Vec<(String, String)>, bool), JobFileError> {
+    fn transforms(
+        &self,
+        raw: &[Spanned<RawTransform>],
+    ) -> Result<(Vec<(String, String, SqlOptions)>, bool), JobFileError> {
         // Every transform plans against what reaches it: the source's rows, then the
         // previous transform's output.
         let mut schema = shareflow::connector::record_schema();
@@ -366,10 +372,28 @@ impl Checker<'_> {
                 Some(n) => self.non_empty(n, &format!("transform[{i}].name"))?,
                 None => format!("transform-{i}"),
             };
-            let plan = shareflow::runtime::sql::SqlPlan::plan(t.sql.get_ref(), schema.clone())
+            let mut options = SqlOptions::default();
+            if let Some(ms) = &t.allowed_lateness_ms {
+                let lateness_key = format!("transform[{i}].allowed_lateness_ms");
+                let ms = u64::try_from(*ms.get_ref())
+                    .map_err(|_| self.err(ms.span(), &lateness_key, "give 0 or more milliseconds".to_string()))?;
+                options.allowed_lateness = Duration::from_millis(ms);
+            }
+            let plan = plan_query(t.sql.get_ref(), schema.clone(), options)
                 .map_err(|e| self.err(t.sql.span(), &key, format!("{e} (the rows reach it as the table `input`)")))?;
-            schema = plan.output_schema();
-            transforms.push((name, t.sql.get_ref().clone()));
+            schema = match &plan {
+                QueryPlan::Stateless(p) => p.output_schema(),
+                QueryPlan::Stateful(p) => p.output_schema(),
+            };
+            if t.allowed_lateness_ms.is_some() && !matches!(&plan, QueryPlan::Stateful(p) if p.window().is_some()) {
+                let span = t.allowed_lateness_ms.as_ref().map(|l| l.span()).unwrap_or_default();
+                return Err(self.err(
+                    span,
+                    &format!("transform[{i}].allowed_lateness_ms"),
+                    "only a windowed query (GROUP BY tumble, hop or session) has a watermark; remove the key".into(),
+                ));
+            }
+            transforms.push((name, t.sql.get_ref().clone(), options));
         }
         Ok((transforms, schema.index_of("value").is_ok()))
     }

@@ -226,8 +226,8 @@ async fn file_pipeline(
             KafkaShareSource::factory(cluster.clone(), txns.clone(), source, metrics.clone()),
         )
         .parallelism(parallelism);
-    for (name, sql) in &file.transforms {
-        stream = stream.sql(name, sql).parallelism(parallelism);
+    for (name, sql, options) in &file.transforms {
+        stream = stream.sql_with(name, sql, *options).parallelism(parallelism);
     }
     match &file.sink {
         SinkSpec::Topic { topic } => {

@@ -335,3 +335,74 @@ async fn a_slow_commit_does_not_get_a_live_instance_adopted() {
     assert_eq!((ra.metrics.checkpoints.instances_adopted, rb.metrics.checkpoints.instances_adopted), (0, 0));
     assert_exactly_once(&check(&broker).await, RECORDS, "a slow commit");
 }
+
+/// A job with keyed state (stateful SQL) as an instance of its group.
+fn keyed_instance(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix: &str) -> Job {
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let mut source = SourceSettings::new(GROUP, &[INPUT]);
+    // Runs until stopped, so that it is live while others try to start.
+    source.stop_when_drained = false;
+    source.poll_timeout = Duration::from_millis(5);
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(
+            broker.clone(),
+            Some(txns.clone()),
+            source,
+            share_config(),
+            Arc::new(SourceMetrics::default()),
+        ),
+    )
+    .sql("count", "SELECT key, CAST(count(*) AS VARCHAR) AS value FROM input GROUP BY key")
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .participant(txns.clone());
+    let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
+    let config = JobConfig::new(storage, GROUP, prefix)
+        .checkpoint_interval(INTERVAL)
+        .checkpoint_timeout(CHECKPOINT_TIMEOUT)
+        .instance(InstanceConfig::new(ADOPTION));
+    job.build(config).unwrap()
+}
+
+/// Keyed state needs every record of a key in one instance: a stateful job refuses to
+/// start beside another registered instance, and any job refuses to start beside a
+/// registered stateful one (live, or dead and not adopted), before anything is begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_keyed_state_runs_alone_in_its_group() {
+    let broker = broker_with_input(RECORDS, 2, &share_config()).await;
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let registry = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", "a").unwrap()).registry();
+    registry.register("b").await.unwrap();
+    let err = keyed_instance(&broker, &store, "keyed").run().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("keeps keyed state") && text.contains("instance b"), "{text}");
+    assert!(broker.pending_transactions().await.unwrap().is_empty(), "nothing begun");
+
+    // Alone, it runs (and marks itself keyed in the registry) until stopped.
+    registry.retire("b", 1).await.unwrap();
+    let keyed = keyed_instance(&broker, &store, "keyed");
+    let stop = keyed.stop_handle();
+    let beside = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = registry.record("keyed").await.unwrap();
+            if r.keyed_state && r.incarnation > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the keyed instance registered");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A stateless instance started beside it is refused, naming it.
+        let err = instance(&broker, &store, "late", true).run().await.unwrap_err();
+        stop.stop();
+        err.to_string()
+    };
+    let (ran, text) = tokio::join!(keyed.run(), beside);
+    assert!(text.contains("instance keyed") && text.contains("keeps keyed state"), "{text}");
+    ran.unwrap();
+    // Stopped gracefully, it retired: the group is free again.
+    instance(&broker, &store, "late", true).run().await.unwrap();
+}

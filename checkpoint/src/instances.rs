@@ -40,6 +40,7 @@ const HEARTBEAT: &str = "heartbeat";
 const CLAIM: &str = "adoption-claim";
 const PLAN: &str = "adoption-plan";
 const DONE: &str = "adoption-done";
+const KEYED: &str = "keyed-state";
 
 /// What a heartbeat says; it changes at every beat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +82,8 @@ pub struct InstanceRecord {
     pub adoption_plan: Option<Option<CheckpointId>>,
     /// The adoption finished.
     pub adoption_done: bool,
+    /// Its job keeps keyed state (stateful SQL): no other instance may run beside it.
+    pub keyed_state: bool,
 }
 
 /// Where an instance stands in its life, as the registry shows it: an adoption claimed
@@ -208,6 +211,7 @@ impl InstanceRegistry {
                 self.get(&path).await?.map(|b| decode::<Plan>(&path, &b)).transpose()?.map(|p| p.restored);
         }
         r.adoption_done = names.iter().any(|n| n == DONE);
+        r.keyed_state = names.iter().any(|n| n == KEYED);
         Ok(r)
     }
 
@@ -225,6 +229,13 @@ impl InstanceRegistry {
             }
         }
         Ok(out)
+    }
+
+    /// Records that `prefix`'s job keeps keyed state, so that every later start of an
+    /// instance of the group sees it ([`InstanceRecord::keyed_state`]). Idempotent.
+    pub async fn mark_keyed(&self, prefix: &str) -> Result<()> {
+        self.create(&self.path(prefix, KEYED), encode("keyed-state", &true)?).await?;
+        Ok(())
     }
 
     /// Starts a new incarnation of `prefix` and returns its number. Refused with

@@ -434,6 +434,28 @@ pub fn held_prefixes(me: &str, instances: &[InstanceView]) -> BTreeSet<String> {
     }
 }
 
+/// Whether an instance may run beside the other instances of its group, as the
+/// registry shows them (`others`: prefix and whether its job keeps keyed state, for
+/// every other instance registered and neither retired nor adopted). Keyed state needs
+/// every record of a key in one place, and a share group gives no such place: a job
+/// with keyed state runs alone, and no job runs beside one. `Err` names the instance in
+/// the way.
+pub fn check_keyed_instances(keyed: bool, others: &[(String, bool)]) -> std::result::Result<(), String> {
+    match others.iter().find(|(_, other_keyed)| keyed || *other_keyed) {
+        None => Ok(()),
+        Some((prefix, true)) => Err(format!(
+            "instance {prefix} of this group keeps keyed state (stateful SQL) and is registered, live or not yet \
+             adopted: no instance may run beside it, since a share group gives each record to any member. Stop it \
+             gracefully (it retires), or run this job in another group or checkpoint root"
+        )),
+        Some((prefix, false)) => Err(format!(
+            "this job keeps keyed state (stateful SQL), which needs every record of a key in one instance, but \
+             instance {prefix} of the group is registered, live or not yet adopted. Run the stateful job as the \
+             group's only instance: stop the others gracefully, or use another group or checkpoint root"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -712,5 +734,27 @@ mod tests {
         assert_eq!(check_instance_start(Some(&view("a", 0, true, None, false))), Ok(()), "retired restarts");
         assert_eq!(check_instance_start(Some(&view("a", 0, false, Some("b"), false))), Err("b".to_string()));
         assert_eq!(check_instance_start(Some(&view("a", 0, false, Some("b"), true))), Err("b".to_string()));
+    }
+
+    #[test]
+    fn keyed_state_runs_alone_in_its_group() {
+        let stateless = ("b".to_string(), false);
+        let keyed = ("k".to_string(), true);
+        // (this job keyed, others, allowed, named in the refusal)
+        let table: [(bool, Vec<(String, bool)>, bool, &str); 6] = [
+            (true, vec![], true, ""),
+            (false, vec![], true, ""),
+            (false, vec![stateless.clone()], true, ""),
+            (true, vec![stateless.clone()], false, "instance b"),
+            (false, vec![stateless.clone(), keyed.clone()], false, "instance k"),
+            (true, vec![keyed.clone()], false, "instance k"),
+        ];
+        for (mine, others, allowed, named) in table {
+            let r = check_keyed_instances(mine, &others);
+            assert_eq!(r.is_ok(), allowed, "{mine} beside {others:?}");
+            if let Err(e) = r {
+                assert!(e.contains(named), "{e}");
+            }
+        }
     }
 }

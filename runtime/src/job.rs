@@ -179,6 +179,14 @@ impl Job {
             c.heartbeat_interval = c.beat_every(self.config.checkpoint_interval);
             let storage = self.config.storage.clone();
             instance = Some(Instance::register(storage, c, self.template.clone()).await?);
+            if self.is_keyed() {
+                if let Err(e) = self.others_beside_keyed().await {
+                    if let Some(i) = &instance {
+                        i.retire().await?;
+                    }
+                    return Err(e);
+                }
+            }
         }
         let mut attempts = 0;
         loop {
@@ -232,10 +240,10 @@ impl Job {
     async fn settings(&self) -> Result<JobSettings> {
         let mut instances = 1;
         if self.config.instance.is_some() {
-            let records = self.config.storage.registry().observe().await?;
-            let others = records.iter().filter(|r| r.prefix != self.template.prefix());
-            let registered = |r: &&InstanceRecord| r.incarnation > 0 && r.standing() == Standing::Registered;
-            instances += others.filter(registered).count() as u32;
+            if self.is_keyed() {
+                self.config.storage.registry().mark_keyed(self.template.prefix()).await?;
+            }
+            instances += self.others_beside_keyed().await?;
         }
         Ok(JobSettings {
             group: self.template.group_id().to_string(),
@@ -244,6 +252,24 @@ impl Job {
             tolerable_checkpoint_failures: self.config.tolerable_checkpoint_failures,
             instances,
         })
+    }
+
+    /// The other instances of the group the registry shows registered (neither retired
+    /// nor adopted); fails if keyed state forbids running beside them
+    /// (`check_keyed_instances`). Checked before the first attempt and again once this
+    /// instance registered, so that two keyed instances starting together both see each
+    /// other at the second look.
+    async fn others_beside_keyed(&self) -> Result<u32> {
+        let records = self.config.storage.registry().observe().await?;
+        let registered = |r: &&InstanceRecord| {
+            r.prefix != self.template.prefix() && r.incarnation > 0 && r.standing() == Standing::Registered
+        };
+        let others: Vec<(String, bool)> =
+            records.iter().filter(registered).map(|r| (r.prefix.clone(), r.keyed_state)).collect();
+        shareflow_checkpoint::protocol::check_keyed_instances(self.is_keyed(), &others).map_err(|rule| {
+            RuntimeError::InvalidConfig { key: "instances".into(), value: self.template.prefix().into(), rule }
+        })?;
+        Ok(others.len() as u32)
     }
 
     /// Whether a failed attempt's instance was fenced meanwhile: a newer incarnation of
