@@ -434,6 +434,43 @@ pub fn held_prefixes(me: &str, instances: &[InstanceView]) -> BTreeSet<String> {
     }
 }
 
+/// What a job with keyed state restores, once the participants said whether each
+/// transaction of the restored checkpoint's manifest committed (docs/design.md §3 step
+/// 7): a checkpoint's state counts every row of its transactions, so it is restored only
+/// if all of them committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyedRestore {
+    /// Every transaction committed, or no participant can tell otherwise: restore it.
+    Keep,
+    /// Its transactions were all lost (the broker aborted them after the checkpoint
+    /// completed, so their records come back): tombstone it and restore an older one.
+    FallBack,
+    /// Some of its transactions committed and some were lost: no checkpoint holds the
+    /// state of exactly what committed. The ids of each.
+    Inconsistent {
+        /// Checkpoint ids a participant committed.
+        committed: Vec<CheckpointId>,
+        /// Checkpoint ids a participant lost.
+        lost: Vec<CheckpointId>,
+    },
+}
+
+/// The rule of [`KeyedRestore`]: `answers` holds, for each transaction of the manifest
+/// and each participant, whether it committed (`None`: the participant cannot tell, as
+/// on a broker where a decided transaction cannot be aborted behind the job's back).
+pub fn plan_keyed_restore(answers: &[(CheckpointId, Option<bool>)]) -> KeyedRestore {
+    let lost: BTreeSet<CheckpointId> = answers.iter().filter(|(_, c)| *c == Some(false)).map(|(n, _)| *n).collect();
+    if lost.is_empty() {
+        return KeyedRestore::Keep;
+    }
+    let committed: BTreeSet<CheckpointId> = answers.iter().filter(|(_, c)| *c == Some(true)).map(|(n, _)| *n).collect();
+    if committed.is_empty() {
+        KeyedRestore::FallBack
+    } else {
+        KeyedRestore::Inconsistent { committed: committed.into_iter().collect(), lost: lost.into_iter().collect() }
+    }
+}
+
 /// Whether an instance may run beside the other instances of its group, as the
 /// registry shows them (`others`: prefix and whether its job keeps keyed state, for
 /// every other instance registered and neither retired nor adopted). Keyed state needs
@@ -755,6 +792,23 @@ mod tests {
             if let Err(e) = r {
                 assert!(e.contains(named), "{e}");
             }
+        }
+    }
+
+    #[test]
+    fn keyed_state_is_restored_only_from_a_checkpoint_whose_transactions_all_committed() {
+        use KeyedRestore::*;
+        // (answers per (checkpoint id, participant), plan)
+        let table: [(Vec<(CheckpointId, Option<bool>)>, KeyedRestore); 6] = [
+            (vec![], Keep),
+            (vec![(7, None)], Keep),
+            (vec![(7, Some(true)), (7, None)], Keep),
+            (vec![(7, Some(false))], FallBack),
+            (vec![(6, Some(false)), (7, Some(false)), (7, None)], FallBack),
+            (vec![(6, Some(true)), (7, Some(false))], Inconsistent { committed: vec![6], lost: vec![7] }),
+        ];
+        for (answers, plan) in table {
+            assert_eq!(plan_keyed_restore(&answers), plan, "{answers:?}");
         }
     }
 }

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use shareflow_checkpoint::instances::{InstanceRecord, Standing};
-use shareflow_checkpoint::protocol::RetentionPolicy;
-use shareflow_checkpoint::CheckpointId;
+use shareflow_checkpoint::protocol::{plan_keyed_restore, KeyedRestore, RetentionPolicy};
+use shareflow_checkpoint::{CheckpointId, Recovery, TransactionId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -329,6 +329,8 @@ impl Job {
                 p.take_over(&TransactionTemplate::new(self.template.group_id(), prefix)?).await?;
             }
         }
+        let recovery = if self.is_keyed() { self.keyed_restore(recovery, &policy).await? } else { recovery };
+        let restored = recovery.plan.restored_id();
         // Nothing PREPARE is left, so old checkpoints may go.
         if let Err(e) = storage.collect_garbage(&recovery.plan).await {
             tracing::warn!(error = %e, "cannot delete old checkpoints during recovery");
@@ -346,6 +348,49 @@ impl Job {
         }
         self.failpoints.hit(points::AFTER_RECOVERY)?;
         Ok(Recovered { restored_from: restored, states, first_checkpoint_id: highest + 1 })
+    }
+
+    /// Keyed state must be that of checkpoints whose transactions all committed
+    /// (`plan_keyed_restore`): while the restored checkpoint's transactions were lost
+    /// (the broker aborted them after the checkpoint completed), it is tombstoned and an
+    /// older one restored; their records come back and are counted once, from it.
+    async fn keyed_restore(&self, mut recovery: Recovery, policy: &RetentionPolicy) -> Result<Recovery> {
+        let storage = &self.config.storage;
+        // Each round tombstones one checkpoint: at most as many rounds as are retained.
+        for _ in 0..=self.config.retained_checkpoints.max(1) {
+            let Some(r) = &recovery.restored else { return Ok(recovery) };
+            let mut answers = Vec::new();
+            for t in &r.manifest.transactions {
+                let Ok(txn) = TransactionId::parse(&t.transaction_id, self.template.group_id()) else { continue };
+                for p in self.spec.participants.iter().filter(|p| p.name() == t.participant) {
+                    answers.push((txn.checkpoint_id(), p.committed(&txn).await?));
+                }
+            }
+            let checkpoint = r.manifest.checkpoint_id;
+            match plan_keyed_restore(&answers) {
+                KeyedRestore::Keep => return Ok(recovery),
+                KeyedRestore::FallBack => {
+                    tracing::warn!(
+                        checkpoint,
+                        "the broker aborted the transactions of the restored checkpoint after it completed (the job was \
+                         down longer than the transaction timeout?): its keyed state counts records that come back, so \
+                         an older checkpoint is restored"
+                    );
+                    storage.mark_aborted(checkpoint).await?;
+                    recovery = storage.recover(policy).await?;
+                }
+                KeyedRestore::Inconsistent { committed, lost } => {
+                    return Err(RuntimeError::Internal(format!(
+                        "checkpoint {checkpoint} decided transactions of checkpoints {committed:?}, which committed, and \
+                         {lost:?}, which the broker aborted after the checkpoint completed (a job down longer than the \
+                         transaction timeout): no checkpoint holds the keyed state of exactly what committed. Restart \
+                         the stateful job from a savepoint or with empty state (a new checkpoint root), and raise the \
+                         transaction timeout above the longest downtime"
+                    )));
+                }
+            }
+        }
+        Err(RuntimeError::Internal("every retained checkpoint holds transactions the broker aborted".into()))
     }
 
     /// The restored items of `operator`, dealt round-robin to `parallelism` subtasks.

@@ -297,6 +297,16 @@ pub trait TransactionParticipant: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether `txn`, which a checkpoint decided to commit and recovery committed, did
+    /// commit. `Some(false)`: the broker aborted it after its checkpoint completed (on
+    /// Kafka, a job down longer than the transaction timeout), so its output is gone and
+    /// its records come back. A job with keyed state then restores an older checkpoint
+    /// (`plan_keyed_restore`). `None`, the default: this participant cannot tell, or a
+    /// decided transaction cannot be lost on its backend.
+    async fn committed(&self, _txn: &TransactionId) -> Result<Option<bool>> {
+        Ok(None)
+    }
+
     /// The highest checkpoint id of any transaction of this group and prefix, decided or
     /// not, so that a restarted job never reuses an id (a decided id cannot begin again).
     async fn highest_checkpoint_id(&self, _template: &TransactionTemplate) -> Result<Option<CheckpointId>> {

@@ -356,6 +356,26 @@ impl TransactionParticipant for KafkaTransactions {
         Ok(())
     }
 
+    /// T(n) committed exactly when its commit entry is in the commits topic, read
+    /// committed (written inside T(n)). Trimming always keeps the last entry, so an
+    /// empty topic means nothing committed; an id below its first entry was trimmed
+    /// away, which only committed entries are, but this cannot be told apart: `None`.
+    async fn committed(&self, txn: &TransactionId) -> Result<Option<bool>> {
+        if !self.config.exactly_once {
+            return Ok(None);
+        }
+        let template = TransactionTemplate::new(txn.group_id(), txn.prefix())?;
+        let commits = self.log.commits(&commits_topic(&template), true).await.map_err(rt)?;
+        let n = txn.checkpoint_id();
+        if commits.iter().any(|(_, e, _)| *e == n) {
+            return Ok(Some(true));
+        }
+        Ok(match commits.iter().map(|(_, e, _)| *e).min() {
+            Some(first) if n < first => None,
+            _ => Some(false),
+        })
+    }
+
     async fn highest_checkpoint_id(&self, template: &TransactionTemplate) -> Result<Option<CheckpointId>> {
         // Checkpoint ids are never reused within a prefix: above every one its intents
         // and commit entries name, open transactions included.
