@@ -548,4 +548,49 @@ checkpoint_interval_ms = 500
         assert_eq!(job.backend, Backend::Embedded("/var/lib/shareflow/broker".into()));
         assert_eq!(job.sink, SinkSpec::Topic { topic: "orders-upper".into() });
     }
+
+    #[test]
+    fn every_example_job_file_parses_and_the_stateful_ones_are_stateful() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs");
+        let mut stateful = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+                continue;
+            }
+            let job = JobFile::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for (name, sql, options) in &job.transforms {
+                if let Ok(QueryPlan::Stateful(p)) = plan_query(sql, shareflow::connector::record_schema(), *options) {
+                    stateful.push((name.clone(), p.window().map(|w| w.describe())));
+                }
+            }
+        }
+        stateful.sort();
+        assert_eq!(
+            stateful,
+            vec![
+                ("count".to_string(), None),
+                ("per-minute".to_string(), Some("hop(10000 ms, 60000 ms)".to_string())),
+                ("per-window".to_string(), Some("tumble(10000 ms)".to_string())),
+                ("sessions".to_string(), Some("session(30000 ms)".to_string())),
+            ]
+        );
+    }
+
+    #[test]
+    fn allowed_lateness_is_only_for_windowed_queries_and_not_negative() {
+        let windowed = GOOD.replace(
+            "sql = \"SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input\"",
+            "allowed_lateness_ms = 1500\nsql = \"SELECT key, CAST(count(*) AS VARCHAR) AS value FROM input GROUP BY key, \
+             tumble(timestamp, INTERVAL '1 second')\"",
+        );
+        let job = JobFile::parse("job.toml", &windowed).unwrap();
+        assert_eq!(job.transforms[0].2.allowed_lateness, Duration::from_millis(1500));
+        let stateless = GOOD.replace("[[transform]]\n", "[[transform]]\nallowed_lateness_ms = 10\n");
+        let e = JobFile::parse("job.toml", &stateless).unwrap_err();
+        assert!(e.key.ends_with("allowed_lateness_ms") && e.message.contains("windowed"), "{e}");
+        let negative = windowed.replace("1500", "-1");
+        let e = JobFile::parse("job.toml", &negative).unwrap_err();
+        assert!(e.message.contains("0 or more"), "{e}");
+    }
 }

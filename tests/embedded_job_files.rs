@@ -192,3 +192,122 @@ fn produce_and_run_refuse_bad_input_by_name() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("broker: give kafka = \"HOST:PORT\" or broker = \"DIR\", not both"), "{err}");
 }
+
+/// Windowed counts from `examples/jobs/windows_embedded.toml` through SIGKILLs, one of
+/// them at a broker journal point: every window the watermark passed is in the output
+/// once, with the batch answer's count, and no window appears twice.
+#[test]
+fn the_windowed_job_file_is_exactly_once_through_kills() {
+    const USERS: u64 = 50;
+    const BASE: u64 = 1_700_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let mut produce = shareflow()
+        .args(["produce", "--dir"])
+        .arg(dir.join("broker"))
+        .args(["--topic", "clicks", "--partitions", &PARTITIONS.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        // Event times 10 ms apart: 200 s, 20 windows of 10 s, 20 records per user each.
+        let mut stdin = produce.stdin.take().unwrap();
+        for i in 0..RECORDS {
+            writeln!(stdin, "user-{},{}", i % USERS, BASE + i * 10).unwrap();
+        }
+    }
+    assert!(produce.wait_with_output().unwrap().status.success());
+    let text = std::fs::read_to_string(checkout_file("examples/jobs/windows_embedded.toml"))
+        .unwrap()
+        .replace("/tmp/shareflow-windows/broker", &dir.join("broker").display().to_string())
+        .replace("file:///tmp/shareflow-windows/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
+        .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
+        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
+    let job = dir.join("job.toml");
+    std::fs::write(&job, text).unwrap();
+    // Complete windows: the watermark ends at the last event time less 2 s of lateness,
+    // so every window but the last closes.
+    let last = BASE + (RECORDS - 1) * 10;
+    let mut want = BTreeMap::<(String, String), u64>::new();
+    for i in 0..RECORDS {
+        let t = BASE + i * 10;
+        let start = t - t % 10_000;
+        if start + 10_000 <= last - 2_000 {
+            *want.entry((format!("user-{}", i % USERS), start.to_string())).or_default() += 1;
+        }
+    }
+    let read = |dir: &Path| -> Vec<(String, String, u64)> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let Ok(broker) =
+                EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
+            else {
+                return Vec::new();
+            };
+            let mut rows = Vec::new();
+            for p in 0..broker.partition_count("clicks-per-window").unwrap_or(0) as i32 {
+                let tp = TopicPartition::new("clicks-per-window", p);
+                for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
+                    let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+                    let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                    let (start, count) = value.split_once(',').unwrap();
+                    rows.push((key, start.to_string(), count.parse().unwrap()));
+                }
+            }
+            rows
+        })
+    };
+    let mut rng = rng::Rng::new(11);
+    let mut kills = 0;
+    for run in 0..8 {
+        if kills == 3 {
+            break;
+        }
+        let log = dir.join(format!("win-{run}"));
+        // The second run dies inside the broker's journal, at a segment roll.
+        let mut child = if run == 1 {
+            let mut cmd = shareflow();
+            cmd.env("SHAREFLOW_CRASH_AT", "segment.roll")
+                .arg("run")
+                .arg(&job)
+                .arg("--json")
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+                .stderr(std::fs::File::create(log.with_extension("err")).unwrap());
+            cmd.spawn().unwrap()
+        } else {
+            start(&job, &log)
+        };
+        match wait(&mut child, Duration::from_millis(300 + rng.below(900))) {
+            Some(_) if run == 1 => kills += 1,
+            Some(status) => panic!(
+                "run {run} ended with {status}: {}",
+                std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
+            ),
+            None => {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                kills += 1;
+            }
+        }
+    }
+    let after_kills = read(dir).len();
+    assert!(after_kills < want.len(), "the kills landed after the work was done ({after_kills} windows)");
+    let log = dir.join("win-final");
+    let mut child = start(&job, &log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while read(dir).len() < want.len() {
+        assert!(Instant::now() < deadline, "the windows did not all close in 120 s");
+        assert!(child.try_wait().unwrap().is_none(), "the final run ended early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
+    assert!(status.success(), "{status}");
+    let mut got = BTreeMap::<(String, String), u64>::new();
+    for (key, start, count) in read(dir) {
+        assert!(got.insert((key.clone(), start.clone()), count).is_none(), "window {key} {start} emitted twice");
+    }
+    assert_eq!(got, want);
+}

@@ -129,48 +129,7 @@ impl AggregatePlan {
         let df = |e: DataFusionError| sql_error(query, e);
         let pre = plan_steps(ctx, query, &aggregate.input)?;
         let input = aggregate.input.schema();
-        let mut keys = Vec::new();
-        let mut key_fields = Vec::new();
-        let mut window = None;
-        let mut window_position = 0;
-        let mut time = None;
-        for (position, expr) in aggregate.group_expr.iter().enumerate() {
-            let inner = match expr {
-                Expr::Alias(a) => a.expr.as_ref(),
-                e => e,
-            };
-            match inner {
-                Expr::ScalarFunction(f) if WINDOW_FUNCTIONS.contains(&f.func.name()) => {
-                    if window.is_some() {
-                        return Err(err("GROUP BY names two windows; a query groups by at most one".into()));
-                    }
-                    let (spec, time_expr) = window_of(f.func.name(), &f.args).map_err(err)?;
-                    let t = ctx.physical_expr(time_expr, input).map_err(df)?;
-                    let ty = t.data_type(input.as_arrow()).map_err(df)?;
-                    if !matches!(ty, DataType::Timestamp(_, _) | DataType::Int64 | DataType::Date32 | DataType::Date64)
-                    {
-                        return Err(err(format!(
-                            "{}(): the event time {time_expr} is {ty}; give a timestamp column (such as `timestamp`) or \
-                             BIGINT milliseconds since the Unix epoch",
-                            f.func.name()
-                        )));
-                    }
-                    window = Some(spec);
-                    window_position = position;
-                    time = Some(t);
-                }
-                other => {
-                    if contains_window(other) {
-                        return Err(err(format!("{other}: a window function must be a GROUP BY item of its own")));
-                    }
-                    let e = ctx.physical_expr(other, input).map_err(df)?;
-                    let ty = e.data_type(input.as_arrow()).map_err(df)?;
-                    let nullable = e.nullable(input.as_arrow()).map_err(df)?;
-                    key_fields.push(Field::new(key_column(keys.len()), ty, nullable));
-                    keys.push(e);
-                }
-            }
-        }
+        let Groups { keys, key_fields, window, window_position, time } = plan_groups(ctx, query, aggregate)?;
         let mut fields = key_fields;
         if time.is_some() {
             fields.push(Field::new(TIME_COLUMN, DataType::Int64, true));
@@ -232,6 +191,63 @@ impl AggregatePlan {
             lateness_ms,
         })
     }
+}
+
+/// What `GROUP BY` holds: the keys, and the window with its event time, if any.
+struct Groups {
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    key_fields: Vec<Field>,
+    window: Option<WindowSpec>,
+    window_position: usize,
+    time: Option<Arc<dyn PhysicalExpr>>,
+}
+
+fn plan_groups(ctx: &Planner, query: &str, aggregate: &datafusion_expr::logical_plan::Aggregate) -> Result<Groups> {
+    let err = |m: String| sql_error(query, m);
+    let df = |e: DataFusionError| sql_error(query, e);
+    let input = aggregate.input.schema();
+    let mut keys = Vec::new();
+    let mut key_fields = Vec::new();
+    let mut window = None;
+    let mut window_position = 0;
+    let mut time = None;
+    for (position, expr) in aggregate.group_expr.iter().enumerate() {
+        let inner = match expr {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        match inner {
+            Expr::ScalarFunction(f) if WINDOW_FUNCTIONS.contains(&f.func.name()) => {
+                if window.is_some() {
+                    return Err(err("GROUP BY names two windows; a query groups by at most one".into()));
+                }
+                let (spec, time_expr) = window_of(f.func.name(), &f.args).map_err(err)?;
+                let t = ctx.physical_expr(time_expr, input).map_err(df)?;
+                let ty = t.data_type(input.as_arrow()).map_err(df)?;
+                if !matches!(ty, DataType::Timestamp(_, _) | DataType::Int64 | DataType::Date32 | DataType::Date64) {
+                    return Err(err(format!(
+                        "{}(): the event time {time_expr} is {ty}; give a timestamp column (such as `timestamp`) or \
+                         BIGINT milliseconds since the Unix epoch",
+                        f.func.name()
+                    )));
+                }
+                window = Some(spec);
+                window_position = position;
+                time = Some(t);
+            }
+            other => {
+                if contains_window(other) {
+                    return Err(err(format!("{other}: a window function must be a GROUP BY item of its own")));
+                }
+                let e = ctx.physical_expr(other, input).map_err(df)?;
+                let ty = e.data_type(input.as_arrow()).map_err(df)?;
+                let nullable = e.nullable(input.as_arrow()).map_err(df)?;
+                key_fields.push(Field::new(key_column(keys.len()), ty, nullable));
+                keys.push(e);
+            }
+        }
+    }
+    Ok(Groups { keys, key_fields, window, window_position, time })
 }
 
 /// The steps of one node above the aggregate (a projection or HAVING).

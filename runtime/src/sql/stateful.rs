@@ -356,11 +356,22 @@ impl AggregateOperator {
 #[async_trait]
 impl Operator for AggregateOperator {
     async fn open(&mut self, _ctx: &SubtaskContext, restored: StateItems) -> Result<()> {
+        let started = std::time::Instant::now();
         let mut watermark = None;
         for item in &restored {
             self.restore_item(item, &mut watermark)?;
         }
         self.watermark = watermark.flatten();
+        if !restored.is_empty() {
+            tracing::info!(
+                task = %self.task,
+                groups = self.store.len(),
+                bytes = self.store.size(),
+                watermark = ?self.watermark,
+                seconds = started.elapsed().as_secs_f64(),
+                "restored keyed state"
+            );
+        }
         Ok(())
     }
 
