@@ -14,6 +14,17 @@ timestamps rise, so no record is late for either system's watermark, which lags
 --out-of-order-ms behind the newest event time in both (Flink's bounded out-of-orderness,
 shareflow's allowed lateness).
 
+After the N records the input has one sentinel record per partition, key "~end",
+timestamp 10 minutes past the input's span. Flink's source is bounded (it reads to the
+offsets that were the latest at its start) and emits every window at its end; shareflow's
+Kafka source is unbounded, and emits a window only once its watermark passes the
+window's end (at a checkpoint barrier), keeping open windows when stopped. The sentinels
+move both systems' watermarks past every real window, so both close them all through
+their watermark; the sentinels' own window (Flink emits it at the end, shareflow keeps
+it) is no part of the answer. The counter knows the answer (the same formula as the
+producer): it ignores sentinel-key rows and checks that the other rows are exactly the
+input's (key, window) pairs, each once, each with its count, the counts adding up to N.
+
 For each interval and round, the systems run one after the other, the order alternating
 by round. Each run gets a fresh output topic, a fresh group, fresh checkpoints and fresh
 transactional ids. Before the first round, each system runs once unmeasured
@@ -23,15 +34,18 @@ for the broker's JIT. A run:
   2. starts the system, and samples the broker's CPU time (/proc) then;
   3. waits until the counter has every (key, window) pair, samples the broker's and the
      system's CPU time again, and waits the counter's grace period (duplicates would show
-     there). A system that emits a window only when later records move its watermark
-     may keep its last windows until more input comes: the counter then reports the run
-     "stalled" after 30 s without a new row, and the run is kept with complete = false,
-     its times over the rows that did come;
+     there). A run in which rows stop for 30 s before every pair came is "stalled": it
+     is kept with complete = false, its times over the rows that did come, and the
+     bench says so with the tail of the system's stderr (with the sentinels, this is a
+     failure of the system, not of the input);
   4. Flink's job ends by itself (a bounded source); its own figures (the JSON line of
      benches/flink's FlinkSqlBench: records / the seconds from submitting the INSERT to
      the job's end) are kept beside the counter's. shareflow runs until it is stopped
      with SIGTERM (SIGKILL after 30 s), by pid;
   5. deletes the output topic and the topics the run created (shareflow's ledger).
+Each run's stdout and stderr (system.out, system.log) and shareflow's job file stay in
+~/.cache/shareflow/flink-bench/runs/DATE-TIME/RUN/ (shareflow's checkpoints are deleted
+after a complete run).
 Whole-run rate: records / (the last row's arrival - the system's start, JVM or process
 start included). Middle rate: 80 % of the records / (the moments 10 % and 90 % of the
 pairs had arrived). Windows close evenly through the input, so this is the input's rate
@@ -46,6 +60,7 @@ the arguments, the git revision, the core count), then one line per system run (
 "system_run"). Standard library only.
 
     scripts/flink-bench [--records N] [--keys K] [--rounds R] [--intervals 1000] [--only flink|shareflow]
+                        [--binary PATH]
 
 It builds the Java side with mvn and javac (once; offline afterwards), starts the test
 broker when none runs (and stops it at the end), and for shareflow needs a release build:
@@ -64,7 +79,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -81,6 +95,9 @@ PIDFILE = os.path.join(HOME, "run", "kafka.pid")
 SYSTEMS = ("shareflow", "flink")
 # The query's window; both systems' SQL name 10 s, and the expected pairs follow it.
 WINDOW_MS = 10_000
+# The input's end markers: benches/flink's Main.SENTINEL_KEY (one record per partition,
+# after the real ones, Main.SENTINEL_AFTER_MS past the input's span).
+SENTINEL_KEY = "~end"
 # A run that takes longer than this fails the bench.
 RUN_LIMIT_SECONDS = 900
 GRACE_MS = 2000
@@ -107,6 +124,15 @@ def fail(message: str) -> None:
 
 def log(message: str) -> None:
     print(f"[flink-bench] {message}", file=sys.stderr, flush=True)
+
+
+def tail(path: str, lines: int = 40) -> str:
+    """The last `lines` lines of a log, for a message."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).rstrip() or "(empty)"
+    except OSError as e:
+        return f"(unreadable: {e})"
 
 
 def need(tool: str, what: str) -> None:
@@ -213,8 +239,9 @@ def git_rev() -> str:
 
 def expected_pairs(records: int, keys: int, base_ms: int, span_ms: int) -> int:
     """The (key, window) pairs of the input that benches/flink's `produce` writes: record
-    i has key number i % keys and timestamp base_ms + i * span_ms // records (the two
-    must change together)."""
+    i has key number i % keys and timestamp base_ms + i * span_ms // records (the two,
+    and benches/flink's Count.expected, must change together); the sentinels are no
+    part of it."""
     return len({(i % keys, (base_ms + i * span_ms // records) // WINDOW_MS) for i in range(records)})
 
 
@@ -270,6 +297,7 @@ class Run:
         self.output = f"{self.name}-out"
         self.work = os.path.join(args.work, self.name)
         os.makedirs(self.work)
+        self.stopped: dict | None = None
 
     def go(self, command: list[str], broker: int) -> dict:
         """Runs `command` (the system) against the counter and returns the run's row."""
@@ -277,13 +305,17 @@ class Run:
         create_topic(self.output, args.partitions)
         counter = subprocess.Popen(
             ["java", "-Xmx512m", "-cp", args.classpath, "shareflow.flinkbench.Main", "count", BOOTSTRAP, self.output,
-             str(args.pairs), str(args.records), str(GRACE_MS), str(RUN_LIMIT_SECONDS * 1000), str(IDLE_MS)],
+             str(args.records), str(args.keys), str(args.base_ms), str(args.span_ms), str(GRACE_MS),
+             str(RUN_LIMIT_SECONDS * 1000), str(IDLE_MS)],
             stdout=subprocess.PIPE, text=True)
         killer = threading.Timer(RUN_LIMIT_SECONDS + 60, counter.kill)
         killer.start()
         system = None
         try:
-            self.event(counter, ("ready",))
+            ready = self.event(counter, ("ready",))
+            if ready.get("pairs") != args.pairs:
+                fail(f"the counter expects {ready.get('pairs')} (key, window) pairs, the bench {args.pairs}: "
+                     "Count.expected and expected_pairs disagree")
             broker0, started = cpu_seconds(broker), time.time() * 1000
             with open(os.path.join(self.work, "system.out"), "w") as out, \
                     open(os.path.join(self.work, "system.log"), "w") as err:
@@ -297,16 +329,23 @@ class Run:
         finally:
             killer.cancel()
             if system is not None:
-                stop(system)
+                self.stopped = stop(system)
             if counter.poll() is None:
                 counter.kill()
             counter.wait()
-        if final.get("duplicates") or final.get("malformed"):
-            fail(f"{self.system} broke exactly-once in {self.name}: {final} (log: {self.work}/system.log)")
+        log_path = os.path.join(self.work, "system.log")
+        if final.get("duplicates") or final.get("malformed") or final.get("unexpected") or final.get("wrong_counts"):
+            fail(f"{self.system} broke exactly-once in {self.name}: {final}; its stderr ({log_path}) ends:\n"
+                 f"{tail(log_path)}")
         complete = done["event"] == "complete"
         if complete and not final.get("ok"):
             fail(f"{self.system}'s window counts in {self.name} do not add up to the input's {args.records} records: "
-                 f"{final} (log: {self.work}/system.log)")
+                 f"{final}; its stderr ({log_path}) ends:\n{tail(log_path)}")
+        if complete:
+            shutil.rmtree(os.path.join(self.work, "checkpoints"), ignore_errors=True)
+        else:
+            log(f"{self.system} STALLED in {self.name}: {done['distinct']:,} of {args.pairs:,} pairs, then no row for "
+                f"{IDLE_MS / 1000:.0f} s; stopped: {self.stopped}; its stderr ({log_path}) ends:\n{tail(log_path)}")
         delete_topics_with_prefix(self.name)
         records = args.records
         whole = (done["last_ms"] - started) / 1000
@@ -334,11 +373,16 @@ class Run:
             "output_rows": final["rows"],
             "distinct_pairs": final["distinct"],
             "duplicates": final["duplicates"],
+            "unexpected": final["unexpected"],
+            "wrong_counts": final["wrong_counts"],
             "sum_counts": final["sum_counts"],
+            "sentinel_rows": final["sentinel_rows"],
         }
+        if self.system == "shareflow":
+            row["stop"] = self.stopped
         if own:
             row["flink"] = {k: own[k] for k in ("records", "submit_s", "wall_s", "rate", "net_runtime_s",
-                                                "output_rows", "sum_counts")}
+                                                "output_rows", "sum_counts", "sentinel_rows")}
         return row
 
     def own_figures(self, system: subprocess.Popen) -> dict:
@@ -372,26 +416,35 @@ class Run:
             if row.get("event") in names:
                 return row
             if row.get("event") == "timeout":
-                fail(f"{self.system} did not deliver every window row within {RUN_LIMIT_SECONDS} s: {row} "
-                     f"(log: {self.work}/system.log)")
+                log_path = os.path.join(self.work, "system.log")
+                fail(f"{self.system} did not deliver every window row within {RUN_LIMIT_SECONDS} s: {row}; its "
+                     f"stderr ({log_path}) ends:\n{tail(log_path)}")
         status = counter.wait()
+        log_path = os.path.join(self.work, "system.log")
         if watch is not None and watch.exited.is_set():
-            fail(f"{self.system} exited with status {watch.status} before the counter saw every row; its log: "
-                 f"{self.work}/system.log")
+            fail(f"{self.system} exited with status {watch.status} before the counter saw every row; its stderr "
+                 f"({log_path}) ends:\n{tail(log_path)}")
         fail(f"the counter ended (status {status}) before its {'/'.join(names)!r} line; "
-             f"{self.system}'s log: {self.work}/system.log")
+             f"{self.system}'s stderr ({log_path}) ends:\n{tail(log_path)}")
         raise AssertionError("unreachable")
 
 
-def stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen) -> dict:
+    """Stops the system's process (its pid only): SIGTERM, then SIGKILL after 30 s.
+    Returns how: its exit status (negative: the signal), the seconds it took, and
+    whether it exited before it was signalled or needed the SIGKILL."""
     if process.poll() is not None:
-        return
+        return {"status": process.returncode, "exited_before": True}
+    began = time.time()
     process.send_signal(signal.SIGTERM)
+    killed = False
     try:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+        killed = True
+    return {"status": process.returncode, "seconds": round(time.time() - began, 3), "killed": killed}
 
 
 def run_flink(args: argparse.Namespace, topic: str, interval: int, round_: int, broker: int) -> dict:
@@ -403,9 +456,13 @@ def run_flink(args: argparse.Namespace, topic: str, interval: int, round_: int, 
 
 
 # ---------------------------------------------------------------------------------------
-# shareflow's side. Written after streams_bench.py's shareflow run; not yet run against
-# this query (the stateful SQL is new): check it on a small --records first.
+# shareflow's side: a job file (src/job_file.rs) per run.
 # ---------------------------------------------------------------------------------------
+# shareflow's defaults, written out so that the job file says them: a checkpoint may take
+# 10 s, and an instance silent for 30 s is adopted (more than interval plus timeout).
+CHECKPOINT_TIMEOUT_MS = 10_000
+ADOPTION_TIMEOUT_MS = 30_000
+
 def run_shareflow(args: argparse.Namespace, topic: str, interval: int | None = None, round_: int = 0,
                   broker: int | None = None) -> dict:
     """One measured run of `shareflow run JOB.toml` over `topic`: one instance ("a") of a
@@ -414,8 +471,8 @@ def run_shareflow(args: argparse.Namespace, topic: str, interval: int | None = N
     sink to the run's output topic, at the bench's parallelism, partitions (for topics it
     would create) and checkpoint interval. The job file is left in the run's work
     directory. It runs until stopped, so the counter alone ends the run: when every (key,
-    window) pair came, or when rows stalled because the last windows wait for a watermark
-    that no later record moves."""
+    window) pair came (the sentinels' watermark closes the last real windows), or when
+    rows stalled."""
     interval = args.intervals[0] if interval is None else interval
     broker = broker_running() if broker is None else broker
     if broker is None:
@@ -432,7 +489,10 @@ def run_shareflow(args: argparse.Namespace, topic: str, interval: int | None = N
                 f"allowed_lateness_ms = {args.out_of_order_ms}\n\n"
                 f"[sink]\nkind = \"kafka\"\ntopic = {json.dumps(run.output)}\n\n"
                 f"[job]\nparallelism = {args.parallelism}\npartitions = {args.partitions}\n"
-                f"checkpoint_interval_ms = {interval}\n")
+                f"checkpoint_interval_ms = {interval}\ncheckpoint_timeout_ms = {CHECKPOINT_TIMEOUT_MS}\n"
+                f"adoption_timeout_ms = {ADOPTION_TIMEOUT_MS}\n")
+    # `--instance` is required on Kafka; the group and the checkpoint root are the run's
+    # own (a stateful job refuses to run beside another registered instance of its group).
     return run.go([args.binary, "run", job, "--instance", "a"], broker)
 
 
@@ -466,6 +526,12 @@ def report(rows: list[dict]) -> None:
         ratios: dict[str, list[float]] = {"whole": [], "middle": [], "job CPU": [], "broker CPU": []}
         for round_ in sorted({r["round"] for r in at}):
             pair = {r["system"]: r for r in at if r["round"] == round_}
+            print(f"  round {round_}: " + "; ".join(
+                f"{name} whole {r['whole_rate']:,} rec/s, middle {r['middle_rate'] or 0:,}, job CPU "
+                f"{r['job_cpu_s_per_m']} s/M, broker CPU {r['broker_cpu_s_per_m']} s/M"
+                f"{'' if r['complete'] else ' (STALLED)'}" for name, r in sorted(pair.items())) + (
+                f"; shareflow / Flink whole {pair['shareflow']['whole_rate'] / pair['flink']['whole_rate']:.2f}"
+                if len(pair) == 2 else ""))
             if len(pair) < 2:
                 continue
             s, f = pair["shareflow"], pair["flink"]
@@ -527,6 +593,7 @@ def main() -> None:
     span_ms = args.event_seconds * 1000
     base_ms = (int(time.time() * 1000) - span_ms - 60_000) // WINDOW_MS * WINDOW_MS
     args.pairs = expected_pairs(args.records, args.keys, base_ms, span_ms)
+    args.base_ms, args.span_ms = base_ms, span_ms
     results_dir = os.environ.get("SHAREFLOW_RESULTS_DIR", os.path.join(ROOT, "docs", "results"))
     os.makedirs(results_dir, exist_ok=True)
     results = os.path.join(results_dir, "flink_bench.jsonl")
@@ -548,35 +615,39 @@ def main() -> None:
                            "warm_up": args.warm_up}}
         with open(partial, "w") as f:
             f.write(json.dumps(header) + "\n")
-        with tempfile.TemporaryDirectory(prefix="flink-bench-") as work:
-            args.work = work
-            create_topic(args.input, args.partitions)
-            log(f"writing {args.records:,} records over {args.keys:,} keys and {args.event_seconds} s of event time "
-                f"to {args.input} ({args.pairs:,} (key, window) pairs)")
-            subprocess.run(["java", "-cp", args.classpath, "shareflow.flinkbench.Main", "produce", BOOTSTRAP,
-                            args.input, str(args.records), str(args.keys), str(base_ms), str(span_ms),
-                            str(args.value_bytes), str(args.input_batch_bytes)], check=True, timeout=RUN_LIMIT_SECONDS)
-            if args.warm_up:
-                # The broker's and the counter's JIT warm up on whichever system runs
-                # first: one unmeasured run of each, so that round 1 compares like with like.
-                for system in systems:
-                    row = run_system(args, system, args.intervals[0], 0, broker)
-                    log(f"warm-up, {system}: whole {row['whole_rate']:,} rec/s (not kept)")
-            for interval in args.intervals:
-                for round_ in range(1, args.rounds + 1):
-                    order = systems if round_ % 2 == 1 else list(reversed(systems))
-                    for position, system in enumerate(order):
-                        row = run_system(args, system, interval, round_, broker)
-                        row.update({"first": position == 0})
-                        rows.append(row)
-                        with open(partial, "a") as f:
-                            f.write(json.dumps(row) + "\n")
-                        own = f", own {row['flink']['rate']:,} rec/s over {row['flink']['wall_s']} s" \
-                            if "flink" in row else ""
-                        log(f"interval {interval} ms, round {round_}, {system}: whole {row['whole_rate']:,} rec/s, "
-                            f"middle {row['middle_rate']}{own}, {row['output_rows']:,} rows "
-                            f"({'complete' if row['complete'] else 'stalled'}), job CPU {row['job_cpu_s_per_m']} "
-                            f"s/M, broker CPU {row['broker_cpu_s_per_m']} s/M")
+        # Kept after the bench (the runs' logs); shareflow's checkpoints of complete runs
+        # are deleted as they end.
+        work = os.path.join(BUILD, "runs", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+        os.makedirs(work)
+        log(f"runs' logs in {work}")
+        args.work = work
+        create_topic(args.input, args.partitions)
+        log(f"writing {args.records:,} records over {args.keys:,} keys and {args.event_seconds} s of event time "
+            f"to {args.input} ({args.pairs:,} (key, window) pairs), then a sentinel per partition")
+        subprocess.run(["java", "-cp", args.classpath, "shareflow.flinkbench.Main", "produce", BOOTSTRAP,
+                        args.input, str(args.records), str(args.keys), str(base_ms), str(span_ms),
+                        str(args.value_bytes), str(args.input_batch_bytes)], check=True, timeout=RUN_LIMIT_SECONDS)
+        if args.warm_up:
+            # The broker's and the counter's JIT warm up on whichever system runs
+            # first: one unmeasured run of each, so that round 1 compares like with like.
+            for system in systems:
+                row = run_system(args, system, args.intervals[0], 0, broker)
+                log(f"warm-up, {system}: whole {row['whole_rate']:,} rec/s (not kept)")
+        for interval in args.intervals:
+            for round_ in range(1, args.rounds + 1):
+                order = systems if round_ % 2 == 1 else list(reversed(systems))
+                for position, system in enumerate(order):
+                    row = run_system(args, system, interval, round_, broker)
+                    row.update({"first": position == 0})
+                    rows.append(row)
+                    with open(partial, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    own = f", own {row['flink']['rate']:,} rec/s over {row['flink']['wall_s']} s" \
+                        if "flink" in row else ""
+                    log(f"interval {interval} ms, round {round_}, {system}: whole {row['whole_rate']:,} rec/s, "
+                        f"middle {row['middle_rate']}{own}, {row['output_rows']:,} rows "
+                        f"({'complete' if row['complete'] else 'STALLED'}), job CPU {row['job_cpu_s_per_m']} "
+                        f"s/M, broker CPU {row['broker_cpu_s_per_m']} s/M")
         os.replace(partial, results)
     finally:
         try:

@@ -41,6 +41,9 @@ pub enum Bug {
     NoTombstone,
     /// Recovery leaves PREPARE transactions as they are (decides only ONGOING ones).
     RecoveryLeavesPrepared,
+    /// (Stateful) a restore marks the restored count as changed, so the next checkpoint
+    /// emits a value the output already holds: a result emitted twice.
+    EmitTwice,
 }
 
 /// The size of a configuration and the bug it runs.
@@ -65,6 +68,10 @@ pub struct Config {
     pub store_faults: u8,
     /// `group.share.delivery.count.limit`.
     pub delivery_limit: u16,
+    /// The job keeps keyed state: a running count of the records it processed,
+    /// snapshotted into each manifest, restored by recovery, and emitted (upsert) into
+    /// T(n) at barrier n when it changed, as the stateful SQL operator does.
+    pub stateful: bool,
     /// The variant.
     pub bug: Bug,
 }
@@ -82,8 +89,14 @@ impl Config {
             txn_timeouts: 1,
             store_faults: 1,
             delivery_limit: 2,
+            stateful: false,
             bug: Bug::None,
         }
+    }
+
+    /// CI: one instance with keyed state (a count emitted at each barrier).
+    pub fn ci_stateful() -> Self {
+        Config { stateful: true, ..Self::ci_one() }
     }
 
     /// CI: one instance that may be paused and come back (fencing).
@@ -103,6 +116,7 @@ impl Config {
             txn_timeouts: 0,
             store_faults: 0,
             delivery_limit: 3,
+            stateful: false,
             bug: Bug::None,
         }
     }

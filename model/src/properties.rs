@@ -69,6 +69,27 @@ impl ProtocolModel {
                 s.quiescent(m.cfg.records) && s.outputs(m.cfg.records).iter().all(|&c| c == 1)
             }),
         ];
+        if self.cfg.stateful {
+            props.push(Property::<Self>::always("a result is emitted at most once", |_, s| {
+                // Each upsert row is a new running count: a value twice is a result
+                // emitted twice (a window emitted again, for a windowed query).
+                let counts = s.committed_counts();
+                counts.windows(2).all(|w| w[0] < w[1])
+            }));
+            props.push(Property::<Self>::always(
+                "at quiescence: the last count is the records acknowledged",
+                |m, s| {
+                    if !s.quiescent(m.cfg.records) {
+                        return true;
+                    }
+                    let acked = s.records(m.cfg.records).iter().filter(|st| **st == RecordState::Acknowledged).count();
+                    s.committed_counts().last().copied().unwrap_or(0) == acked as u64
+                },
+            ));
+            props.push(Property::<Self>::sometimes("quiescent after a crash with the count restored", |m, s| {
+                s.budget[0] < m.cfg.crashes && s.quiescent(m.cfg.records) && s.committed_counts().len() > 1
+            }));
+        }
         if self.cfg.crashes > 0 {
             props.push(Property::<Self>::sometimes("quiescent after a crash", |m, s| {
                 s.budget[0] < m.cfg.crashes && s.quiescent(m.cfg.records)

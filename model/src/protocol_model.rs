@@ -53,6 +53,7 @@ impl ProtocolModel {
         }
         let n = cfg.instances as usize;
         let proto = Sys {
+            states: BTreeMap::new(),
             now: 0,
             broker,
             store: BTreeMap::new(),
@@ -136,7 +137,9 @@ impl Model for ProtocolModel {
                         // (a failed manifest write leaves T(n) prepared for the next
                         // checkpoint to commit), as the runtime's timer would.
                         let earlier = p.uncommitted.iter().any(|&k| k < p.cur);
-                        let work = p.dirty || earlier;
+                        // Keyed state to emit is work too (only `Bug::EmitTwice` restores
+                        // a count marked changed).
+                        let work = p.dirty || earlier || p.changed;
                         if p.rec.is_none() && (p.cur <= self.cfg.checkpoints || earlier) && work {
                             out.push(Action::Barrier(who));
                         }

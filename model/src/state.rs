@@ -70,6 +70,12 @@ pub struct Proc {
     pub coord: Coord,
     /// An adoption in progress.
     pub adopt: Option<Adopting>,
+    /// (Stateful) the keyed state: records processed, as restored plus since.
+    pub count: u64,
+    /// (Stateful) the count changed since it was last emitted.
+    pub changed: bool,
+    /// (Stateful) the count at the last barrier: the state its manifest records.
+    pub snap: u64,
 }
 
 /// An instance's life.
@@ -94,6 +100,10 @@ pub enum Life {
         token: u8,
         /// The next checkpoint id.
         next: u64,
+        /// (Stateful) the restored count, and whether it counts as changed.
+        count: u64,
+        /// Whether the restored count is to be emitted again (only `Bug::EmitTwice`).
+        changed: bool,
     },
     /// Running.
     Running(Proc),
@@ -131,6 +141,8 @@ pub struct Sys {
     /// The checkpoint store: (instance, checkpoint id) -> the transaction ids its
     /// manifest lists.
     pub store: BTreeMap<(u8, u64), Vec<u64>>,
+    /// (Stateful) the state each manifest records: (instance, checkpoint id) -> count.
+    pub states: BTreeMap<(u8, u64), u64>,
     /// Tombstones `chk-{n}/_aborted` in the checkpoint store: (instance, checkpoint id).
     /// A tombstoned checkpoint decides nothing, whatever manifest appears there.
     pub tombstones: BTreeSet<(u8, u64)>,

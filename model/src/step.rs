@@ -96,7 +96,10 @@ impl ProtocolModel {
         } else {
             let highest = s.broker.highest_checkpoint(GROUP, PREFIXES[i as usize]).unwrap_or(0);
             let next = plan.next_checkpoint_id.max(highest + 1);
-            s.slots[i as usize].life = Life::Recovered { epoch, token, next };
+            // The keyed state of the restored checkpoint (none: empty).
+            let count = plan.restored_id().and_then(|m| s.states.get(&(i, m)).copied()).unwrap_or(0);
+            let changed = self.cfg.stateful && bug == Bug::EmitTwice && count > 0;
+            s.slots[i as usize].life = Life::Recovered { epoch, token, next, count, changed };
         }
         Some(s)
     }
@@ -104,7 +107,7 @@ impl ProtocolModel {
     /// `Start(i)`: the instance joins the group and begins T(next).
     fn step_start(&self, mut s: Sys, i: u8) -> Option<Sys> {
         let now = s.now;
-        let Life::Recovered { epoch, token, next } = s.slots[i as usize].life else { return None };
+        let Life::Recovered { epoch, token, next, count, changed } = s.slots[i as usize].life else { return None };
         let started = match s.broker.join(now, GROUP, &[INPUT], &self.member_config()) {
             Ok(member) => s.broker.begin(now, &txn(i, next), epoch, 0).map(|_| member),
             Err(e) => Err(e),
@@ -120,6 +123,9 @@ impl ProtocolModel {
                 rec: None,
                 coord: Coord::Idle,
                 adopt: None,
+                count,
+                changed,
+                snap: count,
             }),
             Err(_) => Life::Down,
         };
@@ -182,22 +188,41 @@ impl ProtocolModel {
         let id = txn(who_inst(who), p.cur);
         match s.broker.produce(now, &tp(OUTPUT), &[offset.to_string().into_bytes()], Some((&id, p.epoch))) {
             Ok(_) => {
+                let stateful = self.cfg.stateful;
                 let p = s.proc_mut(who)?;
                 p.rec = None;
                 p.dirty = true;
+                if stateful {
+                    p.count += 1;
+                    p.changed = true;
+                }
             }
             Err(_) => s.fail(who),
         }
         Some(s)
     }
 
-    /// `Barrier(who)`: T(n+1) begins, the epoch moves on.
+    /// `Barrier(who)`: with keyed state, the count is emitted into T(n) if it changed
+    /// and snapshotted; then T(n+1) begins, the epoch moves on.
     fn step_barrier(&self, mut s: Sys, who: Who) -> Option<Sys> {
         let now = s.now;
+        let p = s.proc(who)?.clone();
+        let id = txn(who_inst(who), p.cur);
+        if self.cfg.stateful && p.changed {
+            let row = format!("count={}", p.count).into_bytes();
+            if s.broker.produce(now, &tp(OUTPUT), &[row], Some((&id, p.epoch))).is_err() {
+                s.fail(who);
+                return Some(s);
+            }
+            let p = s.proc_mut(who)?;
+            p.changed = false;
+            p.dirty = true;
+        }
         let p = s.proc(who)?.clone();
         match s.broker.begin(now, &txn(who_inst(who), p.cur + 1), p.epoch, 0) {
             Ok(_) => {
                 let p = s.proc_mut(who)?;
+                p.snap = p.count;
                 p.uncommitted.insert(p.cur + 1);
                 p.coord = Coord::Barriered(p.cur);
                 p.cur += 1;
@@ -243,6 +268,9 @@ impl ProtocolModel {
                     std::collections::btree_map::Entry::Occupied(_) => false,
                     std::collections::btree_map::Entry::Vacant(v) => {
                         v.insert(ks);
+                        if self.cfg.stateful {
+                            s.states.insert((i, n), p.snap);
+                        }
                         outcome == Store::Ok
                     }
                 }

@@ -42,6 +42,15 @@ impl Sys {
         self.count(n, self.broker.committed_values(&tp(OUTPUT)))
     }
 
+    /// (Stateful) the committed upsert rows' counts, in log order.
+    pub fn committed_counts(&self) -> Vec<u64> {
+        self.broker
+            .committed_values(&tp(OUTPUT))
+            .iter()
+            .filter_map(|v| std::str::from_utf8(v).ok()?.strip_prefix("count=")?.parse().ok())
+            .collect()
+    }
+
     /// How often each input record appears to a read_committed reader.
     pub fn readable_outputs(&self, n: u8) -> Vec<usize> {
         self.count(n, self.broker.read_committed(&tp(OUTPUT)))

@@ -94,7 +94,10 @@ impl Trace {
             u64::from(c.store_faults),
             u64::from(c.delivery_limit),
         ];
-        let pairs: Vec<String> = CONFIG_KEYS.iter().zip(values).map(|(k, v)| format!("{k}={v}")).collect();
+        let mut pairs: Vec<String> = CONFIG_KEYS.iter().zip(values).map(|(k, v)| format!("{k}={v}")).collect();
+        if c.stateful {
+            pairs.push("stateful=1".into());
+        }
         let _ = writeln!(out, "config: {}", pairs.join(" "));
         let _ = writeln!(out, "bug: {:?}", c.bug);
         let _ = writeln!(out, "property: {}", self.property);
@@ -180,10 +183,16 @@ impl Trace {
 
 fn parse_config(line: usize, text: &str) -> Result<Config, TraceError> {
     let mut values = [None::<u64>; 9];
+    let mut stateful = false;
     for pair in text.split_whitespace() {
         let Some((key, value)) = pair.split_once('=') else {
             return Err(err(line, format!("`{pair}` is not key=value")));
         };
+        // Optional, and only written when set: older traces have no such key.
+        if key == "stateful" {
+            stateful = value == "1";
+            continue;
+        }
         let Some(at) = CONFIG_KEYS.iter().position(|k| *k == key) else {
             return Err(err(line, format!("unknown config key `{key}`; known: {}", CONFIG_KEYS.join(", "))));
         };
@@ -207,6 +216,7 @@ fn parse_config(line: usize, text: &str) -> Result<Config, TraceError> {
         txn_timeouts: small(6)?,
         store_faults: small(7)?,
         delivery_limit: u16::try_from(got[8]).map_err(|_| err(line, "`delivery_limit` is too large"))?,
+        stateful,
         bug: Bug::None,
     })
 }

@@ -168,6 +168,16 @@ fn one_instance() {
 }
 
 #[test]
+fn one_instance_with_keyed_state() {
+    holds("one instance, keyed state", Config::ci_stateful());
+}
+
+#[test]
+fn broken_emit_twice_is_caught() {
+    caught("bug: emit twice", Config::ci_stateful().with_bug(Bug::EmitTwice), "a result is emitted at most once");
+}
+
+#[test]
 fn one_instance_paused_and_back() {
     // Finding 1 (docs/model.md): a paused incarnation that prepared T(n) may still create
     // manifest n after its successor's recovery aborted T(n). The tombstone recovery

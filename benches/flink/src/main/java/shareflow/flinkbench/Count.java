@@ -3,8 +3,10 @@ package shareflow.flinkbench;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -18,43 +20,67 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 /**
  * The read_committed counter of window rows every system is measured by. It reads all
  * partitions of TOPIC from the beginning, without a group; each row is keyed by the
- * input's key, its value is {@code WINDOW_START_MS,COUNT}. It tells rows by (key,
- * window start) and prints, as JSON lines:
+ * input's key, its value is {@code WINDOW_START_MS,COUNT}. It knows the answer: the
+ * input that {@link Produce} writes from RECORDS, KEYS, BASE_MS and SPAN_MS has one
+ * (key, window start) pair per key and 10 s window its records fall in, and each pair's
+ * count. Rows of {@link Main#SENTINEL_KEY} (the input's end markers' own window, which a
+ * system may or may not emit) are counted apart and checked no further. It prints, as
+ * JSON lines:
  *
  * <ul>
- *   <li>{@code ready}: reading;
- *   <li>{@code complete}: when PAIRS distinct (key, window) pairs have arrived, with the
- *       wall-clock times (ms) of the first row and of the moments 10 %, 90 % and 100 % of
- *       the pairs had arrived;
+ *   <li>{@code ready}: reading, with the number of expected pairs;
+ *   <li>{@code complete}: when every expected pair has arrived, with the wall-clock
+ *       times (ms) of the first row and of the moments 10 %, 90 % and 100 % of the pairs
+ *       had arrived;
  *   <li>{@code stalled}: instead of {@code complete}, when rows came but none for
- *       IDLE_MS before all PAIRS did (a system that emits a window only when later
- *       records move its watermark keeps its last windows until more input comes), with
- *       the same times over the pairs that did arrive;
- *   <li>{@code final}: after GRACE_MS more of reading, every check: rows read, distinct
- *       pairs, pairs read twice (duplicates), values that are not two numbers
- *       (malformed), and the sum of the counts, which is RECORDS when every record was
- *       counted once.
+ *       IDLE_MS before every pair did, with the same times over the pairs that did arrive
+ *       and the number of them;
+ *   <li>{@code final}: after GRACE_MS more of reading, every check: rows read, sentinel
+ *       rows, distinct expected pairs, pairs read twice (duplicates), rows of a pair the
+ *       input does not have (unexpected), rows whose count is not their pair's
+ *       (wrong_counts), values that are not two numbers (malformed), and the sum of the
+ *       counts of the other rows, which is RECORDS when every record was counted once.
  * </ul>
  *
- * Exit status 0 when every pair came once and the counts add up to RECORDS; 3 when a
- * check failed; 4 when no row came within TIMEOUT_MS, or not every pair came and rows
- * never stalled; 5 after {@code stalled}.
+ * Exit status 0 when every pair came once with its count and nothing else came but
+ * sentinel rows; 3 when a check failed; 4 when no row came within TIMEOUT_MS, or not
+ * every pair came and rows never stalled; 5 after {@code stalled}.
  */
 final class Count {
     private Count() {}
 
+    /** The window the query groups by, 10 s, as Flink's and shareflow's SQL say. */
+    static final long WINDOW_MS = 10_000;
+
+    /** The input's (key, window start) pairs, "KEY,START", and each one's record count:
+     * record i has key {@link Main#key}(i, KEYS) and timestamp BASE_MS + i * SPAN_MS /
+     * RECORDS, as {@link Produce} writes it. */
+    static Map<String, Long> expected(long records, long keys, long base, long span) {
+        Map<String, Long> pairs = new HashMap<>();
+        for (long id = 0; id < records; id++) {
+            long timestamp = base + id * span / records;
+            long start = Math.floorDiv(timestamp, WINDOW_MS) * WINDOW_MS;
+            pairs.merge(Main.key(id, keys) + "," + start, 1L, Long::sum);
+        }
+        return pairs;
+    }
+
     static void run(String[] args) throws Exception {
-        Main.expect(args, 7);
+        Main.expect(args, 9);
         String bootstrap = args[0];
         String topic = args[1];
-        long pairs = Main.number("PAIRS", args[2]);
-        long records = Main.number("RECORDS", args[3]);
-        long grace = Main.number("GRACE_MS", args[4]);
-        long timeout = Main.number("TIMEOUT_MS", args[5]);
-        long idle = Main.number("IDLE_MS", args[6]);
-        if (pairs == 0 || pairs > Integer.MAX_VALUE) {
-            Main.usage("PAIRS must be between 1 and " + Integer.MAX_VALUE + ", got " + pairs);
+        long records = Main.number("RECORDS", args[2]);
+        long keys = Main.number("KEYS", args[3]);
+        long base = Main.number("BASE_MS", args[4]);
+        long span = Main.number("SPAN_MS", args[5]);
+        long grace = Main.number("GRACE_MS", args[6]);
+        long timeout = Main.number("TIMEOUT_MS", args[7]);
+        long idle = Main.number("IDLE_MS", args[8]);
+        if (records == 0 || keys == 0) {
+            Main.usage("RECORDS and KEYS must be positive");
         }
+        Map<String, Long> expected = expected(records, keys, base, span);
+        long pairs = expected.size();
         long tenth = (long) Math.ceil(pairs * 0.1);
         long ninetieth = (long) Math.ceil(pairs * 0.9);
 
@@ -87,13 +113,16 @@ final class Count {
             for (TopicPartition p : partitions) {
                 consumer.position(p);
             }
-            System.out.printf("{\"event\":\"ready\",\"unix_ms\":%d,\"partitions\":%d}%n",
-                    System.currentTimeMillis(), partitions.size());
+            System.out.printf("{\"event\":\"ready\",\"unix_ms\":%d,\"partitions\":%d,\"pairs\":%d}%n",
+                    System.currentTimeMillis(), partitions.size(), pairs);
             System.out.flush();
 
             Set<String> seen = new HashSet<>();
             long read = 0;
+            long sentinels = 0;
             long duplicates = 0;
+            long unexpected = 0;
+            long wrongCounts = 0;
             long malformed = 0;
             long sum = 0;
             long first = 0;
@@ -124,11 +153,16 @@ final class Count {
                 now = System.currentTimeMillis();
                 for (ConsumerRecord<byte[], byte[]> record : batch) {
                     read++;
+                    String key = record.key() == null ? "" : new String(record.key(), StandardCharsets.UTF_8);
+                    if (key.equals(Main.SENTINEL_KEY)) {
+                        // Not the query's answer, and no measure of it: its times do not count.
+                        sentinels++;
+                        continue;
+                    }
                     latest = now;
                     if (first == 0) {
                         first = now;
                     }
-                    String key = record.key() == null ? "" : new String(record.key(), StandardCharsets.UTF_8);
                     String value = record.value() == null ? "" : new String(record.value(), StandardCharsets.UTF_8);
                     int comma = value.indexOf(',');
                     long start;
@@ -141,9 +175,18 @@ final class Count {
                         continue;
                     }
                     sum += count;
-                    if (!seen.add(key + "," + start)) {
+                    String pair = key + "," + start;
+                    Long want = expected.get(pair);
+                    if (want == null) {
+                        unexpected++;
+                        continue;
+                    }
+                    if (!seen.add(pair)) {
                         duplicates++;
                         continue;
+                    }
+                    if (count != want) {
+                        wrongCounts++;
                     }
                     long distinct = seen.size();
                     if (distinct == tenth) {
@@ -162,10 +205,13 @@ final class Count {
                     }
                 }
             }
-            boolean ok = !stalled && duplicates == 0 && malformed == 0 && seen.size() == pairs && sum == records;
-            System.out.printf("{\"event\":\"final\",\"rows\":%d,\"distinct\":%d,\"duplicates\":%d,\"malformed\":%d,"
+            boolean ok = !stalled && duplicates == 0 && unexpected == 0 && wrongCounts == 0 && malformed == 0
+                    && seen.size() == pairs && sum == records;
+            System.out.printf("{\"event\":\"final\",\"rows\":%d,\"sentinel_rows\":%d,\"distinct\":%d,"
+                    + "\"duplicates\":%d,\"unexpected\":%d,\"wrong_counts\":%d,\"malformed\":%d,"
                     + "\"sum_counts\":%d,\"records\":%d,\"ok\":%b}%n",
-                    read, seen.size(), duplicates, malformed, sum, records, ok);
+                    read - sentinels, sentinels, seen.size(), duplicates, unexpected, wrongCounts, malformed, sum,
+                    records, ok);
             System.out.flush();
             if (stalled) {
                 System.exit(5);

@@ -39,12 +39,17 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *       fires, and a last checkpoint commits the last transaction before the job ends.
  * </ul>
  *
- * It prints one JSON line at the end ({@code "event":"flink"}): the records read (the
- * input's offsets), the seconds from submitting the INSERT to the job's end (wall_s,
- * which includes the MiniCluster's start), records / wall_s, Flink's own net run time, and
- * the rows of OUTPUT a read_committed consumer finds after the end with the sum of
- * their counts (RECORDS when every record was counted once). Exit status 1 if the job
- * fails or has not ended within an hour.
+ * The input ends with a sentinel record per partition (see {@link Main}): their
+ * watermark closes every real window before the end of input does, and their own window
+ * (key {@link Main#SENTINEL_KEY}) is emitted at the end of input; it is left out below.
+ *
+ * <p>It prints one JSON line at the end ({@code "event":"flink"}): the real records read
+ * (the input's offsets less one sentinel per partition), the seconds from submitting the
+ * INSERT to the job's end (wall_s, which includes the MiniCluster's start), records /
+ * wall_s, Flink's own net run time, and the rows of OUTPUT a read_committed consumer
+ * finds after the end with the sum of their counts (RECORDS when every record was
+ * counted once), the sentinel key's rows apart. Exit status 1 if the job fails or has
+ * not ended within an hour.
  */
 final class FlinkSqlBench {
     private FlinkSqlBench() {}
@@ -148,10 +153,10 @@ final class FlinkSqlBench {
         long[] rows = outputRows(bootstrap, output);
         System.out.printf(Locale.ROOT, "{\"event\":\"flink\",\"job_id\":\"%s\",\"records\":%d,\"submit_s\":%.3f,"
                 + "\"wall_s\":%.3f,\"rate\":%d,\"net_runtime_s\":%.3f,\"output_rows\":%d,\"sum_counts\":%d,"
-                + "\"parallelism\":%d,\"checkpoint_ms\":%d,\"out_of_order_ms\":%d}%n",
+                + "\"sentinel_rows\":%d,\"parallelism\":%d,\"checkpoint_ms\":%d,\"out_of_order_ms\":%d}%n",
                 job.getJobID(), records, (running - submitted) / 1e9, wall, Math.round(records / wall),
-                done.getNetRuntime(TimeUnit.MILLISECONDS) / 1000.0, rows[0], rows[1], parallelism, checkpointMs,
-                outOfOrderMs);
+                done.getNetRuntime(TimeUnit.MILLISECONDS) / 1000.0, rows[0], rows[1], rows[2], parallelism,
+                checkpointMs, outOfOrderMs);
         System.out.flush();
         // The MiniCluster's threads need not stop the JVM from ending.
         System.exit(0);
@@ -180,8 +185,9 @@ final class FlinkSqlBench {
         return out;
     }
 
-    /** The records of TOPIC: the sum over its partitions of end less beginning offsets
-     * (the input is written without transactions, so every offset is a record). */
+    /** The real records of TOPIC: the sum over its partitions of end less beginning
+     * offsets (the input is written without transactions, so every offset is a record),
+     * less the one sentinel per partition that {@link Produce} writes last. */
     static long inputRecords(String bootstrap, String topic) {
         try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap)) {
             List<TopicPartition> partitions = partitions(consumer, topic);
@@ -189,14 +195,14 @@ final class FlinkSqlBench {
             Map<TopicPartition, Long> end = consumer.endOffsets(partitions, Duration.ofSeconds(30));
             long records = 0;
             for (TopicPartition p : partitions) {
-                records += end.get(p) - begin.get(p);
+                records += end.get(p) - begin.get(p) - 1;
             }
             return records;
         }
     }
 
-    /** The committed rows of TOPIC and the sum of their counts, read up to the last
-     * stable offsets as they are now. */
+    /** The committed rows of TOPIC but the sentinel key's, the sum of their counts, and
+     * the sentinel key's rows, read up to the last stable offsets as they are now. */
     static long[] outputRows(String bootstrap, String topic) {
         try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap)) {
             List<TopicPartition> partitions = partitions(consumer, topic);
@@ -205,6 +211,7 @@ final class FlinkSqlBench {
             Map<TopicPartition, Long> end = consumer.endOffsets(partitions, Duration.ofSeconds(30));
             long rows = 0;
             long sum = 0;
+            long sentinels = 0;
             long deadline = System.currentTimeMillis() + 120_000;
             while (!caughtUp(consumer, end)) {
                 if (System.currentTimeMillis() > deadline) {
@@ -212,12 +219,17 @@ final class FlinkSqlBench {
                     System.exit(1);
                 }
                 for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofMillis(200))) {
+                    if (record.key() != null
+                            && Main.SENTINEL_KEY.equals(new String(record.key(), StandardCharsets.UTF_8))) {
+                        sentinels++;
+                        continue;
+                    }
                     rows++;
                     String value = new String(record.value(), StandardCharsets.UTF_8);
                     sum += Long.parseLong(value.substring(value.indexOf(',') + 1));
                 }
             }
-            return new long[] {rows, sum};
+            return new long[] {rows, sum, sentinels};
         }
     }
 

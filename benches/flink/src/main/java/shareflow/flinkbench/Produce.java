@@ -1,11 +1,17 @@
 package shareflow.flinkbench;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 import java.util.Properties;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
@@ -16,6 +22,12 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * which no query reads. The default partitioner places a key on one partition, so each
  * partition's timestamps rise too: no record is late for any watermark. BATCH_BYTES is
  * the producer's batch.size (Kafka's default is 16384).
+ *
+ * <p>After the records (flushed first), it writes one sentinel record to each partition:
+ * key {@link Main#SENTINEL_KEY}, timestamp BASE_MS + SPAN_MS + {@link
+ * Main#SENTINEL_AFTER_MS}. Each partition's last record then moves the watermark (the
+ * newest event time less the out-of-orderness) past the end of every real window, in
+ * Flink and in shareflow alike; see {@link Main}.
  *
  * scripts/flink_bench.py computes the expected (key, window) pairs from the same formula;
  * the two must change together.
@@ -44,16 +56,42 @@ final class Produce {
         props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         props.put(ProducerConfig.ACKS_CONFIG, "all");
         long started = System.nanoTime();
+        int sentinels;
+        AtomicReference<Exception> failure = new AtomicReference<>();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             for (long id = 0; id < records; id++) {
                 byte[] key = Main.key(id, keys).getBytes(StandardCharsets.US_ASCII);
                 long timestamp = base + id * span / records;
-                producer.send(new ProducerRecord<>(topic, null, timestamp, key, value(id, valueBytes)));
+                producer.send(new ProducerRecord<>(topic, null, timestamp, key, value(id, valueBytes)),
+                        (metadata, e) -> {
+                            if (e != null) {
+                                failure.compareAndSet(null, e);
+                            }
+                        });
             }
             producer.flush();
+            if (failure.get() != null) {
+                throw new IllegalStateException("flink-bench produce: a record was not written", failure.get());
+            }
+            // After every record of its partition (flushed, and the producer keeps each
+            // partition's order anyway).
+            byte[] key = Main.SENTINEL_KEY.getBytes(StandardCharsets.US_ASCII);
+            long timestamp = base + span + Main.SENTINEL_AFTER_MS;
+            List<PartitionInfo> infos = producer.partitionsFor(topic);
+            List<Future<RecordMetadata>> sent = new ArrayList<>();
+            for (PartitionInfo info : infos) {
+                sent.add(producer.send(
+                        new ProducerRecord<>(topic, info.partition(), timestamp, key, value(records, valueBytes))));
+            }
+            producer.flush();
+            for (Future<RecordMetadata> f : sent) {
+                f.get(); // a refused sentinel (its timestamp, say) fails the input
+            }
+            sentinels = infos.size();
         }
         double seconds = (System.nanoTime() - started) / 1e9;
-        System.out.printf(Locale.ROOT, "{\"event\":\"produced\",\"records\":%d,\"seconds\":%.3f}%n", records, seconds);
+        System.out.printf(Locale.ROOT, "{\"event\":\"produced\",\"records\":%d,\"sentinels\":%d,\"seconds\":%.3f}%n",
+                records, sentinels, seconds);
     }
 
     /** VALUE_BYTES lowercase letters, varying with the id. */
