@@ -44,6 +44,8 @@ HEADLINE = [
     "first `cargo run --release -- demo`, empty target dir, crates downloaded: until its first line",
     "fleet soak on Kafka: output records missing or duplicated",
     "fleet soak on Kafka: end-to-end latency p99 over the run",
+    "tumbling 10 s count per key, 1,000,000 records, 10,000 keys, embedded broker / the stateless demo pipeline, same round",
+    "checkpoint of 1,000,000 keys of count state, file://, longest",
 ]
 
 
@@ -327,6 +329,34 @@ def demo_crashes(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
+def stateful_sql(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    cmd = "cargo bench --bench stateful_sql"
+    out = []
+    rates: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["kind"] == "rate":
+            query, rnd, rate = need(path, r, "query", "round", "records_per_s")
+            rates.setdefault(query, {})[int(rnd)] = float(rate)
+    tumble, stateless = rates.get("tumble", {}), rates.get("stateless", {})
+    what = "tumbling 10 s count per key, 1,000,000 records, 10,000 keys, embedded broker"
+    if tumble:
+        out.append(figure(what, cmd, "records/s", list(tumble.values()), header))
+    rounds = sorted(set(tumble) & set(stateless))
+    if rounds:
+        out.append(figure(f"{what} / the stateless demo pipeline, same round", cmd, "ratio",
+                          [tumble[n] / stateless[n] for n in rounds], header))
+    for r in rows:
+        if r["kind"] == "state":
+            keys = int(need(path, r, "keys")[0])
+            out.append(figure(f"checkpoint of {keys:,} keys of count state, file://, longest", cmd, "s",
+                              [value(path, r, lambda r=r: float(r["checkpoint_max_s"]))], header))
+            out.append(figure(f"restore of {keys:,} keys and one more checkpoint of them, file://", cmd, "s",
+                              [value(path, r, lambda r=r: float(r["restore_and_checkpoint_s"]))], header))
+            out.append(figure(f"resident memory per key, {keys:,} keys of count state held", cmd, "bytes",
+                              [value(path, r, lambda r=r: float(r["rss_per_key_bytes"]))], header))
+    return out
+
+
 def first_build(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     cmd = "scripts/first-build"
     runs = [r for r in rows if r["kind"] == "first_run"]
@@ -443,7 +473,7 @@ def versus(figures: list[dict]) -> str:
 
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench,
-               "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak}
+               "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak, "stateful_sql": stateful_sql}
 
 
 def summarise(results: Path) -> list[dict]:
