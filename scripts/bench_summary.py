@@ -357,6 +357,34 @@ def stateful_sql(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
+def flink_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    """shareflow's stateful SQL against Flink SQL 2.x, the same tumbling count on the same
+    Kafka input, measured by the same read_committed counter (scripts/flink-bench)."""
+    cmd = "scripts/flink-bench"
+    runs: dict[tuple[int, int], dict[str, dict]] = {}
+    for r in rows:
+        if r["kind"] == "system_run" and r.get("complete"):
+            system, interval, rnd = need(path, r, "system", "interval_ms", "round")
+            runs.setdefault((int(interval), int(rnd)), {})[system] = r
+    out = []
+    for interval in sorted({i for i, _ in runs}):
+        pairs = [rs for (i, _), rs in sorted(runs.items()) if i == interval and {"shareflow", "flink"} <= set(rs)]
+        if not pairs:
+            continue
+        what = f"tumbling 10 s count per key on Kafka, 1,000,000 records, 10,000 keys, {interval} ms checkpoints"
+        out.append(figure(f"{what}: shareflow / Flink SQL, records/s over the whole run, same round", cmd, "ratio",
+                          [value(path, rs["shareflow"], lambda rs=rs: float(rs["shareflow"]["whole_rate"])
+                                 / float(rs["flink"]["whole_rate"])) for rs in pairs], header))
+        for system in ("shareflow", "flink"):
+            out.append(figure(f"{what}: {system}, records/s over the whole run", cmd, "records/s",
+                              [value(path, rs[system], lambda r=rs[system]: float(r["whole_rate"])) for rs in pairs],
+                              header))
+            out.append(figure(f"{what}: {system}, job CPU per million records", cmd, "s",
+                              [value(path, rs[system], lambda r=rs[system]: float(r["job_cpu_s_per_m"]))
+                               for rs in pairs], header))
+    return out
+
+
 def first_build(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     cmd = "scripts/first-build"
     runs = [r for r in rows if r["kind"] == "first_run"]
@@ -473,7 +501,8 @@ def versus(figures: list[dict]) -> str:
 
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench,
-               "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak, "stateful_sql": stateful_sql}
+               "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak, "stateful_sql": stateful_sql,
+               "flink_bench": flink_bench}
 
 
 def summarise(results: Path) -> list[dict]:
@@ -487,7 +516,8 @@ def summarise(results: Path) -> list[dict]:
                       "kafka_consumer_bench":
                           "cargo run --release --features kafka --example kafka_bench -- 5000000 5 2 consumer",
                       "first_build": "scripts/first-build",
-                      "streams_bench": "scripts/streams-bench"}.get(bench, f"cargo bench --bench {bench}")
+                      "streams_bench": "scripts/streams-bench",
+                      "flink_bench": "scripts/flink-bench"}.get(bench, f"cargo bench --bench {bench}")
             raise ResultsError(f"{path}: missing; `{writer}` writes it")
         run = load(path)
         header, rows = run.header, run.rows

@@ -43,6 +43,10 @@ for the broker's JIT. A run:
      the job's end) are kept beside the counter's. shareflow runs until it is stopped
      with SIGTERM (SIGKILL after 30 s), by pid;
   5. deletes the output topic and the topics the run created (shareflow's ledger).
+A run whose answer is wrong fails the bench, with the tail of the system's stderr: a pair
+twice, a pair the input lacks or a malformed row (exactly-once broken), a pair whose
+count is below the input's, or rows shareflow's log says it dropped as late (its
+watermark passed their windows before they came).
 Each run's stdout and stderr (system.out, system.log) and shareflow's job file stay in
 ~/.cache/shareflow/flink-bench/runs/DATE-TIME/RUN/ (shareflow's checkpoints are deleted
 after a complete run).
@@ -74,6 +78,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -133,6 +138,22 @@ def tail(path: str, lines: int = 40) -> str:
             return "".join(f.readlines()[-lines:]).rstrip() or "(empty)"
     except OSError as e:
         return f"(unreadable: {e})"
+
+
+def late_rows(path: str) -> int:
+    """The rows shareflow's stateful operators dropped as late, from its warnings (one
+    per operator subtask and checkpoint, `late=N`) in its stderr."""
+    total = 0
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+                if "counted and dropped" in line:
+                    m = re.search(r"\blate=(\d+)", line)
+                    total += int(m.group(1)) if m else 0
+    except OSError:
+        pass
+    return total
 
 
 def need(tool: str, what: str) -> None:
@@ -299,8 +320,8 @@ class Run:
         os.makedirs(self.work)
         self.stopped: dict | None = None
 
-    def go(self, command: list[str], broker: int) -> dict:
-        """Runs `command` (the system) against the counter and returns the run's row."""
+    def go(self, command: list[str], broker: int, env: dict | None = None) -> dict:
+        """Runs `command` (the system, in `env`) against the counter and returns the run's row."""
         args = self.args
         create_topic(self.output, args.partitions)
         counter = subprocess.Popen(
@@ -319,7 +340,7 @@ class Run:
             broker0, started = cpu_seconds(broker), time.time() * 1000
             with open(os.path.join(self.work, "system.out"), "w") as out, \
                     open(os.path.join(self.work, "system.log"), "w") as err:
-                system = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+                system = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True, env=env)
             watch = Watch(system, counter)
             done = self.event(counter, ("complete", "stalled"), watch)
             broker1 = cpu_seconds(broker)
@@ -334,13 +355,18 @@ class Run:
                 counter.kill()
             counter.wait()
         log_path = os.path.join(self.work, "system.log")
-        if final.get("duplicates") or final.get("malformed") or final.get("unexpected") or final.get("wrong_counts"):
+        late = late_rows(log_path) if self.system == "shareflow" else None
+        said = (f"; shareflow's log counts {late:,} rows late, dropped (its warnings 'rows arrived after their windows "
+                f"were emitted: counted and dropped')" if late else "")
+        if final.get("duplicates") or final.get("malformed") or final.get("unexpected"):
             fail(f"{self.system} broke exactly-once in {self.name}: {final}; its stderr ({log_path}) ends:\n"
                  f"{tail(log_path)}")
         complete = done["event"] == "complete"
-        if complete and not final.get("ok"):
-            fail(f"{self.system}'s window counts in {self.name} do not add up to the input's {args.records} records: "
-                 f"{final}; its stderr ({log_path}) ends:\n{tail(log_path)}")
+        if final.get("wrong_counts") or late or (complete and not final.get("ok")):
+            fail(f"{self.system}'s answer in {self.name} is wrong: {final['distinct']:,} of {args.pairs:,} pairs, "
+                 f"{final['wrong_counts']:,} of them with a count below the input's, the counts adding up to "
+                 f"{final['sum_counts']:,} of {args.records:,} records{said}: {final}; its stderr ({log_path}) ends:\n"
+                 f"{tail(log_path)}")
         if complete:
             shutil.rmtree(os.path.join(self.work, "checkpoints"), ignore_errors=True)
         else:
@@ -470,9 +496,10 @@ def run_shareflow(args: argparse.Namespace, topic: str, interval: int | None = N
     transform with its watermark lagging --out-of-order-ms (allowed_lateness_ms), a Kafka
     sink to the run's output topic, at the bench's parallelism, partitions (for topics it
     would create) and checkpoint interval. The job file is left in the run's work
-    directory. It runs until stopped, so the counter alone ends the run: when every (key,
-    window) pair came (the sentinels' watermark closes the last real windows), or when
-    rows stalled."""
+    directory; it logs at warn (SHAREFLOW_LOG) to the run's system.log, where the
+    stateful operator counts the late rows it drops (a run with any fails the bench). It
+    runs until stopped, so the counter alone ends the run: when every (key, window) pair
+    came (the sentinels' watermark closes the last real windows), or when rows stalled."""
     interval = args.intervals[0] if interval is None else interval
     broker = broker_running() if broker is None else broker
     if broker is None:
@@ -493,7 +520,11 @@ def run_shareflow(args: argparse.Namespace, topic: str, interval: int | None = N
                 f"adoption_timeout_ms = {ADOPTION_TIMEOUT_MS}\n")
     # `--instance` is required on Kafka; the group and the checkpoint root are the run's
     # own (a stateful job refuses to run beside another registered instance of its group).
-    return run.go([args.binary, "run", job, "--instance", "a"], broker)
+    # Warnings (its default is errors only) as Flink's log4j2 here: among them the stateful
+    # operator's count of late rows, dropped, per checkpoint.
+    env = dict(os.environ)
+    env.setdefault("SHAREFLOW_LOG", "warn")
+    return run.go([args.binary, "run", job, "--instance", "a"], broker, env)
 
 
 def run_system(args: argparse.Namespace, system: str, interval: int, round_: int, broker: int) -> dict:

@@ -81,6 +81,7 @@ struct RawTransform {
     name: Option<Spanned<String>>,
     sql: Spanned<String>,
     allowed_lateness_ms: Option<Spanned<i64>>,
+    idle_timeout_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,19 +380,32 @@ impl Checker<'_> {
                     .map_err(|_| self.err(ms.span(), &lateness_key, "give 0 or more milliseconds".to_string()))?;
                 options.allowed_lateness = Duration::from_millis(ms);
             }
+            if let Some(ms) = &t.idle_timeout_ms {
+                let idle_key = format!("transform[{i}].idle_timeout_ms");
+                let ms = u64::try_from(*ms.get_ref())
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .ok_or_else(|| self.err(ms.span(), &idle_key, "give 1 or more milliseconds".to_string()))?;
+                options.idle_timeout = Duration::from_millis(ms);
+            }
             let plan = plan_query(t.sql.get_ref(), schema.clone(), options)
                 .map_err(|e| self.err(t.sql.span(), &key, format!("{e} (the rows reach it as the table `input`)")))?;
             schema = match &plan {
                 QueryPlan::Stateless(p) => p.output_schema(),
                 QueryPlan::Stateful(p) => p.output_schema(),
             };
-            if t.allowed_lateness_ms.is_some() && !matches!(&plan, QueryPlan::Stateful(p) if p.window().is_some()) {
-                let span = t.allowed_lateness_ms.as_ref().map(|l| l.span()).unwrap_or_default();
-                return Err(self.err(
-                    span,
-                    &format!("transform[{i}].allowed_lateness_ms"),
-                    "only a windowed query (GROUP BY tumble, hop or session) has a watermark; remove the key".into(),
-                ));
+            let windowed = matches!(&plan, QueryPlan::Stateful(p) if p.window().is_some());
+            for (name, given) in
+                [("allowed_lateness_ms", &t.allowed_lateness_ms), ("idle_timeout_ms", &t.idle_timeout_ms)]
+            {
+                if let (Some(v), false) = (given, windowed) {
+                    return Err(self.err(
+                        v.span(),
+                        &format!("transform[{i}].{name}"),
+                        "only a windowed query (GROUP BY tumble, hop or session) has a watermark; remove the key"
+                            .into(),
+                    ));
+                }
             }
             transforms.push((name, t.sql.get_ref().clone(), options));
         }

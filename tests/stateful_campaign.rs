@@ -183,7 +183,7 @@ async fn run_seed(seed: u64) -> Result<Outcome, String> {
         ),
     )
     .parallelism(parallelism)
-    .sql_with("agg", &q, SqlOptions { allowed_lateness: Duration::from_millis(2500) })
+    .sql_with("agg", &q, SqlOptions { allowed_lateness: Duration::from_millis(2500), ..SqlOptions::default() })
     .parallelism(parallelism)
     .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
     .parallelism(parallelism)

@@ -30,7 +30,7 @@ fn pipeline(sink: &CollectSink, query: &str, parallelism: u32, lateness: Duratio
         SequenceSource::factory_throttled(SPLITS, ROWS, 25, Duration::from_millis(1)),
     )
     .parallelism(parallelism)
-    .sql_with("agg", query, SqlOptions { allowed_lateness: lateness })
+    .sql_with("agg", query, SqlOptions { allowed_lateness: lateness, ..SqlOptions::default() })
     .parallelism(parallelism)
     .sink("collect", sink.factory())
     .participant(sink.participant());
@@ -251,4 +251,41 @@ async fn a_restore_refuses_state_of_another_query() {
     let err = pipeline(&sink, &changed, 2, Duration::from_secs(3600)).build(config).unwrap().run().await.unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("operator agg") && msg.contains("does not match its query") && msg.contains("max"), "{msg}");
+}
+
+/// Two sources whose event times part ways: split 1 runs a second of event time per
+/// record, split 0 a millisecond. Split 0's source pauses 20 ms between batches, longer
+/// than the 3 ms checkpoint interval, so it often has no rows in a checkpoint's period
+/// while split 1's runs on. A pause shorter than the idle timeout must not let split
+/// 1's watermark close split 0's windows: nothing is late, and the counts are the batch
+/// answer. (With an idle timeout of zero, most of split 0 is dropped as late.)
+#[tokio::test(start_paused = true)]
+async fn a_source_that_pauses_holds_the_watermark_back() {
+    let query = r#"SELECT split AS k, CAST(tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END,
+        INTERVAL '0.05 seconds') AS BIGINT) AS w, count(*) AS c FROM input
+        GROUP BY split, tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END, INTERVAL '0.05 seconds')"#;
+    let sink = CollectSink::new();
+    let job = JobBuilder::new();
+    let slow = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(20));
+    let fast = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(1));
+    // Subtask s owns split s.
+    job.source("numbers", SequenceSource::schema(), move |ctx| if ctx.subtask == 0 { slow(ctx) } else { fast(ctx) })
+        .parallelism(2)
+        .sql_with("agg", query, SqlOptions { allowed_lateness: Duration::from_millis(100), ..SqlOptions::default() })
+        .sink("collect", sink.factory())
+        .participant(sink.participant());
+    let config = JobConfig::new(storage("pause"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let job = job.build(config).unwrap();
+    job.run().await.unwrap();
+    assert_eq!(job.late_rows(), 0, "rows dropped as late");
+    let mut windows: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for split in 0..2i64 {
+        for offset in 0..300i64 {
+            let t = if split == 1 { offset * 1000 } else { offset };
+            *windows.entry((split, t - t % 50)).or_default() += 1;
+        }
+    }
+    let mut want: Vec<String> = windows.into_iter().map(|((k, w), c)| format!("{k}|{w}|{c}")).collect();
+    want.sort();
+    assert_eq!(sink.committed_sorted(), want);
 }

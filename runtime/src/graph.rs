@@ -248,9 +248,15 @@ impl Stream {
                 let late = Arc::new(LateRows::default());
                 self.builder.with(|g| g.stateful.push((name.to_string(), late.clone())));
                 let keys_plan = plan.clone();
+                // The key stage runs beside its input, subtask for subtask, so that each
+                // upstream subtask's event time makes a watermark of its own.
+                let upstream = self.builder.with(|g| g.nodes[self.node].parallelism);
                 let mut keys = self.operator(&format!("{name}-keys"), Some(plan.exchange.clone()), move |ctx| {
                     KeyStage::new(keys_plan.clone(), ctx)
                 });
+                if let Some(p) = upstream {
+                    keys = keys.parallelism(p);
+                }
                 keys.next_partitioning = Some(Partitioning::Keys(plan.key_columns()));
                 let out = plan.output_schema();
                 keys.operator(name, Some(out), move |ctx| {

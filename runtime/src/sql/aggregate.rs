@@ -29,11 +29,15 @@ pub struct SqlOptions {
     /// this). A window is emitted once the watermark passes its end; a row whose
     /// windows were all emitted is late, counted and dropped.
     pub allowed_lateness: std::time::Duration,
+    /// How long (processing time) an input of the aggregate may send no rows before it
+    /// is idle and stops holding the watermark back (Flink's `withIdleness`). Until
+    /// then it holds the watermark at its last value, however briefly it paused.
+    pub idle_timeout: std::time::Duration,
 }
 
 impl Default for SqlOptions {
     fn default() -> Self {
-        Self { allowed_lateness: std::time::Duration::from_secs(5) }
+        Self { allowed_lateness: std::time::Duration::from_secs(5), idle_timeout: std::time::Duration::from_secs(10) }
     }
 }
 
@@ -62,6 +66,7 @@ pub struct AggregatePlan {
     pub(crate) post: Vec<Step>,
     pub(crate) output: SchemaRef,
     pub(crate) lateness_ms: i64,
+    pub(crate) idle_timeout: std::time::Duration,
 }
 
 /// The name of the exchange's i-th key column.
@@ -189,6 +194,7 @@ impl AggregatePlan {
             post,
             output,
             lateness_ms,
+            idle_timeout: options.idle_timeout,
         })
     }
 }

@@ -52,13 +52,14 @@ pub struct KeyStage {
     plan: Arc<AggregatePlan>,
     task: String,
     newest: Option<i64>,
-    active: bool,
+    /// When this subtask last had rows.
+    last_rows: Option<std::time::Instant>,
 }
 
 impl KeyStage {
     /// The key stage of `plan` for subtask `ctx`.
     pub fn new(plan: Arc<AggregatePlan>, ctx: &SubtaskContext) -> Self {
-        Self { plan, task: ctx.task_name(), newest: None, active: false }
+        Self { plan, task: ctx.task_name(), newest: None, last_rows: None }
     }
 }
 
@@ -99,17 +100,21 @@ impl Operator for KeyStage {
         }
         let exchange = RecordBatch::try_new(plan.exchange.clone(), columns).map_err(|e| failed(&e))?;
         self.newest = newest;
-        self.active |= rows > 0;
+        if rows > 0 {
+            self.last_rows = Some(std::time::Instant::now());
+        }
         out.emit(exchange).await
     }
 
     async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, out: &mut Collector) -> Result<StateItems> {
         if self.plan.time.is_some() {
-            let watermark =
-                if self.active { self.newest.map(|n| n.saturating_sub(self.plan.lateness_ms)) } else { None };
+            // A subtask that had rows within the idle timeout holds the watermark at its
+            // own (a share group may give it the older records of a partition while
+            // another subtask runs ahead); one idle longer holds nothing back.
+            let live = self.last_rows.is_some_and(|at| at.elapsed() < self.plan.idle_timeout);
+            let watermark = if live { self.newest.map(|n| n.saturating_sub(self.plan.lateness_ms)) } else { None };
             out.watermark(watermark).await?;
         }
-        self.active = false;
         Ok(Vec::new())
     }
 }

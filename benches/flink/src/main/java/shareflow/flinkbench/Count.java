@@ -39,7 +39,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *       rows, distinct expected pairs, pairs read twice (duplicates), rows of a pair the
  *       input does not have (unexpected), rows whose count is not their pair's
  *       (wrong_counts), values that are not two numbers (malformed), and the sum of the
- *       counts of the other rows, which is RECORDS when every record was counted once.
+ *       counts of the other rows, which is RECORDS when every record was counted once;
+ *       with up to five examples of unexpected pairs and wrong counts.
  * </ul>
  *
  * Exit status 0 when every pair came once with its count and nothing else came but
@@ -124,6 +125,7 @@ final class Count {
             long unexpected = 0;
             long wrongCounts = 0;
             long malformed = 0;
+            List<String> examples = new ArrayList<>();
             long sum = 0;
             long first = 0;
             long atTenth = 0;
@@ -179,6 +181,9 @@ final class Count {
                     Long want = expected.get(pair);
                     if (want == null) {
                         unexpected++;
+                        if (examples.size() < 5) {
+                            examples.add("\"" + pair + " counted " + count + ", not in the input\"");
+                        }
                         continue;
                     }
                     if (!seen.add(pair)) {
@@ -187,6 +192,9 @@ final class Count {
                     }
                     if (count != want) {
                         wrongCounts++;
+                        if (examples.size() < 5) {
+                            examples.add("\"" + pair + " counted " + count + ", input has " + want + "\"");
+                        }
                     }
                     long distinct = seen.size();
                     if (distinct == tenth) {
@@ -209,9 +217,9 @@ final class Count {
                     && seen.size() == pairs && sum == records;
             System.out.printf("{\"event\":\"final\",\"rows\":%d,\"sentinel_rows\":%d,\"distinct\":%d,"
                     + "\"duplicates\":%d,\"unexpected\":%d,\"wrong_counts\":%d,\"malformed\":%d,"
-                    + "\"sum_counts\":%d,\"records\":%d,\"ok\":%b}%n",
+                    + "\"sum_counts\":%d,\"records\":%d,\"ok\":%b,\"examples\":[%s]}%n",
                     read - sentinels, sentinels, seen.size(), duplicates, unexpected, wrongCounts, malformed, sum,
-                    records, ok);
+                    records, ok, String.join(",", examples));
             System.out.flush();
             if (stalled) {
                 System.exit(5);
