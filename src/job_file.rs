@@ -36,6 +36,9 @@ use shareflow::runtime::sql::{plan_query, QueryPlan};
 use shareflow::runtime::SqlOptions;
 use toml::Spanned;
 
+/// One `[[transform]]`: (operator name, SQL, options).
+pub(crate) type Transform = (String, String, SqlOptions);
+
 /// A job file error: where (file, line, key) and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}:{line}: {key}: {message}")]
@@ -133,8 +136,8 @@ pub(crate) struct JobFile {
     pub(crate) exactly_once: bool,
     pub(crate) from_earliest: bool,
     pub(crate) max_rate: Option<u64>,
-    /// (operator name, SQL, options), in order.
-    pub(crate) transforms: Vec<(String, String, SqlOptions)>,
+    /// The transforms, in order.
+    pub(crate) transforms: Vec<Transform>,
     pub(crate) sink: SinkSpec,
     pub(crate) parallelism: u32,
     pub(crate) partitions: u32,
@@ -358,10 +361,7 @@ impl Checker<'_> {
 
     /// The `[[transform]]` tables: (operator name, SQL) in order, and whether the rows
     /// that leave the last one have a `value` column.
-    fn transforms(
-        &self,
-        raw: &[Spanned<RawTransform>],
-    ) -> Result<(Vec<(String, String, SqlOptions)>, bool), JobFileError> {
+    fn transforms(&self, raw: &[Spanned<RawTransform>]) -> Result<(Vec<Transform>, bool), JobFileError> {
         // Every transform plans against what reaches it: the source's rows, then the
         // previous transform's output.
         let mut schema = shareflow::connector::record_schema();

@@ -68,11 +68,14 @@ pub fn check_keyed_instances(keyed: bool, others: &[(String, bool)]) -> std::res
 mod tests {
     use super::*;
 
+    type Answers = Vec<(CheckpointId, Option<bool>)>;
+    type Others = Vec<(String, bool)>;
+
     #[test]
     fn keyed_state_is_restored_only_from_a_checkpoint_whose_transactions_all_committed() {
         use KeyedRestore::*;
         // (answers per (checkpoint id, participant), plan)
-        let table: [(Vec<(CheckpointId, Option<bool>)>, KeyedRestore); 6] = [
+        let table: Vec<(Answers, KeyedRestore)> = vec![
             (vec![], Keep),
             (vec![(7, None)], Keep),
             (vec![(7, Some(true)), (7, None)], Keep),
@@ -90,7 +93,7 @@ mod tests {
         let stateless = ("b".to_string(), false);
         let keyed = ("k".to_string(), true);
         // (this job keyed, others, allowed, named in the refusal)
-        let table: [(bool, Vec<(String, bool)>, bool, &str); 6] = [
+        let table: Vec<(bool, Others, bool, &str)> = vec![
             (true, vec![], true, ""),
             (false, vec![], true, ""),
             (false, vec![stateless.clone()], true, ""),

@@ -246,12 +246,12 @@ impl Store {
         let hashes =
             crate::partition::hash_rows(keys, start.len()).map_err(datafusion_common::DataFusionError::Execution)?;
         let mut groups = Vec::with_capacity(start.len());
-        for i in 0..start.len() {
+        for (i, &hash) in hashes.iter().enumerate().take(start.len()) {
             let (s, e) = (start.value(i), end.value(i));
             let g = if self.sessions.is_some() {
                 let mut made = None;
-                let list = self.session_list(rows.row(i), hashes[i], |st| {
-                    let g = st.push_group(rows.row(i), hashes[i], s, e);
+                let list = self.session_list(rows.row(i), hash, |st| {
+                    let g = st.push_group(rows.row(i), hash, s, e);
                     made = Some(g);
                     g
                 });
@@ -262,7 +262,7 @@ impl Store {
                 match (made, existing) {
                     (_, Some(g)) => g,
                     (made, None) => {
-                        let g = made.unwrap_or_else(|| self.push_group(rows.row(i), hashes[i], s, e));
+                        let g = made.unwrap_or_else(|| self.push_group(rows.row(i), hash, s, e));
                         if let Some(x) = self.sessions.as_mut() {
                             x[list].1.push(g);
                         }
@@ -270,7 +270,7 @@ impl Store {
                     }
                 }
             } else {
-                self.window_group(rows.row(i), hashes[i], s, e)
+                self.window_group(rows.row(i), hash, s, e)
             };
             groups.push(g as usize);
         }

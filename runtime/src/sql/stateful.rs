@@ -156,7 +156,7 @@ impl AggregateOperator {
     pub fn new(plan: Arc<AggregatePlan>, ctx: &SubtaskContext, late: Arc<LateRows>) -> Result<Self> {
         let sessions = matches!(plan.window, Some(WindowSpec::Session { .. }));
         let store = Store::new(sort_fields(&plan.keys_types()), sessions, accumulators(&plan))
-            .map_err(|e| RuntimeError::task_message(&ctx.task_name(), ErrorKind::Invalid, e.to_string()))?;
+            .map_err(|e| RuntimeError::task_message(ctx.task_name(), ErrorKind::Invalid, e.to_string()))?;
         Ok(Self {
             plan,
             task: ctx.task_name(),
