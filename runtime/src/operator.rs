@@ -133,8 +133,9 @@ pub trait Operator: Send + 'static {
 
     /// Barrier n arrived on every input, and `watermark` is the minimum of the event-time
     /// watermarks (ms since the Unix epoch) that the inputs not idle in checkpoint n's
-    /// period sent before it ([`Collector::watermark`]). Called just before
-    /// [`snapshot_state`](Self::snapshot_state), and only if some input sent one.
+    /// period sent before it ([`Collector::watermark`]); if every input was idle, the
+    /// newest of the last watermarks they sent. Called just before
+    /// [`snapshot_state`](Self::snapshot_state), and only if some input ever sent one.
     async fn on_watermark(&mut self, _watermark: i64) -> Result<()> {
         Ok(())
     }

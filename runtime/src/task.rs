@@ -42,6 +42,8 @@ pub(crate) struct Inputs {
     aligning: Option<Barrier>,
     /// Per raw input, the watermark it sent in the current checkpoint's period, if any.
     watermarks: Vec<Option<i64>>,
+    /// Per raw input, the last watermark it ever sent.
+    last_watermarks: Vec<Option<i64>>,
 }
 
 /// What the inputs produce for the operator.
@@ -63,15 +65,18 @@ impl Inputs {
             ended: vec![false; inputs],
             aligning: None,
             watermarks: vec![None; inputs],
+            last_watermarks: vec![None; inputs],
         }
     }
 
     /// The minimum of the watermarks the inputs sent since the last alignment, over the
-    /// inputs that were not idle; `None` if every input was idle. Resets them.
+    /// inputs that were not idle. If every input was idle, none holds the watermark
+    /// back: the newest of the last watermarks they sent (`None` if none ever sent
+    /// one). Resets the period's.
     pub(crate) fn take_watermark(&mut self) -> Option<i64> {
         let min = self.watermarks.iter().flatten().min().copied();
         self.watermarks.iter_mut().for_each(|w| *w = None);
-        min
+        min.or_else(|| self.last_watermarks.iter().flatten().max().copied())
     }
 
     fn raw_next(&mut self) -> Option<(usize, Message)> {
@@ -108,6 +113,7 @@ impl Inputs {
                     if let Some(w) = w {
                         let slot = &mut self.watermarks[input];
                         *slot = Some(slot.map_or(w, |old: i64| old.max(w)));
+                        self.last_watermarks[input] = *slot;
                     }
                 }
                 Message::Barrier(b) => {
@@ -390,5 +396,27 @@ mod tests {
         .unwrap();
         let mut inputs = Inputs::new(rx, 2, vec![0, 1]);
         assert!(inputs.next("t").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_watermark_is_the_minimum_of_live_inputs_and_the_newest_once_all_are_idle() {
+        let (tx, rx) = mpsc::channel(64);
+        let mut inputs = Inputs::new(rx, 2, vec![0, 0]);
+        let barrier = |n| Message::Barrier(Barrier { checkpoint_id: n, is_final: false, end_of_input: false });
+        // (watermarks of inputs 0 and 1 in the period, the aligned watermark)
+        let table: [(Option<i64>, Option<i64>, Option<i64>); 4] = [
+            (Some(5), Some(9), Some(5)),
+            (None, Some(12), Some(12)), // input 0 idle: it holds nothing back
+            (None, None, Some(12)),     // both idle: the newest of their last ones
+            (Some(7), None, Some(7)),   // input 0 back, lower: the operator keeps its own maximum
+        ];
+        for (n, (a, b, want)) in table.into_iter().enumerate() {
+            for (input, w) in [(0, a), (1, b)] {
+                tx.try_send(Tagged { input, message: Message::Watermark(w) }).unwrap();
+                tx.try_send(Tagged { input, message: barrier(n as u64 + 1) }).unwrap();
+            }
+            assert!(matches!(inputs.next("t").await.unwrap(), InputEvent::Aligned(_)));
+            assert_eq!(inputs.take_watermark(), want, "period {n}");
+        }
     }
 }
