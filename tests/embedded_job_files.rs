@@ -20,6 +20,9 @@ use shareflow::connector::share::{IsolationLevel, RecordState, TopicPartition};
 #[path = "support/rng.rs"]
 mod rng;
 
+#[path = "support/stateful_kinds.rs"]
+mod kinds;
+
 const RECORDS: u64 = 20_000;
 const PARTITIONS: i32 = 2;
 
@@ -317,11 +320,6 @@ fn the_windowed_job_file_is_exactly_once_through_kills() {
 /// (`USER,MS`): the closed windows (and each user's last count) equal the batch answer.
 #[test]
 fn every_stateful_query_kind_runs_from_a_job_file() {
-    const N: u64 = 4_000;
-    const USERS: u64 = 10;
-    const BASE: u64 = 1_700_000_000_000;
-    // Every 100 records event time pauses for a second: sessions (gap 300 ms) split there.
-    let time = |i: u64| BASE + i * 10 + (i / 100) * 1_000;
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let mut produce = shareflow()
@@ -334,133 +332,55 @@ fn every_stateful_query_kind_runs_from_a_job_file() {
         .unwrap();
     {
         let mut stdin = produce.stdin.take().unwrap();
-        for i in 0..N {
-            writeln!(stdin, "user-{},{}", i % USERS, time(i)).unwrap();
+        for i in 0..kinds::N {
+            writeln!(stdin, "{}", kinds::value(i)).unwrap();
         }
     }
     assert!(produce.wait_with_output().unwrap().status.success());
-    let user = "split_part(CAST(value AS VARCHAR), ',', 1)";
-    let t = "CAST(split_part(CAST(value AS VARCHAR), ',', 2) AS BIGINT)";
-    let last = time(N - 1);
-    let lateness = 500;
-    // (name, window in GROUP BY, the windows of record i, the window's end from its start or last event)
-    type Windows = Box<dyn Fn(u64) -> Vec<u64>>;
-    let kinds: Vec<(&str, String, Option<Windows>)> = vec![
-        ("tumble", format!("tumble({t}, INTERVAL '1 second')"), Some(Box::new(|t: u64| vec![t - t % 1_000]))),
-        (
-            "hop",
-            format!("hop({t}, INTERVAL '0.5 seconds', INTERVAL '1 second')"),
-            Some(Box::new(|t: u64| vec![t - t % 500, t - t % 500 - 500])),
-        ),
-        ("session", format!("session({t}, INTERVAL '0.3 seconds')"), None),
-        ("upsert", String::new(), None),
-    ];
-    for (name, window, windows) in kinds {
-        let (group_by, value) = if window.is_empty() {
-            (user.to_string(), "CAST(count(*) AS VARCHAR)".to_string())
-        } else {
-            (
-                format!("{user}, {window}"),
-                format!("concat(CAST(CAST({window} AS BIGINT) AS VARCHAR), ',', CAST(count(*) AS VARCHAR))"),
-            )
-        };
-        let lateness_line =
-            if window.is_empty() { String::new() } else { format!("allowed_lateness_ms = {lateness}\n") };
+    for kind in kinds::kinds() {
+        let name = kind.name;
         let job = format!(
             "broker = \"{broker}\"\ncheckpoints = \"file://{chk}\"\n\n[source]\ngroup = \"{name}\"\ntopics = [\"events\"]\n\n\
-             [[transform]]\nname = \"{name}\"\n{lateness_line}sql = \"SELECT {user} AS key, {value} AS value FROM input GROUP BY {group_by}\"\n\n\
+             [[transform]]\nname = \"{name}\"\n{lateness}sql = \"{sql}\"\n\n\
              [sink]\nkind = \"topic\"\ntopic = \"{name}-out\"\n\n[job]\nparallelism = 2\ncheckpoint_interval_ms = 50\n",
             broker = dir.join("broker").display(),
             chk = dir.join(format!("chk-{name}")).display(),
+            lateness = kind.lateness,
+            sql = kind.sql,
         );
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, job).unwrap();
-        // The batch answer: closed windows only (the watermark ends at the last event
-        // time less the lateness); for upsert, each user's count.
-        let watermark = last - lateness;
-        let mut want = BTreeMap::<(String, String), u64>::new();
-        match (name, &windows) {
-            ("upsert", _) => {
-                for i in 0..N {
-                    *want.entry((format!("user-{}", i % USERS), String::new())).or_default() += 1;
-                }
-            }
-            ("session", _) => {
-                for u in 0..USERS {
-                    let events: Vec<u64> = (0..N).filter(|i| i % USERS == u).map(time).collect();
-                    let mut start = events[0];
-                    let mut prev = start;
-                    let mut count = 0;
-                    for &e in &events {
-                        if e >= prev + 300 {
-                            if prev + 300 <= watermark {
-                                want.insert((format!("user-{u}"), start.to_string()), count);
-                            }
-                            start = e;
-                            count = 0;
-                        }
-                        count += 1;
-                        prev = e;
-                    }
-                    if prev + 300 <= watermark {
-                        want.insert((format!("user-{u}"), start.to_string()), count);
-                    }
-                }
-            }
-            (_, Some(windows)) => {
-                // Both windows are 1 s long.
-                let size = 1_000;
-                for i in 0..N {
-                    for w in windows(time(i)) {
-                        if w + size <= watermark {
-                            *want.entry((format!("user-{}", i % USERS), w.to_string())).or_default() += 1;
-                        }
-                    }
-                }
-            }
-            _ => unreachable!(),
-        }
-        let read = || -> BTreeMap<(String, String), u64> {
+        let read = || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async {
-                let mut got = BTreeMap::new();
+            let rows = runtime.block_on(async {
+                let mut rows = Vec::new();
                 let Ok(broker) =
                     EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
                 else {
-                    return got;
+                    return rows;
                 };
                 for p in 0..broker.partition_count(&format!("{name}-out")).unwrap_or(0) as i32 {
                     let tp = TopicPartition::new(format!("{name}-out"), p);
                     for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
-                        let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-                        let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                        let (w, c) = value
-                            .rsplit_once(',')
-                            .map_or((String::new(), value.clone()), |(w, c)| (w.to_string(), c.to_string()));
-                        let c: u64 = c.parse().unwrap();
-                        if name == "upsert" {
-                            got.insert((key, w), c); // the last value per key
-                        } else {
-                            assert!(
-                                got.insert((key.clone(), w.clone()), c).is_none(),
-                                "{name}: {key} {w} emitted twice"
-                            );
-                        }
+                        let text = |b: Option<bytes::Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+                        rows.push((text(r.key), text(r.value)));
                     }
                 }
-                got
-            })
+                rows
+            });
+            kinds::fold(name, rows).unwrap()
         };
         let log = dir.join(format!("{name}-run"));
         let mut child = start(&path, &log);
+        // The last windows close once the drained source was idle for 10 s.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while read() != want {
+        while read() != kind.want {
             if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
                 let _ = child.kill();
                 panic!(
-                    "{name}: the output is not the batch answer: {:?} rows against {} ({})",
+                    "{name}: the output is not the batch answer: {} rows against {} ({})",
                     read().len(),
-                    want.len(),
+                    kind.want.len(),
                     std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
                 );
             }
@@ -469,6 +389,6 @@ fn every_stateful_query_kind_runs_from_a_job_file() {
         Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
         let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
         assert!(status.success(), "{name}: {status}");
-        assert_eq!(read(), want, "{name}: after the stop");
+        assert_eq!(read(), kind.want, "{name}: after the stop");
     }
 }

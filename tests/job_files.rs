@@ -20,6 +20,9 @@ use object_store::ObjectStoreExt as _;
 use support::demo::{wait_for, Outcome};
 use support::kafka::{cluster, unique};
 
+#[path = "support/stateful_kinds.rs"]
+mod kinds;
+
 /// The longest a job file's run may take to process its input.
 const WITHIN: Duration = Duration::from_secs(120);
 
@@ -194,4 +197,54 @@ fn a_bad_job_file_is_refused_naming_its_line_and_key() {
     let out = Command::new(env!("CARGO_BIN_EXE_shareflow")).args(["run", "/nonexistent/job.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/job.toml"), "{out:?}");
+}
+
+/// Tumbling, hopping, session and upsert queries, each run from a job file by
+/// `shareflow run` on Kafka (event time read from the value `USER,MS`): the closed
+/// windows (and each user's last count) equal the batch answer, read_committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stateful_query_kind_runs_from_a_job_file_on_kafka() {
+    let Some(c) = cluster().await else { return };
+    let bootstrap = support::kafka::bootstrap().unwrap();
+    let input = unique("kinds-in");
+    c.ensure_topic(&input, 2, &[]).await.unwrap();
+    c.produce(&input, (0..kinds::N).map(|i| (None, Bytes::from(kinds::value(i))))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for kind in kinds::kinds() {
+        let name = kind.name;
+        let (group, output) = (unique(&format!("kinds-{name}")), unique(&format!("kinds-{name}-out")));
+        let job = format!(
+            "kafka = \"{bootstrap}\"\ncheckpoints = \"file://{chk}\"\n\n[source]\ngroup = \"{group}\"\n\
+             topics = [\"{input}\"]\n\n[[transform]]\nname = \"{name}\"\n{lateness}sql = \"{sql}\"\n\n\
+             [sink]\nkind = \"kafka\"\ntopic = \"{output}\"\n\n[job]\nparallelism = 2\ncheckpoint_interval_ms = 200\n",
+            chk = dir.path().join(name).display(),
+            lateness = kind.lateness,
+            sql = kind.sql,
+        );
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, job).unwrap();
+        let stdout = dir.path().join(format!("{name}.out"));
+        let child = start(&path, name, &format!("file://{}", dir.path().join(name).display()), &stdout);
+        let read = || async {
+            let rows = c.read_committed(&output).await.unwrap_or_default().into_iter().map(|(_, _, k, v)| {
+                let text = |b: Option<Bytes>| String::from_utf8(b.unwrap_or_default().to_vec()).unwrap();
+                (text(k), text(v))
+            });
+            kinds::fold(name, rows).unwrap()
+        };
+        // The last windows close once the drained source was idle for 10 s.
+        let deadline = Instant::now() + WITHIN;
+        while read().await != kind.want {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: not the batch answer within {WITHIN:?}: {} rows of {}",
+                read().await.len(),
+                kind.want.len()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let outcome = stop(child, &stdout);
+        assert_eq!(outcome.code, 0, "{name}: {}", outcome.stdout);
+        assert_eq!(read().await, kind.want, "{name}: after the stop");
+    }
 }
