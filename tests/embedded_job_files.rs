@@ -69,6 +69,26 @@ fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> 
     None
 }
 
+/// Loads `lines` into `topic` of the broker under `dir` with `shareflow produce`.
+fn produce_lines(dir: &Path, topic: &str, partitions: i32, lines: impl Iterator<Item = String>) {
+    let mut produce = shareflow()
+        .args(["produce", "--dir"])
+        .arg(dir.join("broker"))
+        .args(["--topic", topic, "--partitions", &partitions.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = produce.stdin.take().unwrap();
+        for line in lines {
+            writeln!(stdin, "{line}").unwrap();
+        }
+    }
+    let out = produce.wait_with_output().unwrap();
+    assert!(out.status.success(), "produce: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Output records read_committed, read beside the live job (read-only open).
 async fn committed_output(dir: &Path) -> usize {
     let Ok(broker) = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await else {
@@ -205,22 +225,8 @@ fn the_windowed_job_file_is_exactly_once_through_kills() {
     const BASE: u64 = 1_700_000_000_000;
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mut produce = shareflow()
-        .args(["produce", "--dir"])
-        .arg(dir.join("broker"))
-        .args(["--topic", "clicks", "--partitions", &PARTITIONS.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        // Event times 10 ms apart: 200 s, 20 windows of 10 s, 20 records per user each.
-        let mut stdin = produce.stdin.take().unwrap();
-        for i in 0..RECORDS {
-            writeln!(stdin, "user-{},{}", i % USERS, BASE + i * 10).unwrap();
-        }
-    }
-    assert!(produce.wait_with_output().unwrap().status.success());
+    // Event times 10 ms apart: 200 s, 20 windows of 10 s, 20 records per user each.
+    produce_lines(dir, "clicks", PARTITIONS, (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10)));
     let text = std::fs::read_to_string(checkout_file("examples/jobs/windows_embedded.toml"))
         .unwrap()
         .replace("/tmp/shareflow-windows/broker", &dir.join("broker").display().to_string())
@@ -322,21 +328,7 @@ fn the_windowed_job_file_is_exactly_once_through_kills() {
 fn every_stateful_query_kind_runs_from_a_job_file() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mut produce = shareflow()
-        .args(["produce", "--dir"])
-        .arg(dir.join("broker"))
-        .args(["--topic", "events", "--partitions", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = produce.stdin.take().unwrap();
-        for i in 0..kinds::N {
-            writeln!(stdin, "{}", kinds::value(i)).unwrap();
-        }
-    }
-    assert!(produce.wait_with_output().unwrap().status.success());
+    produce_lines(dir, "events", 2, (0..kinds::N).map(kinds::value));
     for kind in kinds::kinds() {
         let name = kind.name;
         let job = format!(
