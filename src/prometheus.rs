@@ -34,8 +34,19 @@ pub type MetricSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<Metric>> + Send +
 /// The metrics of a running job ([`shareflow_runtime::JobMetricsSnapshot::metrics`]).
 pub fn job_source(job: &Job) -> MetricSource {
     let metrics = job.metrics_handle();
+    let late = job.late_rows_by_operator();
     Arc::new(move || {
-        let m = metrics.snapshot().metrics();
+        let mut m = metrics.snapshot().metrics();
+        for (operator, rows) in &late {
+            m.push(
+                Metric::new(
+                    "shareflow-sql-late-rows-total",
+                    "rows a stateful SQL operator dropped as late (their windows had been emitted)",
+                    MetricValue::Counter(rows.get()),
+                )
+                .label("operator", operator.clone()),
+            );
+        }
         Box::pin(async move { m })
     })
 }
@@ -251,6 +262,35 @@ impl EncodeMetric for Value<'_> {
 mod tests {
     use super::*;
     use shareflow_runtime::Histogram;
+
+    #[tokio::test]
+    async fn a_stateful_jobs_late_rows_are_a_counter_per_operator() {
+        use shareflow_runtime::testing::{CollectSink, SequenceSource};
+        use shareflow_runtime::{JobBuilder, JobConfig};
+        let sink = CollectSink::new();
+        let job = JobBuilder::new();
+        // Event time falls back by 10 s after offset 100: the rows after it are late.
+        let throttled = SequenceSource::factory_throttled(1, 200, 10, std::time::Duration::from_millis(2));
+        job.source("numbers", SequenceSource::schema(), throttled)
+            .sql(
+                "agg",
+                r#"SELECT split, count(*) AS c FROM input
+                   GROUP BY split, tumble(CASE WHEN "offset" < 100 THEN "offset" + 20000 ELSE "offset" END, INTERVAL '1 second')"#,
+            )
+            .sink("collect", sink.factory())
+            .participant(sink.participant());
+        let storage = shareflow_checkpoint::CheckpointStore::from_url("memory://late/c", &[], "late").unwrap();
+        let job = job
+            .build(JobConfig::new(storage, "late", "late").checkpoint_interval(std::time::Duration::from_millis(1)))
+            .unwrap();
+        job.run().await.unwrap();
+        let metrics = job_source(&job)().await;
+        let late: Vec<&Metric> = metrics.iter().filter(|m| m.name == "shareflow-sql-late-rows-total").collect();
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert_eq!(late[0].labels, vec![("operator", "agg".to_string())]);
+        assert!(job.late_rows() > 0, "rows after the fall back are late");
+        assert!(matches!(late[0].value, MetricValue::Counter(n) if n == job.late_rows()), "{late:?}");
+    }
 
     #[test]
     fn the_text_has_every_metric_typed_with_prometheus_names() {

@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use shareflow_checkpoint::instances::{InstanceRecord, Standing};
 use shareflow_checkpoint::protocol::{plan_keyed_restore, KeyedRestore, RetentionPolicy};
@@ -121,6 +123,12 @@ impl Job {
     /// emitted), over every attempt so far.
     pub fn late_rows(&self) -> u64 {
         self.spec.stateful.iter().map(|(_, late)| late.get()).sum()
+    }
+
+    /// Rows dropped as late by each stateful SQL operator, by operator name (for an
+    /// exporter: the counters are live).
+    pub fn late_rows_by_operator(&self) -> Vec<(String, Arc<crate::sql::LateRows>)> {
+        self.spec.stateful.clone()
     }
 
     /// Whether the job keeps keyed state (a stateful SQL operator or an operator marked
