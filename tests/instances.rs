@@ -343,21 +343,15 @@ fn keyed_instance(broker: &EmbeddedBroker, store: &Arc<dyn ObjectStore>, prefix:
     // Runs until stopped, so that it is live while others try to start.
     source.stop_when_drained = false;
     source.poll_timeout = Duration::from_millis(5);
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            share_config(),
-            Arc::new(SourceMetrics::default()),
-        ),
-    )
-    .sql("count", "SELECT key, CAST(count(*) AS VARCHAR) AS value FROM input GROUP BY key")
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-    .participant(txns.clone());
+    let query = "SELECT key, CAST(count(*) AS VARCHAR) AS value FROM input GROUP BY key";
+    let job = eos::query_pipeline(
+        broker,
+        &txns,
+        (source, share_config(), Arc::new(SourceMetrics::default())),
+        ("count", query, shareflow::runtime::SqlOptions::default()),
+        OUTPUT,
+        1,
+    );
     let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
     let config = JobConfig::new(storage, GROUP, prefix)
         .checkpoint_interval(INTERVAL)

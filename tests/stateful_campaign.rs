@@ -29,11 +29,11 @@ use object_store::ObjectStore;
 use rng::Rng;
 use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, TokioClock};
-use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+use shareflow::connector::embedded::BrokerTransactions;
 use shareflow::connector::share::{IsolationLevel, ProducerRecord, TopicPartition};
-use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow::connector::{SourceMetrics, SourceSettings};
 use shareflow::runtime::failpoint::points;
-use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy, SqlOptions};
+use shareflow::runtime::{JobConfig, RestartStrategy, SqlOptions};
 
 const GROUP: &str = "agg";
 const INPUT: &str = "agg-in";
@@ -169,25 +169,16 @@ async fn run_seed(seed: u64) -> Result<Outcome, String> {
     source.stop_when_drained = true;
     source.max_poll_records = 50;
     source.poll_timeout = Duration::from_millis(5);
-    let job = JobBuilder::new();
     let q = query(kind);
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            share_config(),
-            Arc::new(SourceMetrics::default()),
-        ),
-    )
-    .parallelism(parallelism)
-    .sql_with("agg", &q, SqlOptions { allowed_lateness: Duration::from_millis(2500), ..SqlOptions::default() })
-    .parallelism(parallelism)
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-    .parallelism(parallelism)
-    .participant(txns.clone());
+    let options = SqlOptions { allowed_lateness: Duration::from_millis(2500), ..SqlOptions::default() };
+    let job = eos::query_pipeline(
+        &broker,
+        &txns,
+        (source, share_config(), Arc::new(SourceMetrics::default())),
+        ("agg", &q, options),
+        OUTPUT,
+        parallelism,
+    );
     let interval = Duration::from_millis(2 + rng.below(15));
     let mut config = JobConfig::new(storage_on(store.clone() as Arc<dyn ObjectStore>, "c"), GROUP, "job")
         .checkpoint_interval(interval)

@@ -14,7 +14,7 @@ use shareflow::connector::embedded::TopicSink;
 use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
 use shareflow::connector::verify::{check_exactly_once, ExactlyOnceReport};
 use shareflow::connector::{record_schema, Decoder, SourceMetrics, SourceSettings};
-use shareflow::runtime::{Job, JobBuilder, JobConfig, JobReport, RestartStrategy, RuntimeError};
+use shareflow::runtime::{Job, JobBuilder, JobConfig, JobReport, RestartStrategy, RuntimeError, SqlOptions};
 
 #[path = "demo.rs"]
 pub mod demo;
@@ -62,6 +62,28 @@ pub fn pipeline(
     parallelism: u32,
     metrics: Arc<SourceMetrics>,
 ) -> JobBuilder {
+    let query = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input";
+    query_pipeline(
+        broker,
+        txns,
+        (source, share, metrics),
+        ("transform", query, SqlOptions::default()),
+        OUTPUT,
+        parallelism,
+    )
+}
+
+/// Share source (settings, group configuration, metrics) -> the query (operator name,
+/// SQL, options) -> topic sink into `output`, every operator at `parallelism`, with
+/// acknowledgements and output in T(n) of `txns`.
+pub fn query_pipeline(
+    broker: &EmbeddedBroker,
+    txns: &Arc<BrokerTransactions>,
+    (source, share, metrics): (SourceSettings, ShareConfig, Arc<SourceMetrics>),
+    (name, query, options): (&str, &str, SqlOptions),
+    output: &str,
+    parallelism: u32,
+) -> JobBuilder {
     let job = JobBuilder::new();
     job.source(
         "share-source",
@@ -69,9 +91,9 @@ pub fn pipeline(
         ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, share, metrics),
     )
     .parallelism(parallelism)
-    .sql("transform", "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input")
+    .sql_with(name, query, options)
     .parallelism(parallelism)
-    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+    .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), output))
     .parallelism(parallelism)
     .participant(txns.clone());
     job
