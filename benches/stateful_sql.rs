@@ -86,7 +86,6 @@ async fn run(
     group: &str,
     query: &str,
     checkpoints: &str,
-    drain: bool,
     stop_after: Option<u64>,
 ) -> (JobReport, f64) {
     broker.configure_group(group, group_config()).await.unwrap();
@@ -96,7 +95,6 @@ async fn run(
     }
     let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
     let mut source = SourceSettings::new(group, &[INPUT]);
-    source.stop_when_drained = drain;
     source.max_poll_records = 2_000;
     let metrics = Arc::new(SourceMetrics::default());
     let job = JobBuilder::new();
@@ -126,10 +124,9 @@ async fn run(
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
             eprintln!(
-                "  {group}: {} records emitted after {:.0} s; backlog {:?}",
+                "  {group}: {} records emitted after {:.0} s",
                 metrics.records_emitted.load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed().as_secs_f64(),
-                broker.backlog(group, INPUT).await.ok()
+                started.elapsed().as_secs_f64()
             );
         }
     };
@@ -183,7 +180,7 @@ async fn rates(results: &mut results::Results, rounds: usize) {
             let url = format!("file://{}/chk-{group}", dir.path().display());
             // Stopped once every record was emitted: the final checkpoint waits for all of
             // them to be processed and commits them (the same end for both queries).
-            let (report, seconds) = run(&broker, &group, query, &url, false, Some(scaled(RECORDS))).await;
+            let (report, seconds) = run(&broker, &group, query, &url, Some(scaled(RECORDS))).await;
             broker.close();
             let rate = scaled(RECORDS) as f64 / seconds;
             eprintln!(
@@ -214,7 +211,7 @@ async fn state(results: &mut results::Results) {
     let broker = broker(dir.path(), scaled(STATE_KEYS), scaled(STATE_KEYS)).await;
     let url = format!("file://{}/chk", dir.path().display());
     let before = rss_bytes();
-    let (report, seconds) = run(&broker, "held", HELD, &url, false, Some(scaled(STATE_KEYS))).await;
+    let (report, seconds) = run(&broker, "held", HELD, &url, Some(scaled(STATE_KEYS))).await;
     let after = rss_bytes();
     let c = &report.metrics.checkpoints;
     let per_key = (after.saturating_sub(before)) as f64 / scaled(STATE_KEYS) as f64;
@@ -228,7 +225,7 @@ async fn state(results: &mut results::Results) {
     // It recovers, opens its operators with the restored state (while its final
     // barrier waits for them), takes its final checkpoint of all the keys again and
     // commits: the whole run bounds the restore.
-    let (again, again_seconds) = run(&broker, "held", HELD, &url, false, Some(0)).await;
+    let (again, again_seconds) = run(&broker, "held", HELD, &url, Some(0)).await;
     eprintln!(
         "restore of 1,000,000 keys and one more checkpoint of them: {again_seconds:.3} s in all (from checkpoint \
          {:?}; the recovery step {:.3} s, the checkpoint, restore included, {:.3} s)",

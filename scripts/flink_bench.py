@@ -81,7 +81,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -90,6 +89,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import kafka_requests  # noqa: E402  (where the test broker's jars are)
+# The broker and topic helpers, the same as the Kafka Streams bench's.
+from streams_bench import (  # noqa: E402
+    broker_running, create_topic, delete_topics_with_prefix, git_rev, kafka_tool, median, need, topics,
+)
 
 SOURCES = os.path.join(ROOT, "benches", "flink")
 HOME = os.environ.get("SHAREFLOW_HOME", os.path.expanduser("~/.cache/shareflow"))
@@ -156,11 +159,6 @@ def late_rows(path: str) -> int:
     return total
 
 
-def need(tool: str, what: str) -> None:
-    if shutil.which(tool) is None:
-        fail(f"`{tool}` is not on PATH: install {what} (Debian: apt-get install {what})")
-
-
 def build_java() -> str:
     """Copies the Flink side's dependencies with mvn and compiles it with javac, once per
     change of its sources; returns the class path."""
@@ -218,44 +216,6 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def broker_running() -> int | None:
-    try:
-        pid = int(open(PIDFILE).read().strip())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
-
-
-def kafka_tool(*args: str) -> str:
-    lib = os.path.join(kafka_requests.kafka_lib(), "*")
-    out = subprocess.run(["java", "-Xmx256m", "-cp", lib, *args], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        fail(f"{args[0]} {' '.join(args[1:])} failed: {out.stderr.strip()[-600:]}")
-    return out.stdout
-
-
-def topics(*args: str) -> str:
-    return kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", BOOTSTRAP, *args)
-
-
-def create_topic(name: str, partitions: int) -> None:
-    topics("--create", "--topic", name, "--partitions", str(partitions), "--replication-factor", "1")
-
-
-def delete_topics_with_prefix(prefix: str) -> None:
-    names = [t for t in topics("--list").split() if t.startswith(prefix)]
-    for name in names:
-        topics("--delete", "--topic", name)
-
-
-def git_rev() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def expected_pairs(records: int, keys: int, base_ms: int, span_ms: int) -> int:
@@ -531,11 +491,6 @@ def run_system(args: argparse.Namespace, system: str, interval: int, round_: int
     if system == "flink":
         return run_flink(args, args.input, interval, round_, broker)
     return run_shareflow(args, args.input, interval, round_, broker)
-
-
-def median(values: list) -> float:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else float("nan")
 
 
 def report(rows: list[dict]) -> None:

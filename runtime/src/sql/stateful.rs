@@ -234,10 +234,11 @@ impl AggregateOperator {
         let plan = &self.plan;
         let groups = plan.aggregate_schema.fields().len() - plan.aggregates.len();
         let mut keys = emitted.keys.into_iter();
+        let mut start = Some(emitted.start);
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(plan.aggregate_schema.fields().len());
         for position in 0..groups {
             if plan.window.is_some() && position == plan.window_position {
-                columns.push(Arc::new(TimestampMillisecondArray::from(emitted.start.clone())));
+                columns.push(Arc::new(TimestampMillisecondArray::from(start.take().unwrap_or_default())));
             } else {
                 columns.push(keys.next().ok_or_else(|| self.failed("a group key column is missing"))?);
             }
