@@ -440,7 +440,7 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: CheckpointId, j
                 "participant": t.participant, "transaction": t.transaction_id, "state": format!("{:?}", t.state),
             })).collect::<Vec<_>>(),
             "state_files": files.iter().map(|(f, v)| serde_json::json!({
-                "operator": f.operator, "subtask": f.subtask, "bytes": f.size, "inline": f.inline.is_some(),
+                "operator": f.operator, "subtask": f.subtask, "part": f.part, "bytes": f.size, "inline": f.inline.is_some(),
                 "shared_offset": f.offset, "check": v,
             })).collect::<Vec<_>>(),
         });
@@ -464,7 +464,8 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: CheckpointId, j
                 (None, Some(offset)) => format!("{} @{offset}", shareflow::checkpoint::SHARED_STATE_NAME),
                 (None, None) => "file".to_string(),
             };
-            println!("  {:<24} {:>4} {:>10} bytes {place:<6} {v}", f.operator, f.subtask, f.size);
+            let part = if f.part > 0 { format!(" part {}", f.part) } else { String::new() };
+            println!("  {:<24} {:>4} {:>10} bytes {place:<6} {v}{part}", f.operator, f.subtask, f.size);
         }
         if files.is_empty() {
             println!("  (none: the job's operators keep no state)");

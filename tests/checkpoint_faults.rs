@@ -216,6 +216,47 @@ async fn a_state_past_the_shared_limit_gets_a_file_of_its_own() {
     assert_eq!(restored.states[&("agg".to_string(), 1)], three_states(1)[1].2);
 }
 
+/// A state larger than the part limit is written in parts, no object larger than the
+/// limits allow; it restores byte for byte, savepoints copy every part, and a lost part
+/// fails only its checkpoint, naming the part.
+#[tokio::test]
+async fn a_state_past_the_part_limit_is_split_into_bounded_objects() {
+    use object_store::ObjectStoreExt;
+    let (faulty, store) = faulty();
+    let (shared_limit, part_limit) = (25_000, 8_000);
+    let store = store.with_shared_state_limit(shared_limit).with_state_part_limit(part_limit);
+    // Varied bytes, so a part restored in the wrong order would not compare equal.
+    let big: bytes::Bytes = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>().into();
+    let states = vec![("agg".to_string(), 0, big.clone()), ("src".to_string(), 0, bytes::Bytes::from_static(b"small"))];
+    store.commit_checkpoint(1, &states, vec![], 1024).await.unwrap();
+    let m = store.commit_checkpoint(2, &states, vec![], 1024).await.unwrap();
+    let agg: Vec<_> = m.state_files.iter().filter(|f| f.operator == "agg").collect();
+    assert_eq!(agg.len(), 50_000usize.div_ceil(part_limit), "parts of at most {part_limit} bytes");
+    assert!(agg.iter().enumerate().all(|(i, f)| f.part == i as u32));
+    for key in keys_of(faulty.as_ref(), 2).await {
+        let path = object_store::path::Path::from(format!("c/job/chk-{:020}/{key}", 2));
+        let size = faulty.head(&path).await.unwrap().size as usize;
+        assert!(size <= shared_limit.max(part_limit + 64), "{key}: {size} bytes");
+    }
+    let restored = store.recover(&RetentionPolicy::default()).await.unwrap().restored.unwrap();
+    assert_eq!(restored.manifest.checkpoint_id, 2);
+    assert_eq!(restored.states[&("agg".to_string(), 0)], big);
+    assert_eq!(restored.states[&("src".to_string(), 0)].as_ref(), b"small");
+    store.create_savepoint("sp", 2).await.unwrap();
+    assert_eq!(store.read_savepoint("sp").await.unwrap().states[&("agg".to_string(), 0)], big);
+    // Lose the last part, which has an object of its own: checkpoint 2 is corrupt, 1 restores.
+    let last = agg.last().unwrap();
+    assert_eq!(last.offset, None, "the last part does not fit the shared object");
+    let name = format!("agg-0.p{}.state", last.part);
+    faulty.delete(&object_store::path::Path::from(format!("c/job/chk-{:020}/{name}", 2))).await.unwrap();
+    let recovery = store.recover(&RetentionPolicy::default()).await.unwrap();
+    assert_eq!(recovery.plan.restored_id(), Some(1));
+    assert_eq!(recovery.restored.unwrap().states[&("agg".to_string(), 0)], big);
+    let listed = store.list_checkpoints().await.unwrap();
+    let two = listed.iter().find(|c| c.checkpoint_id == 2).unwrap();
+    assert!(format!("{:?}", two.status).contains(&name), "{:?}", two.status);
+}
+
 /// A flipped byte in one section fails that checkpoint's verification, naming the
 /// shared object and the state; a truncated shared object is corrupt before any read.
 /// Either way recovery falls back to the checkpoint before, and keeps the damaged one.

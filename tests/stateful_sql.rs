@@ -125,14 +125,19 @@ async fn windows_are_exact_across_a_crash_at_every_runtime_fault_point() {
 #[tokio::test(start_paused = true)]
 async fn state_moves_by_key_group_when_the_parallelism_changes() {
     for (before, after) in [(1, 3), (3, 1), (2, 5)] {
-        // A run with no restarts stopped by a crash mid-way...
-        let store = storage("rescale");
+        // A run with no restarts stopped by a crash mid-way, its state in parts of at
+        // most 256 bytes, each an object of its own...
+        let store = storage("rescale").with_shared_state_limit(0).with_state_part_limit(256);
         let sink = CollectSink::new();
-        let config = JobConfig::new(store.clone(), "agg", "half").checkpoint_interval(Duration::from_millis(3));
+        let mut config = JobConfig::new(store.clone(), "agg", "half").checkpoint_interval(Duration::from_millis(3));
+        config.inline_state_limit = 0;
         let job = pipeline(&sink, HOP, before, Duration::from_secs(3600)).build(config).unwrap();
         job.failpoints().arm(points::COMMIT_BEFORE, 4);
         assert!(matches!(job.run().await.unwrap_err(), RuntimeError::InjectedCrash(_)));
         let partial = sink.committed_rows();
+        let newest = store.list_checkpoints().await.unwrap().into_iter().filter_map(|c| c.manifest).last().unwrap();
+        let parts = newest.state_files.iter().filter(|f| f.part > 0).count();
+        assert!(parts > 0 && newest.state_files.iter().all(|f| f.size <= 256 + 64), "{before}->{after}: {parts}");
         // ...then restored at another parallelism from the same checkpoints.
         let config = JobConfig::new(store, "agg", "half").checkpoint_interval(Duration::from_millis(3));
         pipeline(&sink, HOP, after, Duration::from_secs(3600)).build(config).unwrap().run().await.unwrap();

@@ -64,7 +64,7 @@ pub use paths::{CheckpointKey, CheckpointPaths, ABORTED_NAME, MANIFEST_NAME, SHA
 pub use protocol::{RecoveryDecision, RecoveryPlan, RetentionPolicy};
 pub use store::{
     inline_choice, now_ms, CheckpointInfo, CheckpointStore, Published, Recovery, RestoredCheckpoint,
-    DEFAULT_INLINE_LIMIT, MAX_INLINE_LIMIT, SHARED_STATE_LIMIT,
+    DEFAULT_INLINE_LIMIT, MAX_INLINE_LIMIT, SHARED_STATE_LIMIT, STATE_PART_LIMIT,
 };
 pub use txn_id::{validate_group_id, validate_prefix, CheckpointId, TransactionId};
 pub use url::{open_url, S3_OPTIONS};

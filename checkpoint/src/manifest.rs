@@ -10,10 +10,11 @@ use crate::CheckpointId;
 pub(crate) const MANIFEST_MAGIC: Magic = Magic(*b"SFCM");
 /// Magic of state files.
 pub(crate) const STATE_MAGIC: Magic = Magic(*b"SFCS");
-/// The manifest format this build writes and the newest it reads. Version 2 added
-/// [`StateFileRef::offset`] (state merged into one object per checkpoint); version 1
-/// manifests still read, each of their state files on its own.
-pub(crate) const MANIFEST_VERSION: u16 = 2;
+/// The manifest format this build writes and the newest it reads. Version 3 added
+/// [`StateFileRef::part`] (a large state split into parts of a bounded size); version 2
+/// added [`StateFileRef::offset`] (state merged into one object per checkpoint). Older
+/// manifests still read: each of their states is one part.
+pub(crate) const MANIFEST_VERSION: u16 = 3;
 /// The state-file envelope version this build writes and the newest it reads.
 pub(crate) const STATE_VERSION: u16 = 1;
 
@@ -39,6 +40,10 @@ pub struct StateFileRef {
     /// ([`SHARED_STATE_NAME`](crate::paths::SHARED_STATE_NAME)); `None` for inline state
     /// and for a state file of its own.
     pub offset: Option<u64>,
+    /// Which part of the subtask's state this is. A state larger than the store's part
+    /// limit is split into parts 0, 1, ... of at most that many payload bytes; its
+    /// payload is their payloads in part order. Most states have only part 0.
+    pub part: u32,
 }
 
 impl StateFileRef {
@@ -56,6 +61,16 @@ impl StateFileRef {
             crc32c: crc32c::crc32c(&payload),
             inline: Some(payload),
             offset: None,
+            part: 0,
+        }
+    }
+
+    /// `operator-subtask`, with `.pK` for a part after the first: names this state in
+    /// errors.
+    pub fn label(&self) -> String {
+        match self.part {
+            0 => format!("{}-{}", self.operator, self.subtask),
+            k => format!("{}-{}.p{k}", self.operator, self.subtask),
         }
     }
 }
@@ -96,6 +111,52 @@ impl From<ManifestV1> for Manifest {
                     crc32c: f.crc32c,
                     inline: f.inline,
                     offset: None,
+                    part: 0,
+                })
+                .collect(),
+            transactions: m.transactions,
+        }
+    }
+}
+
+/// Version 2 of [`StateFileRef`]: no part, every state in one piece.
+#[derive(Deserialize)]
+struct StateFileRefV2 {
+    operator: String,
+    subtask: u32,
+    size: u64,
+    crc32c: u32,
+    inline: Option<bytes::Bytes>,
+    offset: Option<u64>,
+}
+
+/// Version 2 of [`Manifest`].
+#[derive(Deserialize)]
+struct ManifestV2 {
+    job_id: String,
+    checkpoint_id: CheckpointId,
+    created_at_ms: u64,
+    state_files: Vec<StateFileRefV2>,
+    transactions: Vec<TransactionRecord>,
+}
+
+impl From<ManifestV2> for Manifest {
+    fn from(m: ManifestV2) -> Self {
+        Manifest {
+            job_id: m.job_id,
+            checkpoint_id: m.checkpoint_id,
+            created_at_ms: m.created_at_ms,
+            state_files: m
+                .state_files
+                .into_iter()
+                .map(|f| StateFileRef {
+                    operator: f.operator,
+                    subtask: f.subtask,
+                    size: f.size,
+                    crc32c: f.crc32c,
+                    inline: f.inline,
+                    offset: f.offset,
+                    part: 0,
                 })
                 .collect(),
             transactions: m.transactions,
@@ -159,18 +220,21 @@ impl Manifest {
             return Err(CheckpointError::corrupt(path, e));
         }
         let bad = |e: postcard::Error| CheckpointError::corrupt(path, format!("manifest payload does not decode: {e}"));
-        let manifest = if frame.version == 1 {
-            postcard::from_bytes::<ManifestV1>(frame.payload).map_err(bad)?.into()
-        } else {
-            postcard::from_bytes::<Manifest>(frame.payload).map_err(bad)?
+        let manifest = match frame.version {
+            1 => postcard::from_bytes::<ManifestV1>(frame.payload).map_err(bad)?.into(),
+            2 => postcard::from_bytes::<ManifestV2>(frame.payload).map_err(bad)?.into(),
+            _ => postcard::from_bytes::<Manifest>(frame.payload).map_err(bad)?,
         };
         for f in &manifest.state_files {
             if f.inline.is_some() && f.offset.is_some() {
                 return Err(CheckpointError::corrupt(
                     path,
-                    format!("state of {}-{} is both inline and in the shared object", f.operator, f.subtask),
+                    format!("state of {} is both inline and in the shared object", f.label()),
                 ));
             }
+        }
+        if let Some(reason) = check_parts(&manifest.state_files) {
+            return Err(CheckpointError::corrupt(path, reason));
         }
         Ok(manifest)
     }
@@ -179,6 +243,24 @@ impl Manifest {
     pub fn state_bytes(&self) -> u64 {
         self.state_files.iter().map(|f| f.size).sum()
     }
+}
+
+/// Every subtask's parts must be 0, 1, ..., each once; says what is wrong otherwise.
+fn check_parts(files: &[StateFileRef]) -> Option<String> {
+    let mut parts: std::collections::BTreeMap<(&str, u32), Vec<u32>> = Default::default();
+    for f in files {
+        parts.entry((f.operator.as_str(), f.subtask)).or_default().push(f.part);
+    }
+    for ((operator, subtask), mut have) in parts {
+        have.sort_unstable();
+        if have.iter().enumerate().any(|(i, p)| *p != i as u32) {
+            return Some(format!(
+                "the state of {operator}-{subtask} has parts {have:?}; it needs each of 0..{} once",
+                have.len()
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -191,7 +273,16 @@ mod tests {
             checkpoint_id: 3,
             created_at_ms: 1,
             state_files: vec![
-                StateFileRef { operator: "src".into(), subtask: 0, size: 10, crc32c: 7, inline: None, offset: Some(0) },
+                StateFileRef {
+                    operator: "src".into(),
+                    subtask: 0,
+                    size: 10,
+                    crc32c: 7,
+                    inline: None,
+                    offset: Some(0),
+                    part: 0,
+                },
+                StateFileRef { part: 1, offset: None, ..StateFileRef::inline("src", 0, b"") },
                 StateFileRef::inline("sink", 1, b"small"),
             ],
             transactions: vec![TransactionRecord {
@@ -259,9 +350,50 @@ mod tests {
     }
 
     #[test]
+    fn a_version_2_manifest_reads_with_every_state_in_one_part() {
+        #[derive(Serialize)]
+        struct V2Ref<'a> {
+            operator: &'a str,
+            subtask: u32,
+            size: u64,
+            crc32c: u32,
+            inline: Option<bytes::Bytes>,
+            offset: Option<u64>,
+        }
+        let v2 = (
+            "j",
+            3u64,
+            1u64,
+            vec![
+                V2Ref { operator: "src", subtask: 0, size: 10, crc32c: 7, inline: None, offset: Some(4) },
+                V2Ref { operator: "src", subtask: 1, size: 12, crc32c: 8, inline: None, offset: None },
+            ],
+            sample().transactions,
+        );
+        let bytes = envelope::encode(MANIFEST_MAGIC, 2, &postcard::to_allocvec(&v2).unwrap());
+        let m = Manifest::decode("chk-3/_metadata", &bytes).unwrap();
+        let got: Vec<_> = m.state_files.iter().map(|f| (f.subtask, f.offset, f.size, f.part)).collect();
+        assert_eq!(got, vec![(0, Some(4), 10, 0), (1, None, 12, 0)]);
+    }
+
+    #[test]
+    fn parts_missing_or_twice_are_corrupt_and_named() {
+        for parts in [vec![0, 2], vec![1], vec![0, 1, 1]] {
+            let mut m = sample();
+            m.state_files.retain(|f| f.operator != "src");
+            for part in &parts {
+                m.state_files.push(StateFileRef { part: *part, ..StateFileRef::inline("agg", 4, b"x") });
+            }
+            let err = Manifest::decode("chk-3/_metadata", &m.encode().unwrap()).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Data);
+            assert!(err.to_string().contains("agg-4 has parts"), "{parts:?}: {err}");
+        }
+    }
+
+    #[test]
     fn a_state_both_inline_and_in_the_shared_object_is_corrupt() {
         let mut m = sample();
-        m.state_files[1].offset = Some(0);
+        m.state_files[2].offset = Some(0);
         let err = Manifest::decode("chk-3/_metadata", &m.encode().unwrap()).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Data);
         assert!(err.to_string().contains("sink-1 is both inline and in the shared object"), "{err}");

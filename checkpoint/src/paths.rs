@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! {root}/{job}/chk-{n:020}/_shared.state
-//! {root}/{job}/chk-{n:020}/{operator}-{subtask}.state   (manifests of version 1)
+//! {root}/{job}/chk-{n:020}/{operator}-{subtask}.state   (a state of its own, part 0)
+//! {root}/{job}/chk-{n:020}/{operator}-{subtask}.p{k}.state   (part k > 0 of a large state)
 //! {root}/{job}/chk-{n:020}/_metadata
 //! {root}/{job}/chk-{n:020}/_aborted
 //! {root}/{job}/savepoints/{name}/{operator}-{subtask}.state
@@ -66,6 +67,8 @@ pub enum CheckpointKey {
         operator: String,
         /// Subtask index.
         subtask: u32,
+        /// Part index: a state larger than the store's part limit is split into parts.
+        part: u32,
     },
     /// A checkpoint's shared state object ([`SHARED_STATE_NAME`]).
     SharedState {
@@ -160,9 +163,25 @@ impl CheckpointPaths {
         Ok(format!("{operator}-{subtask}.state"))
     }
 
+    /// File name of part `part` of an operator subtask's state: part 0 is
+    /// [`state_file_name`](Self::state_file_name), part k > 0 is
+    /// `{operator}-{subtask}.p{k}.state`.
+    pub fn state_part_name(operator: &str, subtask: u32, part: u32) -> Result<String> {
+        check_name("operator", operator)?;
+        Ok(match part {
+            0 => format!("{operator}-{subtask}.state"),
+            k => format!("{operator}-{subtask}.p{k}.state"),
+        })
+    }
+
     /// The state of one operator subtask in checkpoint `n`.
     pub fn state_file(&self, checkpoint_id: CheckpointId, operator: &str, subtask: u32) -> Result<Path> {
-        Ok(self.checkpoint_dir(checkpoint_id).join(Self::state_file_name(operator, subtask)?))
+        self.state_part(checkpoint_id, operator, subtask, 0)
+    }
+
+    /// Part `part` of the state of one operator subtask in checkpoint `n`.
+    pub fn state_part(&self, checkpoint_id: CheckpointId, operator: &str, subtask: u32, part: u32) -> Result<Path> {
+        Ok(self.checkpoint_dir(checkpoint_id).join(Self::state_part_name(operator, subtask, part)?))
     }
 
     /// The shared state object of checkpoint `n` ([`SHARED_STATE_NAME`]).
@@ -205,11 +224,17 @@ impl CheckpointPaths {
         if file == SHARED_STATE_NAME {
             return CheckpointKey::SharedState { checkpoint_id };
         }
-        match file.strip_suffix(".state").and_then(|f| f.rsplit_once('-')) {
-            Some((operator, subtask)) if !operator.is_empty() => match subtask.parse() {
-                Ok(subtask) => CheckpointKey::State { checkpoint_id, operator: operator.to_string(), subtask },
-                Err(_) => CheckpointKey::Unknown,
-            },
+        let Some((operator, tail)) = file.strip_suffix(".state").and_then(|f| f.rsplit_once('-')) else {
+            return CheckpointKey::Unknown;
+        };
+        let (subtask, part) = match tail.split_once(".p") {
+            Some((subtask, part)) => (subtask.parse().ok(), part.parse().ok().filter(|k| *k > 0)),
+            None => (tail.parse().ok(), Some(0)),
+        };
+        match (subtask, part) {
+            (Some(subtask), Some(part)) if !operator.is_empty() => {
+                CheckpointKey::State { checkpoint_id, operator: operator.to_string(), subtask, part }
+            }
             _ => CheckpointKey::Unknown,
         }
     }
@@ -235,8 +260,16 @@ mod tests {
         assert_eq!(p.parse(&p.manifest(42)), CheckpointKey::Manifest { checkpoint_id: 42 });
         assert_eq!(
             p.parse(&p.state_file(42, "share-source", 3).unwrap()),
-            CheckpointKey::State { checkpoint_id: 42, operator: "share-source".into(), subtask: 3 }
+            CheckpointKey::State { checkpoint_id: 42, operator: "share-source".into(), subtask: 3, part: 0 }
         );
+        assert_eq!(
+            p.parse(&p.state_part(42, "agg.v2", 3, 17).unwrap()),
+            CheckpointKey::State { checkpoint_id: 42, operator: "agg.v2".into(), subtask: 3, part: 17 }
+        );
+        for odd in ["agg-3.p0.state", "agg-3.p.state", "agg-3.px.state", "agg-x.p1.state", "-3.state"] {
+            let key = p.checkpoint_dir(42).join(odd);
+            assert_eq!(p.parse(&key), CheckpointKey::Unknown, "{odd}");
+        }
         let sp = p.savepoint_dir("before-upgrade").unwrap().join(MANIFEST_NAME);
         assert_eq!(p.parse(&sp), CheckpointKey::Savepoint { name: "before-upgrade".into() });
         assert_eq!(p.parse(&Path::from("root/x/job-1/chk-12/_metadata")), CheckpointKey::Unknown);
@@ -245,7 +278,7 @@ mod tests {
         // An operator may be called `_shared`: its files never take the shared object's name.
         assert_eq!(
             p.parse(&p.state_file(12, "_shared", 0).unwrap()),
-            CheckpointKey::State { checkpoint_id: 12, operator: "_shared".into(), subtask: 0 }
+            CheckpointKey::State { checkpoint_id: 12, operator: "_shared".into(), subtask: 0, part: 0 }
         );
         assert_eq!(p.parse(&Path::from("root/x/other/chk-00000000000000000001/_metadata")), CheckpointKey::Unknown);
     }

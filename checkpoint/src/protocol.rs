@@ -139,8 +139,9 @@ pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<Checkpoin
             if f.size < crate::envelope::HEADER_LEN as u64 {
                 return CheckpointStatus::Corrupt {
                     reason: format!(
-                        "the state of {}-{} in {SHARED_STATE_NAME} has {} bytes, less than an envelope",
-                        f.operator, f.subtask, f.size
+                        "the state of {} in {SHARED_STATE_NAME} has {} bytes, less than an envelope",
+                        f.label(),
+                        f.size
                     ),
                 };
             }
@@ -154,15 +155,15 @@ pub fn classify(c: &ObservedCheckpoint, failed_verification: &BTreeMap<Checkpoin
                 Some(&size) if size < end => {
                     return CheckpointStatus::Corrupt {
                         reason: format!(
-                            "the shared state object {SHARED_STATE_NAME} has {size} bytes; the state of {}-{} needs bytes {offset}..{end}",
-                            f.operator, f.subtask
+                            "the shared state object {SHARED_STATE_NAME} has {size} bytes; the state of {} needs bytes {offset}..{end}",
+                            f.label()
                         ),
                     }
                 }
                 Some(_) => continue,
             }
         }
-        let name = CheckpointPaths::state_file_name(&f.operator, f.subtask).unwrap_or_default();
+        let name = CheckpointPaths::state_part_name(&f.operator, f.subtask, f.part).unwrap_or_default();
         match c.files.get(&name) {
             None => return CheckpointStatus::Corrupt { reason: format!("state file {name} is missing") },
             Some(&size) if size != f.size => {
@@ -448,7 +449,15 @@ mod tests {
             checkpoint_id: id,
             created_at_ms: 0,
             state_files: vec![
-                StateFileRef { operator: "op".into(), subtask: 0, size: 10, crc32c: 0, inline: None, offset: None },
+                StateFileRef {
+                    operator: "op".into(),
+                    subtask: 0,
+                    size: 10,
+                    crc32c: 0,
+                    inline: None,
+                    offset: None,
+                    part: 0,
+                },
                 StateFileRef::inline("small", 0, b"inline state needs no file"),
             ],
             transactions: vec![],

@@ -83,6 +83,8 @@ pub struct CheckpointStore {
     paths: CheckpointPaths,
     /// The largest shared state object a checkpoint writes.
     shared_limit: usize,
+    /// The most payload bytes of one part of a state.
+    part_limit: usize,
 }
 
 /// How much state a checkpoint inlines into its manifest by default (1 MiB, Flink's
@@ -101,6 +103,12 @@ pub const MAX_INLINE_LIMIT: usize = 16 * 1024 * 1024;
 /// within what every store accepts in one request. States past it get files of their
 /// own.
 pub const SHARED_STATE_LIMIT: usize = 256 * 1024 * 1024;
+
+/// The most payload bytes in one part of a state (256 MiB). A larger state (the keyed
+/// state of one subtask holding millions of keys) is split into parts of at most this
+/// size, each an object or section of its own, so no object a checkpoint writes exceeds
+/// this limit or [`SHARED_STATE_LIMIT`] by more than an envelope header.
+pub const STATE_PART_LIMIT: usize = 256 * 1024 * 1024;
 
 /// Attempts for a store call that failed transiently. Every write here is idempotent.
 const ATTEMPTS: u32 = 3;
@@ -152,7 +160,14 @@ pub fn inline_choice(sizes: impl IntoIterator<Item = usize>, limit: usize) -> Ve
 impl CheckpointStore {
     /// A store for the job `paths` describes.
     pub fn new(store: Arc<dyn ObjectStore>, paths: CheckpointPaths) -> Self {
-        Self { store, paths, shared_limit: SHARED_STATE_LIMIT }
+        Self { store, paths, shared_limit: SHARED_STATE_LIMIT, part_limit: STATE_PART_LIMIT }
+    }
+
+    /// Sets the most payload bytes of one part of a state (default
+    /// [`STATE_PART_LIMIT`], at least 1): a larger state is written in parts.
+    pub fn with_state_part_limit(mut self, bytes: usize) -> Self {
+        self.part_limit = bytes.max(1);
+        self
     }
 
     /// Sets the largest shared state object a checkpoint writes (default
@@ -207,8 +222,9 @@ impl CheckpointStore {
         &self.store
     }
 
-    /// Writes one operator subtask's state for checkpoint `n`, in its envelope. Safe to
-    /// retry: the same bytes land at the same key.
+    /// Writes one operator subtask's state for checkpoint `n`, in its envelope, as one
+    /// object whatever its size (see [`stage_states`](Self::stage_states) for parts).
+    /// Safe to retry: the same bytes land at the same key.
     pub async fn write_state(
         &self,
         checkpoint_id: CheckpointId,
@@ -216,7 +232,18 @@ impl CheckpointStore {
         subtask: u32,
         payload: &[u8],
     ) -> Result<StateFileRef> {
-        let path = self.paths.state_file(checkpoint_id, operator, subtask)?;
+        self.write_part(checkpoint_id, operator, subtask, 0, payload).await
+    }
+
+    async fn write_part(
+        &self,
+        checkpoint_id: CheckpointId,
+        operator: &str,
+        subtask: u32,
+        part: u32,
+        payload: &[u8],
+    ) -> Result<StateFileRef> {
+        let path = self.paths.state_part(checkpoint_id, operator, subtask, part)?;
         let bytes = Bytes::from(envelope::encode(STATE_MAGIC, STATE_VERSION, payload));
         let file = StateFileRef {
             operator: operator.to_string(),
@@ -225,6 +252,7 @@ impl CheckpointStore {
             crc32c: crc32c::crc32c(&bytes),
             inline: None,
             offset: None,
+            part,
         };
         with_retry("put", &path, || self.store.put(&path, PutPayload::from_bytes(bytes.clone()))).await?;
         Ok(file)
@@ -237,7 +265,7 @@ impl CheckpointStore {
             if inline.len() as u64 != file.size || crc != file.crc32c {
                 return Err(CheckpointError::corrupt(
                     dir.clone().join(MANIFEST_NAME),
-                    format!("inline state of {}-{} fails its checksum", file.operator, file.subtask),
+                    format!("inline state of {} fails its checksum", file.label()),
                 ));
             }
             return Ok(inline.clone());
@@ -248,16 +276,16 @@ impl CheckpointStore {
                 let end = offset.checked_add(file.size).ok_or_else(|| {
                     CheckpointError::corrupt(
                         dir.clone().join(MANIFEST_NAME),
-                        format!("state of {}-{} ends past 2^64 bytes", file.operator, file.subtask),
+                        format!("state of {} ends past 2^64 bytes", file.label()),
                     )
                 })?;
                 let range = offset..end;
                 let bytes = with_retry("get", &path, || self.store.get_range(&path, range.clone())).await?;
                 // Name the section, so an operator sees which state of the shared object fails.
-                (Path::from(format!("{path}@{offset}+{} ({}-{})", file.size, file.operator, file.subtask)), bytes)
+                (Path::from(format!("{path}@{offset}+{} ({})", file.size, file.label())), bytes)
             }
             None => {
-                let path = dir.clone().join(CheckpointPaths::state_file_name(&file.operator, file.subtask)?);
+                let path = dir.clone().join(CheckpointPaths::state_part_name(&file.operator, file.subtask, file.part)?);
                 let bytes = self.get(&path).await?;
                 (path, bytes)
             }
@@ -339,39 +367,56 @@ impl CheckpointStore {
         Ok(manifest)
     }
 
-    /// The first half of [`commit_checkpoint`](Self::commit_checkpoint): inlines the
-    /// smallest states into the manifest while their total stays within `inline_limit`
-    /// bytes ([`inline_choice`]), and writes the rest as one shared object per checkpoint
-    /// ([`SHARED_STATE_NAME`]), each state in its own envelope at an offset the manifest
-    /// records. A state that would take the shared object past
-    /// its limit ([`with_shared_state_limit`](Self::with_shared_state_limit)) gets a file
-    /// of its own, written in parallel. Returns the
-    /// manifest entries, in the order of `states`.
+    /// The first half of [`commit_checkpoint`](Self::commit_checkpoint). A state larger
+    /// than the part limit ([`with_state_part_limit`](Self::with_state_part_limit)) is
+    /// first split into parts of at most that many bytes; each part is then placed as a
+    /// state is: the smallest are inlined into the manifest while their total stays
+    /// within `inline_limit` bytes ([`inline_choice`]), the rest written as one shared
+    /// object per checkpoint ([`SHARED_STATE_NAME`]), each in its own envelope at an
+    /// offset the manifest records. A part that would take the shared object past its
+    /// limit ([`with_shared_state_limit`](Self::with_shared_state_limit)) gets a file of
+    /// its own, written in parallel. Returns the manifest entries, in the order of
+    /// `states` and of their parts.
     pub async fn stage_states(
         &self,
         checkpoint_id: CheckpointId,
         states: &[(String, u32, Bytes)],
         inline_limit: usize,
     ) -> Result<Vec<StateFileRef>> {
-        let inlined = inline_choice(states.iter().map(|(_, _, p)| p.len()), inline_limit);
-        let mut refs: Vec<Option<StateFileRef>> = Vec::with_capacity(states.len());
+        let mut parts: Vec<(&str, u32, u32, Bytes)> = Vec::with_capacity(states.len());
+        for (operator, subtask, payload) in states {
+            CheckpointPaths::state_file_name(operator, *subtask)?;
+            let count = payload.len().div_ceil(self.part_limit).max(1);
+            for k in 0..count {
+                let end = payload.len().min((k + 1) * self.part_limit);
+                let part = u32::try_from(k).map_err(|_| {
+                    CheckpointError::Internal(format!("the state of {operator}-{subtask} needs more than 2^32 parts"))
+                })?;
+                parts.push((operator.as_str(), *subtask, part, payload.slice(k * self.part_limit..end)));
+            }
+        }
+        let inlined = inline_choice(parts.iter().map(|p| p.3.len()), inline_limit);
+        let mut refs: Vec<Option<StateFileRef>> = Vec::with_capacity(parts.len());
         let mut shared: Vec<u8> = Vec::new();
         let mut own = Vec::new();
-        for (i, (operator, subtask, payload)) in states.iter().enumerate() {
-            CheckpointPaths::state_file_name(operator, *subtask)?;
+        for (i, (operator, subtask, part, payload)) in parts.iter().enumerate() {
             if inlined[i] {
-                refs.push(Some(StateFileRef::inline_bytes(operator, *subtask, payload.clone())));
+                refs.push(Some(StateFileRef {
+                    part: *part,
+                    ..StateFileRef::inline_bytes(operator, *subtask, payload.clone())
+                }));
             } else if shared.len() + payload.len() + envelope::HEADER_LEN <= self.shared_limit {
                 let offset = shared.len();
                 envelope::encode_into(&mut shared, STATE_MAGIC, STATE_VERSION, payload);
                 let section = &shared[offset..];
                 refs.push(Some(StateFileRef {
-                    operator: operator.clone(),
+                    operator: operator.to_string(),
                     subtask: *subtask,
                     size: section.len() as u64,
                     crc32c: crc32c::crc32c(section),
                     inline: None,
                     offset: Some(offset as u64),
+                    part: *part,
                 }));
             } else {
                 refs.push(None);
@@ -386,10 +431,11 @@ impl CheckpointStore {
             let bytes = Bytes::from(shared);
             with_retry("put", &path, || self.store.put(&path, PutPayload::from_bytes(bytes.clone()))).await.map(|_| ())
         };
+        let parts = &parts;
         let put_own = futures::stream::iter(own)
             .map(|i| async move {
-                let (operator, subtask, payload) = &states[i];
-                Ok::<_, CheckpointError>((i, self.write_state(checkpoint_id, operator, *subtask, payload).await?))
+                let (operator, subtask, part, payload) = &parts[i];
+                Ok::<_, CheckpointError>((i, self.write_part(checkpoint_id, operator, *subtask, *part, payload).await?))
             })
             .buffer_unordered(16)
             .try_collect::<Vec<_>>();
@@ -444,8 +490,8 @@ impl CheckpointStore {
                     by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id));
                     manifests.push(checkpoint_id);
                 }
-                CheckpointKey::State { checkpoint_id, operator, subtask } => {
-                    let name = format!("{operator}-{subtask}.state");
+                CheckpointKey::State { checkpoint_id, operator, subtask, part } => {
+                    let name = CheckpointPaths::state_part_name(&operator, subtask, part).unwrap_or_default();
                     by_id.entry(checkpoint_id).or_insert_with(|| entry(checkpoint_id)).files.insert(name, meta.size);
                 }
                 CheckpointKey::SharedState { checkpoint_id } => {
@@ -490,11 +536,31 @@ impl CheckpointStore {
     }
 
     async fn restore(&self, manifest: &Manifest, dir: &Path) -> Result<RestoredCheckpoint> {
-        let states = futures::stream::iter(&manifest.state_files)
-            .map(|f| async move { Ok(((f.operator.clone(), f.subtask), self.read_state(dir, f).await?)) })
+        let read: Vec<_> = futures::stream::iter(&manifest.state_files)
+            .map(|f| async move {
+                Ok::<_, CheckpointError>(((f.operator.clone(), f.subtask, f.part), self.read_state(dir, f).await?))
+            })
             .buffer_unordered(16)
             .try_collect()
             .await?;
+        // Manifest::decode checked that each state's parts are 0, 1, ... once each.
+        let mut parts: BTreeMap<(String, u32), BTreeMap<u32, Bytes>> = BTreeMap::new();
+        for ((operator, subtask, part), bytes) in read {
+            parts.entry((operator, subtask)).or_default().insert(part, bytes);
+        }
+        let states = parts
+            .into_iter()
+            .map(|(key, mut parts)| {
+                let payload = if parts.len() == 1 {
+                    parts.pop_first().map(|(_, b)| b).unwrap_or_default()
+                } else {
+                    let mut joined = Vec::with_capacity(parts.values().map(Bytes::len).sum());
+                    parts.values().for_each(|b| joined.extend_from_slice(b));
+                    Bytes::from(joined)
+                };
+                (key, payload)
+            })
+            .collect();
         Ok(RestoredCheckpoint { manifest: manifest.clone(), states })
     }
 
@@ -597,7 +663,7 @@ impl CheckpointStore {
         for f in manifest.state_files.iter().filter(|f| f.inline.is_none()) {
             let file = match f.offset {
                 Some(_) => SHARED_STATE_NAME.to_string(),
-                None => CheckpointPaths::state_file_name(&f.operator, f.subtask)?,
+                None => CheckpointPaths::state_part_name(&f.operator, f.subtask, f.part)?,
             };
             if !files.contains(&file) {
                 files.push(file);
