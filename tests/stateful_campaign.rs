@@ -1,10 +1,11 @@
 //! The stateful campaign: seeded schedules of crashes at every runtime and connector
 //! fault point (and, with `commit.before`, `recovery.mid`), with random store faults,
 //! over a share group on the embedded broker, running tumbling, hopping, session and
-//! upsert queries through the transactional topic sink. Its oracle is the batch answer
-//! over the whole input, computed by hand: every window row read read_committed must
-//! equal it row for row (nothing missing, nothing twice, no partial window), and an
-//! upsert stream must end at each key's batch value with every committed value new.
+//! upsert queries through the transactional topic sink. Its oracle is the same query
+//! run as a batch by DataFusion over the whole input (`batch_query`): every window row
+//! read read_committed must equal it row for row (nothing missing, nothing twice, no
+//! partial window), and an upsert stream must end at each key's batch value with every
+//! committed value new.
 //!
 //! Event times step 10 ms per record with an allowed lateness of 2.5 s, more than a
 //! redelivered record can fall behind here, so nothing is late; a late row fails the
@@ -81,47 +82,77 @@ fn query(kind: Kind) -> String {
     }
 }
 
-/// The batch answer: "key|window|count|sum" rows (windows), or key -> "count,sum".
-fn oracle(kind: Kind, records: u64, keys: u64) -> (Vec<String>, BTreeMap<String, String>) {
-    let mut groups: BTreeMap<(String, i64), (u64, u64)> = BTreeMap::new();
-    let mut totals: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut by_key: BTreeMap<String, Vec<(i64, u64)>> = BTreeMap::new();
-    for id in 0..records {
-        let (k, t) = (key_of(id, keys), time_of(id));
-        let total = totals.entry(k.clone()).or_default();
-        total.0 += 1;
-        total.1 += id;
-        by_key.entry(k.clone()).or_default().push((t, id));
-        let starts: Vec<i64> = match kind {
-            Kind::Tumble => vec![t - t.rem_euclid(500)],
-            Kind::Hop => (0..3).map(|i| t - t.rem_euclid(250) - 250 * i).filter(|s| *s > t - 750).collect(),
-            _ => Vec::new(),
-        };
-        for s in starts {
-            let g = groups.entry((k.clone(), s)).or_default();
-            g.0 += 1;
-            g.1 += id;
+/// The query's batch form, for DataFusion over the whole input: each window clause
+/// written as a batch user writes it (`date_bin` for tumbling and hopping windows,
+/// `lag` and a running `sum` over the key's rows for sessions), the aggregates and the
+/// output columns those of [`query`].
+fn batch_query(kind: Kind) -> String {
+    let value = "CAST(CAST(value AS VARCHAR) AS BIGINT)";
+    let rows = |window: &str| format!("SELECT key, {value} AS v, {window} AS w FROM input");
+    let windows = match kind {
+        Kind::Tumble => rows("CAST(date_bin(INTERVAL '0.5 seconds', timestamp) AS BIGINT)"),
+        // A row is in the three 750 ms windows starting at its 250 ms slot and the two before.
+        Kind::Hop => (0..3)
+            .map(|k| rows(&format!("CAST(date_bin(INTERVAL '0.25 seconds', timestamp) AS BIGINT) - {}", 250 * k)))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL "),
+        // A session starts at a key's first row and at every row 100 ms or more after the
+        // key's row before it; it is named by its first row's time.
+        Kind::Session => format!(
+            "SELECT key, v, min(t) OVER (PARTITION BY key, session) AS w FROM (
+               SELECT key, v, t, sum(starts) OVER (PARTITION BY key ORDER BY t ROWS UNBOUNDED PRECEDING) AS session
+               FROM (SELECT key, {value} AS v, CAST(timestamp AS BIGINT) AS t,
+                       CASE WHEN CAST(timestamp AS BIGINT) - lag(CAST(timestamp AS BIGINT)) OVER (PARTITION BY key ORDER BY timestamp) < 100
+                            THEN 0 ELSE 1 END AS starts
+                     FROM input))"
+        ),
+        Kind::Upsert => rows("0"),
+    };
+    let window = if kind == Kind::Upsert { "" } else { "CAST(w AS VARCHAR), ',', " };
+    format!(
+        "SELECT CAST(key AS VARCHAR) AS key, concat({window}CAST(count(*) AS VARCHAR), ',', CAST(sum(v) AS VARCHAR)) \
+         AS value FROM ({windows}) GROUP BY key, w"
+    )
+}
+
+/// The oracle: [`batch_query`] run by DataFusion over every input record, as (key,
+/// value) rows. Checked against a property of the input: every record is counted once
+/// per window it falls in (three for a hopping window, one otherwise).
+async fn batch_answer(kind: Kind, broker: &EmbeddedBroker, partitions: u32) -> Result<Vec<(String, String)>, String> {
+    use datafusion::arrow::array::AsArray;
+    let mut records = Vec::new();
+    for p in 0..partitions as i32 {
+        let tp = TopicPartition::new(INPUT, p);
+        for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.map_err(|e| e.to_string())? {
+            records.push(shareflow::connector::share::Record {
+                topic: INPUT.into(),
+                partition: p,
+                offset: r.offset,
+                key: r.key,
+                value: r.value,
+                timestamp_ms: r.timestamp_ms,
+                delivery_count: 1,
+            });
         }
     }
-    if kind == Kind::Session {
-        for (k, mut events) in by_key {
-            events.sort();
-            let mut start = events[0].0;
-            let mut last = start;
-            for (t, id) in events {
-                if t >= last + 100 {
-                    start = t;
-                }
-                last = t;
-                let g = groups.entry((k.clone(), start)).or_default();
-                g.0 += 1;
-                g.1 += id;
-            }
-        }
+    let batch = shareflow::connector::records_to_batch(&records).map_err(|e| e.to_string())?;
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_batch("input", batch).map_err(|e| e.to_string())?;
+    let frame = ctx.sql(&batch_query(kind)).await.map_err(|e| format!("the batch query: {e}"))?;
+    let mut rows = Vec::new();
+    for b in frame.collect().await.map_err(|e| format!("the batch query: {e}"))? {
+        let text =
+            |i: usize| datafusion::arrow::compute::cast(b.column(i), &datafusion::arrow::datatypes::DataType::Utf8);
+        let (keys, values) = (text(0).map_err(|e| e.to_string())?, text(1).map_err(|e| e.to_string())?);
+        let (keys, values) = (keys.as_string::<i32>(), values.as_string::<i32>());
+        rows.extend((0..b.num_rows()).map(|i| (keys.value(i).to_string(), values.value(i).to_string())));
     }
-    let mut rows: Vec<String> = groups.into_iter().map(|((k, w), (c, s))| format!("{k}|{w}|{c}|{s}")).collect();
-    rows.sort();
-    (rows, totals.into_iter().map(|(k, (c, s))| (k, format!("{c},{s}"))).collect())
+    let per_record = if kind == Kind::Hop { 3 } else { 1 };
+    let counted: u64 = rows.iter().filter_map(|(_, v)| v.rsplit(',').nth(1)?.parse::<u64>().ok()).sum();
+    if counted != records.len() as u64 * per_record {
+        return Err(format!("the batch answer counts {counted} rows of {} records", records.len()));
+    }
+    Ok(rows)
 }
 
 async fn broker(records: u64, partitions: u32, keys: u64) -> EmbeddedBroker {
@@ -218,8 +249,9 @@ async fn run_seed(seed: u64) -> Result<Outcome, String> {
             (text(&r.key), text(&r.value))
         })
         .collect();
-    let (windows, totals) = oracle(kind, records, keys);
+    let answer = batch_answer(kind, &broker, partitions).await.map_err(|e| format!("{schedule}: {e}"))?;
     if kind == Kind::Upsert {
+        let totals: BTreeMap<String, String> = answer.into_iter().collect();
         let mut last: BTreeMap<String, String> = BTreeMap::new();
         let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for (k, v) in rows {
@@ -234,8 +266,11 @@ async fn run_seed(seed: u64) -> Result<Outcome, String> {
             return Err(format!("{schedule}: fired {fired:?}: key {k} committed counts {c:?}: a value twice"));
         }
     } else {
-        let mut got: Vec<String> = rows.iter().map(|(k, v)| format!("{k}|{}", v.replace(',', "|"))).collect();
+        let line = |(k, v): &(String, String)| format!("{k}|{}", v.replace(',', "|"));
+        let mut got: Vec<String> = rows.iter().map(line).collect();
         got.sort();
+        let mut windows: Vec<String> = answer.iter().map(line).collect();
+        windows.sort();
         if got != windows {
             let missing: Vec<_> = windows.iter().filter(|w| !got.contains(w)).take(5).collect();
             let extra: Vec<_> = got.iter().filter(|g| !windows.contains(g)).take(5).collect();
