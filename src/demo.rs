@@ -627,7 +627,6 @@ fn pipeline(
     job
 }
 
-/// Returns on SIGTERM or Ctrl-C; never, if neither can be listened for.
 /// Binds the metrics endpoint of `--metrics-addr`, if any, and says where it is.
 pub(crate) async fn metrics_endpoint(
     addr: Option<&str>,
@@ -638,19 +637,24 @@ pub(crate) async fn metrics_endpoint(
     Ok(Some(server))
 }
 
-pub(crate) async fn stop_signal() {
+/// Listens for SIGTERM from this call on (a SIGTERM before the returned future is first
+/// polled, while a run still starts, is kept for it, not the default death); the future
+/// returns on SIGTERM or Ctrl-C, never if neither can be listened for. Must be called
+/// inside the runtime.
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
             tokio::select! {
                 _ = term.recv() => return,
                 r = tokio::signal::ctrl_c() => if r.is_ok() { return },
             }
         }
-    }
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 

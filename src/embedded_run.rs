@@ -107,10 +107,12 @@ pub(crate) async fn run(
     checkpoints: &str,
     instance: &str,
 ) -> Result<EmbeddedRunSummary, BoxError> {
+    // From here on a SIGTERM stops the run gracefully, also while it starts.
+    let signal = stop_signal();
     let storage = CheckpointStore::from_url(checkpoints, &[], instance)?;
     let config = group_config(file)?;
     let broker = open_broker(dir, config.clone()).await?;
-    let result = run_on(file, &broker, storage, config, instance).await;
+    let result = run_on(file, &broker, storage, config, instance, signal).await;
     broker.close();
     let mut summary = result?;
     summary.broker = dir.display().to_string();
@@ -123,6 +125,7 @@ async fn run_on(
     storage: CheckpointStore,
     group: ShareConfig,
     instance: &str,
+    signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<EmbeddedRunSummary, BoxError> {
     for topic in &file.topics {
         ensure_topic(broker, topic, file.partitions).await?;
@@ -175,7 +178,7 @@ async fn run_on(
     let on_signal = tokio::spawn({
         let (stop, stopped) = (job.stop_handle(), stopped.clone());
         async move {
-            stop_signal().await;
+            signal.await;
             stopped.store(true, Ordering::SeqCst);
             stop.stop();
         }

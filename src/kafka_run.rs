@@ -128,6 +128,8 @@ impl RunSummary {
 /// Runs one instance until SIGTERM or Ctrl-C, or until another process takes its
 /// prefix over (an error of kind Fenced).
 pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std::error::Error + Send + Sync>> {
+    // From here on a SIGTERM stops the run gracefully, also while it starts.
+    let signal = stop_signal();
     // The checkpoint root opens, and the endpoint binds, before the broker is touched.
     let storage = CheckpointStore::from_url(&options.checkpoints, &[], &options.instance)?;
     let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
@@ -164,7 +166,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     let on_signal = tokio::spawn({
         let (stop, stopped) = (job.stop_handle(), stopped.clone());
         async move {
-            stop_signal().await;
+            signal.await;
             stopped.store(true, Ordering::SeqCst);
             stop.stop();
         }

@@ -321,6 +321,71 @@ fn the_windowed_job_file_is_exactly_once_through_kills() {
     assert_eq!(got, want);
 }
 
+/// The job file of one stateful kind on the broker under `dir`, its checkpoints in
+/// `chk-{name}`, with `source` and `transform` lines of the test's own.
+fn stateful_job(dir: &Path, kind: &kinds::Kind, source: &str, transform: &str) -> std::path::PathBuf {
+    let name = kind.name;
+    let job = format!(
+        "broker = \"{broker}\"\ncheckpoints = \"file://{chk}\"\n\n[source]\ngroup = \"{name}\"\ntopics = [\"events\"]\n{source}\n\
+         [[transform]]\nname = \"{name}\"\n{lateness}{transform}sql = \"{sql}\"\n\n\
+         [sink]\nkind = \"topic\"\ntopic = \"{name}-out\"\n\n[job]\nparallelism = 2\ncheckpoint_interval_ms = 50\n",
+        broker = dir.join("broker").display(),
+        chk = dir.join(format!("chk-{name}")).display(),
+        lateness = kind.lateness,
+        sql = kind.sql,
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, job).unwrap();
+    path
+}
+
+/// The (key, value) rows of `{name}-out` read_committed, in offset order per partition.
+fn stateful_output(dir: &Path, name: &str) -> Vec<(String, String)> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut rows = Vec::new();
+        let Ok(broker) = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
+        else {
+            return rows;
+        };
+        for p in 0..broker.partition_count(&format!("{name}-out")).unwrap_or(0) as i32 {
+            let tp = TopicPartition::new(format!("{name}-out"), p);
+            for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
+                let text = |b: Option<bytes::Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+                rows.push((text(r.key), text(r.value)));
+            }
+        }
+        rows
+    })
+}
+
+/// Runs `job` until its output folds to the kind's batch answer (60 s at most) and the
+/// job runs (its first progress line: a SIGTERM now stops it gracefully), stops it with
+/// SIGTERM, and checks the answer again after the stop.
+fn run_to_the_answer(dir: &Path, kind: &kinds::Kind, job: &Path, log: &Path) {
+    let name = kind.name;
+    let read = || kinds::fold(name, stateful_output(dir, name)).unwrap();
+    let running = || std::fs::read_to_string(log.with_extension("err")).is_ok_and(|e| e.contains("progress:"));
+    let mut child = start(job, log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read() != kind.want || !running() {
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!(
+                "{name}: the output is not the batch answer: {} rows against {} ({})",
+                read().len(),
+                kind.want.len(),
+                std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
+    assert!(status.success(), "{name}: {status}");
+    assert_eq!(read(), kind.want, "{name}: after the stop");
+}
+
 /// Tumbling, hopping, session and upsert queries, each run from a job file by
 /// `shareflow run` on one embedded broker directory, event time read from the value
 /// (`USER,MS`): the closed windows (and each user's last count) equal the batch answer.
@@ -330,57 +395,87 @@ fn every_stateful_query_kind_runs_from_a_job_file() {
     let dir = dir.path();
     produce_lines(dir, "events", 2, (0..kinds::N).map(kinds::value));
     for kind in kinds::kinds() {
-        let name = kind.name;
-        let job = format!(
-            "broker = \"{broker}\"\ncheckpoints = \"file://{chk}\"\n\n[source]\ngroup = \"{name}\"\ntopics = [\"events\"]\n\n\
-             [[transform]]\nname = \"{name}\"\n{lateness}sql = \"{sql}\"\n\n\
-             [sink]\nkind = \"topic\"\ntopic = \"{name}-out\"\n\n[job]\nparallelism = 2\ncheckpoint_interval_ms = 50\n",
-            broker = dir.join("broker").display(),
-            chk = dir.join(format!("chk-{name}")).display(),
-            lateness = kind.lateness,
-            sql = kind.sql,
-        );
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, job).unwrap();
-        let read = || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let rows = runtime.block_on(async {
-                let mut rows = Vec::new();
-                let Ok(broker) =
-                    EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
-                else {
-                    return rows;
-                };
-                for p in 0..broker.partition_count(&format!("{name}-out")).unwrap_or(0) as i32 {
-                    let tp = TopicPartition::new(format!("{name}-out"), p);
-                    for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
-                        let text = |b: Option<bytes::Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
-                        rows.push((text(r.key), text(r.value)));
-                    }
-                }
-                rows
-            });
-            kinds::fold(name, rows).unwrap()
-        };
-        let log = dir.join(format!("{name}-run"));
-        let mut child = start(&path, &log);
         // The last windows close once the drained source was idle for 10 s.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while read() != kind.want {
-            if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
-                let _ = child.kill();
-                panic!(
-                    "{name}: the output is not the batch answer: {} rows against {} ({})",
-                    read().len(),
-                    kind.want.len(),
-                    std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-        let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
-        assert!(status.success(), "{name}: {status}");
-        assert_eq!(read(), kind.want, "{name}: after the stop");
+        let job = stateful_job(dir, &kind, "", "");
+        run_to_the_answer(dir, &kind, &job, &dir.join(format!("{}-run", kind.name)));
     }
+}
+
+/// The stateful kill campaign: for each seed, one query kind (tumbling, hopping,
+/// session, upsert by seed) runs from a job file and is killed 2-4 times at seeded
+/// moments, by SIGKILL or, in one run, by an abort at a seeded broker journal point
+/// (`SHAREFLOW_CRASH_AT`; snapshots every 16 KiB so the snapshot and GC points are
+/// reached). A last run goes on to the batch answer: every closed window once with its
+/// count, and (upsert) every user's counts strictly rising, each value committed once.
+///
+/// `SHAREFLOW_STATEFUL_KILL_SEEDS=k` runs seeds 1..=k (default 4, one per kind).
+#[test]
+fn every_stateful_query_kind_is_exact_through_seeded_kills() {
+    use shareflow::connector::broker::fault;
+    let seeds: u64 = std::env::var("SHAREFLOW_STATEFUL_KILL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let (mut kills, mut broker_aborts, mut cut_short) = (0, Vec::new(), 0);
+    for seed in 1..=seeds {
+        let mut rng = rng::Rng::new(seed);
+        let kind = kinds::kinds().swap_remove((seed % 4) as usize);
+        let name = kind.name;
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        produce_lines(dir, "events", 2, (0..kinds::N).map(kinds::value));
+        // 4,000 records at 500 a second, 8 s of input: every kill lands while records move.
+        let idle = if kind.lateness.is_empty() { "" } else { "idle_timeout_ms = 1000\n" };
+        let job = stateful_job(dir, &kind, "max_rate = 500\n", idle);
+        let runs = 2 + rng.below(3);
+        let abort_run = rng.below(runs);
+        let point = fault::ALL[rng.below(fault::ALL.len() as u64) as usize];
+        for run in 0..runs {
+            let log = dir.join(format!("{name}-{run}"));
+            let mut cmd = shareflow();
+            cmd.env("SHAREFLOW_BROKER_SNAPSHOT_BYTES", "16384");
+            if run == abort_run {
+                cmd.env("SHAREFLOW_CRASH_AT", point);
+            }
+            let mut child = cmd
+                .arg("run")
+                .arg(&job)
+                .arg("--json")
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+                .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+                .spawn()
+                .unwrap();
+            let err = || std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+            // The run that aborts in the broker gets time to reach its point.
+            let delay = if run == abort_run { 4_000 } else { 150 + rng.below(1_350) };
+            match wait(&mut child, Duration::from_millis(delay)) {
+                Some(_) if err().contains(&format!("crashing at fault point {point}")) => broker_aborts.push(point),
+                Some(status) => panic!("seed {seed} ({name}) run {run} ended with {status}: {}", err()),
+                None => {
+                    child.kill().unwrap(); // SIGKILL
+                    child.wait().unwrap();
+                }
+            }
+            kills += 1;
+        }
+        let before = kinds::fold(name, stateful_output(dir, name))
+            .unwrap_or_else(|e| panic!("seed {seed}: after the kills: {e}"));
+        if before != kind.want {
+            cut_short += 1;
+        }
+        run_to_the_answer(dir, &kind, &job, &dir.join(format!("{name}-final")));
+        if name == "upsert" {
+            let mut counts = BTreeMap::<String, Vec<u64>>::new();
+            for (user, value) in stateful_output(dir, name) {
+                counts.entry(user).or_default().push(value.parse().unwrap());
+            }
+            for (user, c) in counts {
+                assert!(c.windows(2).all(|w| w[0] < w[1]), "seed {seed}: {user} committed counts {c:?}: a value twice");
+            }
+        }
+    }
+    eprintln!(
+        "stateful kill campaign: {seeds} seeds, {kills} kills ({} at broker journal points: {broker_aborts:?}), \
+         {cut_short} seeds stopped short of the answer",
+        broker_aborts.len()
+    );
+    assert!(cut_short * 2 >= seeds, "only {cut_short} of {seeds} seeds were killed before the answer was complete");
 }
