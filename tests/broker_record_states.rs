@@ -244,6 +244,7 @@ async fn in_flight_cap_pauses_fetch() {
         value: None,
         timestamp_ms: 0,
         delivery_count: 1,
+        headers: Vec::new(),
     };
     c.acknowledge(&rec, Accept).await.unwrap();
     let next = poll(&mut c, 10).await;

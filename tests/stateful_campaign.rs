@@ -132,6 +132,7 @@ async fn batch_answer(kind: Kind, broker: &EmbeddedBroker, partitions: u32) -> R
                 value: r.value,
                 timestamp_ms: r.timestamp_ms,
                 delivery_count: 1,
+                headers: r.headers,
             });
         }
     }

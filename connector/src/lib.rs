@@ -65,6 +65,7 @@ pub mod broker {
     pub use shareflow_runtime::{Histogram, Metric, MetricValue};
 }
 
+pub use common::dead_letters::{self, DeadLetterSettings};
 pub use common::{
     points, record_schema, records_to_batch, Decoder, SourceMetrics, SourceSettings, DEFAULT_MAX_POLL_RECORDS,
     DEFAULT_POLL_TIMEOUT,

@@ -99,8 +99,8 @@ const NAME: &str = "share-stream";
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct StreamOptions {
-    /// The share group, topics and poll settings. `decoder` and `dead_letter_topic`
-    /// work on the embedded broker only, as for the runtime's sources.
+    /// The share group, topics and poll settings. A stream has no dead letters: a
+    /// `decoder` works on the embedded broker only, whose source REJECTs what it refuses.
     pub source: SourceSettings,
     /// The transactional prefix: transactions are `{group}-{prefix}-{n}`. One live
     /// stream per prefix; a second one fences the first.
@@ -390,6 +390,7 @@ impl ShareStream {
             first_checkpoint_id: checkpoint_id,
             transactions: template.clone(),
             failpoints: Failpoints::new(),
+            dead_letters: None,
         };
         let mut source = source(&ctx);
         source.open(&ctx, Vec::new()).await?;

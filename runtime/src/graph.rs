@@ -80,6 +80,15 @@ impl JobBuilder {
         self
     }
 
+    /// Sends the records the job cannot process to `writer` (a backend's dead-letter
+    /// topic, written in each checkpoint's transaction) instead of failing the attempt:
+    /// rows a SQL transform fails on, and whatever a source or sink dead-letters through
+    /// its [`SubtaskContext::dead_letters`]. Decision 0040.
+    pub fn dead_letters(&self, writer: Arc<dyn crate::DeadLetterWriter>) -> &Self {
+        self.with(|g| g.dead_letters = Some(crate::DeadLetters::new(writer)));
+        self
+    }
+
     /// Validates the graph and the configuration.
     pub fn build(&self, config: JobConfig) -> Result<Job> {
         config.validate()?;
@@ -89,6 +98,7 @@ impl JobBuilder {
             participants: g.participants.clone(),
             errors: std::mem::take(&mut g.errors),
             stateful: g.stateful.clone(),
+            dead_letters: g.dead_letters.clone(),
         });
         if let Some(e) = spec.errors.into_iter().next() {
             return Err(e);
@@ -112,6 +122,7 @@ impl JobBuilder {
                 participants: spec.participants,
                 errors: Vec::new(),
                 stateful: spec.stateful,
+                dead_letters: spec.dead_letters,
             },
             config,
         )
@@ -241,7 +252,7 @@ impl Stream {
             Ok(QueryPlan::Stateless(plan)) => {
                 let plan = Arc::new(plan);
                 let out = plan.output_schema();
-                self.operator(name, Some(out), move |ctx| crate::sql::SqlOperator::new(plan.clone(), ctx.task_name()))
+                self.operator(name, Some(out), move |ctx| crate::sql::SqlOperator::new(plan.clone(), ctx))
             }
             Ok(QueryPlan::Stateful(plan)) => {
                 let plan = Arc::new(plan);

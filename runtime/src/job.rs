@@ -131,6 +131,15 @@ impl Job {
         self.spec.stateful.clone()
     }
 
+    /// The job's dead-letter handle, if it has one ([`JobBuilder::dead_letters`]): its
+    /// counts by cause are live, over every attempt so far (a checkpoint that aborted and
+    /// came back counts its dead letters again).
+    ///
+    /// [`JobBuilder::dead_letters`]: crate::JobBuilder::dead_letters
+    pub fn dead_letters(&self) -> Option<&crate::DeadLetters> {
+        self.spec.dead_letters.as_ref()
+    }
+
     /// Whether the job keeps keyed state (a stateful SQL operator or an operator marked
     /// [`keyed_state`](crate::Stream::keyed_state)).
     pub fn is_keyed(&self) -> bool {
@@ -495,6 +504,7 @@ impl Job {
                     first_checkpoint_id: recovered.first_checkpoint_id,
                     transactions: self.template.clone(),
                     failpoints: self.failpoints.clone(),
+                    dead_letters: self.spec.dead_letters.as_ref().map(|d| d.bound(self.template.clone())),
                 };
                 let (control_tx, control_rx) = mpsc::unbounded_channel();
                 controls.push(control_tx);

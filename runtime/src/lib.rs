@@ -43,6 +43,7 @@
 mod channel;
 mod config;
 mod coordinator;
+mod dead_letter;
 mod error;
 pub mod failpoint;
 mod graph;
@@ -61,6 +62,7 @@ pub mod testing;
 pub use async_trait::async_trait;
 pub use channel::Collector;
 pub use config::{InstanceConfig, JobConfig, RestartStrategy};
+pub use dead_letter::{isolate, DeadLetter, DeadLetterCause, DeadLetterWriter, DeadLetters, Isolated, Origin};
 pub use error::{ErrorKind, Result, RuntimeError};
 #[cfg(feature = "testing")]
 pub use failpoint::Broken;

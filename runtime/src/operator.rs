@@ -34,6 +34,9 @@ pub struct SubtaskContext {
     pub transactions: TransactionTemplate,
     /// The failpoints of the job (tests arm them).
     pub failpoints: Failpoints,
+    /// Where records this subtask cannot process go ([`crate::JobBuilder::dead_letters`]);
+    /// `None`: the job has no dead-letter topic, and such a record fails the attempt.
+    pub dead_letters: Option<crate::DeadLetters>,
 }
 
 impl SubtaskContext {

@@ -49,4 +49,6 @@ pub(crate) struct GraphSpec {
     pub(crate) errors: Vec<RuntimeError>,
     /// The stateful SQL operators by name, with their late-row counters.
     pub(crate) stateful: Vec<(String, Arc<crate::sql::LateRows>)>,
+    /// Where records the job cannot process go, if anywhere.
+    pub(crate) dead_letters: Option<crate::DeadLetters>,
 }

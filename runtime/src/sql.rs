@@ -367,21 +367,49 @@ impl ContextProvider for Planner {
 pub struct SqlOperator {
     plan: Arc<SqlPlan>,
     task: String,
+    dead_letters: Option<crate::DeadLetters>,
 }
 
 impl SqlOperator {
-    /// An operator running `plan`.
-    pub fn new(plan: Arc<SqlPlan>, task: String) -> Self {
-        Self { plan, task }
+    /// An operator running `plan` for the subtask `ctx`. With the job's dead letters, a
+    /// batch the query fails on is split to find the rows it fails on; they are
+    /// dead-lettered and the rest go on. Without, the batch fails the attempt.
+    pub fn new(plan: Arc<SqlPlan>, ctx: &crate::SubtaskContext) -> Self {
+        Self { plan, task: ctx.task_name(), dead_letters: ctx.dead_letters.clone() }
     }
 }
 
 #[async_trait]
 impl Operator for SqlOperator {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let result = self.plan.execute(batch, &self.task)?;
-        out.emit(result).await
+        let Some(letters) = &self.dead_letters else {
+            let result = self.plan.execute(batch, &self.task)?;
+            return out.emit(result).await;
+        };
+        let (plan, task) = (&self.plan, &self.task);
+        let (outputs, bad) = crate::dead_letter::isolate(&batch, &mut |b| plan.execute(b.clone(), task))?;
+        dead_letter_rows(letters, &batch, bad, task, out.checkpoint_id()).await?;
+        for result in outputs {
+            out.emit(result).await?;
+        }
+        Ok(())
     }
+}
+
+/// Dead-letters the rows of `batch` a query failed on, into T(`checkpoint_id`).
+pub(crate) async fn dead_letter_rows(
+    letters: &crate::DeadLetters,
+    batch: &RecordBatch,
+    bad: Vec<(usize, RuntimeError)>,
+    task: &str,
+    checkpoint_id: shareflow_checkpoint::CheckpointId,
+) -> Result<()> {
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let cause = crate::DeadLetterCause::Sql;
+    let rows = bad.into_iter().map(|(row, e)| crate::DeadLetter::from_row(batch, row, cause, e.to_string(), task));
+    letters.write(checkpoint_id, rows.collect()).await
 }
 
 #[cfg(test)]

@@ -154,9 +154,16 @@ impl Run {
         // Idle polls hold barriers back; these runs use checkpoint timeouts of 50 ms.
         source.poll_timeout = Duration::from_millis(5);
         source.decoder = self.decoder.clone();
-        source.dead_letter_topic = self.dead_letter.then(|| "eos-dlq".to_string());
         source.max_records_per_second = self.max_rate;
         let job = pipeline(&self.broker, &txns, source, share_config(), self.parallelism, metrics.clone());
+        if self.dead_letter {
+            let settings = shareflow::connector::DeadLetterSettings::new("eos-dlq");
+            job.dead_letters(shareflow::connector::embedded::BrokerDeadLetters::new(
+                self.broker.clone(),
+                Some(txns.clone()),
+                settings,
+            ));
+        }
         let mut config = JobConfig::new(self.storage.clone(), GROUP, &self.prefix)
             .checkpoint_interval(self.interval)
             // The broker's transaction timeout must outlast interval + checkpoint timeout.

@@ -4,7 +4,7 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | format version, 1 |
+//! | 0 | format version: 1, or 2 when a record has headers |
 //! | 1..5 | record count (u32) |
 //! | 5..13 | newest timestamp (i64, ms) |
 //! | 13..21 | bytes of keys and values (u64) |
@@ -12,15 +12,19 @@
 //! | 25.. | records |
 //!
 //! Each record: timestamp as a zigzag varint, key length + 1 and value length + 1 as
-//! varints (0: none), then the key and value bytes. A record read from a batch is a
-//! slice of the batch's buffer: reading a batch allocates once, whatever its size.
+//! varints (0: none), then the key and value bytes. Version 2 follows each with its
+//! header count as a varint and each header's name length, name, value length and value
+//! (lengths as varints). A record read from a batch is a slice of the batch's buffer:
+//! reading a batch allocates once, whatever its size (headers aside).
 
 use bytes::{Bytes, BytesMut};
 
 use super::log::LogRecord;
 
-/// Version of the batch layout.
+/// Version of the batch layout without headers.
 const VERSION: u8 = 1;
+/// Version of the batch layout with headers.
+const VERSION_HEADERS: u8 = 2;
 /// Size of the header before the records.
 pub(crate) const HEADER_LEN: usize = 25;
 
@@ -91,6 +95,7 @@ pub(crate) fn encode(records: &[LogRecord]) -> Bytes {
     out.resize(HEADER_LEN, 0);
     let mut max_ts = i64::MIN;
     let mut bytes = 0u64;
+    let headers = records.iter().any(|r| !r.headers.is_empty());
     for r in records {
         max_ts = max_ts.max(r.timestamp_ms);
         put_varint(&mut out, zigzag(r.timestamp_ms));
@@ -100,8 +105,17 @@ pub(crate) fn encode(records: &[LogRecord]) -> Bytes {
             out.extend_from_slice(part);
             bytes += part.len() as u64;
         }
+        if headers {
+            put_varint(&mut out, r.headers.len() as u64);
+            for (name, value) in &r.headers {
+                put_varint(&mut out, name.len() as u64);
+                out.extend_from_slice(name.as_bytes());
+                put_varint(&mut out, value.len() as u64);
+                out.extend_from_slice(value);
+            }
+        }
     }
-    out[0] = VERSION;
+    out[0] = if headers { VERSION_HEADERS } else { VERSION };
     out[1..5].copy_from_slice(&(records.len() as u32).to_le_bytes());
     out[5..13].copy_from_slice(&max_ts.to_le_bytes());
     out[13..21].copy_from_slice(&bytes.to_le_bytes());
@@ -116,7 +130,7 @@ pub(crate) fn meta(batch: &[u8]) -> Result<BatchMeta, BatchError> {
     if batch.len() < HEADER_LEN {
         return Err(BatchError::Short(batch.len()));
     }
-    if batch[0] != VERSION {
+    if batch[0] != VERSION && batch[0] != VERSION_HEADERS {
         return Err(BatchError::Version(batch[0]));
     }
     let le8 = |r: std::ops::Range<usize>| {
@@ -137,6 +151,7 @@ pub(crate) struct BatchRecord {
     pub(crate) timestamp_ms: i64,
     pub(crate) key: Option<Bytes>,
     pub(crate) value: Option<Bytes>,
+    pub(crate) headers: Vec<(String, Bytes)>,
 }
 
 /// Checks a batch's length, version and checksum; returns its header.
@@ -154,7 +169,8 @@ pub(crate) fn verify(batch: &[u8]) -> Result<BatchMeta, BatchError> {
 /// slice of `batch`. Damage still ends in an error, never a panic.
 pub(crate) fn records(batch: &Bytes) -> Records<'_> {
     let count = meta(batch).map_or(0, |m| m.count);
-    Records { batch, pos: HEADER_LEN.min(batch.len()), index: 0, count }
+    let headers = batch.first() == Some(&VERSION_HEADERS);
+    Records { batch, pos: HEADER_LEN.min(batch.len()), index: 0, count, headers }
 }
 
 /// Iterator of [`records`].
@@ -163,6 +179,7 @@ pub(crate) struct Records<'a> {
     pos: usize,
     index: u32,
     count: u32,
+    headers: bool,
 }
 
 impl Records<'_> {
@@ -184,7 +201,26 @@ impl Records<'_> {
         };
         let key = take(klen)?;
         let value = take(vlen)?;
-        Ok(BatchRecord { timestamp_ms: unzigzag(ts), key, value })
+        let mut headers = Vec::new();
+        if self.headers {
+            let n = get_varint(batch, &mut self.pos).ok_or(BatchError::Truncated(i))?;
+            for _ in 0..n {
+                let name = self.take_exact(i)?;
+                let name = String::from_utf8(name.to_vec()).map_err(|_| BatchError::Truncated(i))?;
+                headers.push((name, self.take_exact(i)?));
+            }
+        }
+        Ok(BatchRecord { timestamp_ms: unzigzag(ts), key, value, headers })
+    }
+
+    /// A varint length and that many bytes.
+    fn take_exact(&mut self, i: u32) -> Result<Bytes, BatchError> {
+        let len = get_varint(self.batch, &mut self.pos).ok_or(BatchError::Truncated(i))?;
+        let n = usize::try_from(len).map_err(|_| BatchError::Truncated(i))?;
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.batch.len()).ok_or(BatchError::Truncated(i))?;
+        let part = self.batch.slice(self.pos..end);
+        self.pos = end;
+        Ok(part)
     }
 }
 
@@ -222,7 +258,31 @@ mod tests {
     use super::*;
 
     fn rec(ts: i64, key: Option<&[u8]>, value: Option<&[u8]>) -> LogRecord {
-        LogRecord { key: key.map(Bytes::copy_from_slice), value: value.map(Bytes::copy_from_slice), timestamp_ms: ts }
+        LogRecord {
+            key: key.map(Bytes::copy_from_slice),
+            value: value.map(Bytes::copy_from_slice),
+            timestamp_ms: ts,
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_in_version_2_and_damage_is_refused() {
+        let h = |n: &str, v: &[u8]| (n.to_string(), Bytes::copy_from_slice(v));
+        let mut with = rec(7, Some(b"k"), Some(b"v"));
+        with.headers = vec![h("__dlq.errors.topic", b"in"), h("empty", b""), h("", b"no name")];
+        let records = vec![rec(5, None, Some(b"plain")), with];
+        let b = encode(&records);
+        assert_eq!(b[0], VERSION_HEADERS);
+        let back = decode(&b).unwrap();
+        assert!(back[0].headers.is_empty());
+        assert_eq!(back[1].headers, records[1].headers);
+        assert_eq!(back[1].value.as_deref(), Some(&b"v"[..]));
+        for n in 0..b.len() {
+            assert!(decode(&b.slice(..n)).is_err(), "cut at {n}");
+        }
+        // Without headers the layout stays version 1.
+        assert_eq!(encode(&records[..1])[0], VERSION);
     }
 
     #[test]
@@ -241,7 +301,12 @@ mod tests {
         let back = decode(&b).unwrap();
         let want: Vec<BatchRecord> = records
             .iter()
-            .map(|r| BatchRecord { timestamp_ms: r.timestamp_ms, key: r.key.clone(), value: r.value.clone() })
+            .map(|r| BatchRecord {
+                timestamp_ms: r.timestamp_ms,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                headers: Vec::new(),
+            })
             .collect();
         assert_eq!(back, want);
         // Records are slices of the one buffer.

@@ -15,6 +15,10 @@ pub(crate) struct LogRecord {
     pub(crate) key: Option<Bytes>,
     pub(crate) value: Option<Bytes>,
     pub(crate) timestamp_ms: i64,
+    /// Headers travel in batch buffers of version 2 only: the journals and snapshots that
+    /// hold `LogRecord`s themselves are older than headers.
+    #[serde(skip)]
+    pub(crate) headers: Vec<(String, Bytes)>,
 }
 
 /// Where a batch's records are: in memory, or in the journal entry that appended them.
@@ -358,7 +362,7 @@ mod tests {
     use super::*;
 
     fn rec(ts: i64, bytes: usize) -> LogRecord {
-        LogRecord { key: None, value: Some(Bytes::from(vec![b'x'; bytes])), timestamp_ms: ts }
+        LogRecord { key: None, value: Some(Bytes::from(vec![b'x'; bytes])), timestamp_ms: ts, headers: Vec::new() }
     }
 
     /// Three batches of 10 records of 10 bytes, written at 1,000, 2,000 and 3,000 ms.

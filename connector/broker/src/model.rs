@@ -71,7 +71,12 @@ impl ModelBroker {
     ) -> Result<i64> {
         let records = values
             .iter()
-            .map(|v| LogRecord { key: None, value: Some(Bytes::copy_from_slice(v)), timestamp_ms: 0 })
+            .map(|v| LogRecord {
+                key: None,
+                value: Some(Bytes::copy_from_slice(v)),
+                timestamp_ms: 0,
+                headers: Vec::new(),
+            })
             .collect();
         let txn = txn.map(|(id, e)| (id.clone(), e));
         match self.run(now_ms, Command::Produce { tp: tp.clone(), records, txn })? {

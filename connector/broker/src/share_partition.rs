@@ -469,7 +469,12 @@ mod tests {
         let mut log = PartitionLog::default();
         for &n in batches {
             let records: Vec<LogRecord> = (0..n)
-                .map(|_| LogRecord { key: None, value: Some(bytes::Bytes::from_static(b"v")), timestamp_ms: 0 })
+                .map(|_| LogRecord {
+                    key: None,
+                    value: Some(bytes::Bytes::from_static(b"v")),
+                    timestamp_ms: 0,
+                    headers: Vec::new(),
+                })
                 .collect();
             let data = batch::encode(&records);
             let meta = batch::meta(&data).unwrap();

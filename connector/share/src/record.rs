@@ -45,6 +45,8 @@ pub struct Record {
     pub timestamp_ms: i64,
     /// How many times the record has been delivered, this delivery included (>= 1).
     pub delivery_count: i16,
+    /// Record headers, in order (name, value); empty for most records.
+    pub headers: Vec<(String, Bytes)>,
 }
 
 impl Record {
@@ -73,12 +75,21 @@ pub struct ProducerRecord {
     pub value: Option<Bytes>,
     /// Create time, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+    /// Record headers, in order (name, value).
+    pub headers: Vec<(String, Bytes)>,
 }
 
 impl ProducerRecord {
     /// A record with a value, to a chosen partition.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32, value: impl Into<Bytes>) -> Self {
-        Self { topic: topic.into(), partition: Some(partition), key: None, value: Some(value.into()), timestamp_ms: 0 }
+        Self {
+            topic: topic.into(),
+            partition: Some(partition),
+            key: None,
+            value: Some(value.into()),
+            timestamp_ms: 0,
+            headers: Vec::new(),
+        }
     }
 
     /// Sets the key (it does not change an explicitly chosen partition).

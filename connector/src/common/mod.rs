@@ -4,6 +4,7 @@
 //! here knows which broker it talks to; `embedded/` and `kafka/` never import each
 //! other, only this.
 
+pub mod dead_letters;
 pub mod points;
 mod rows;
 mod runtime_error;

@@ -61,12 +61,13 @@ pub struct SourceSettings {
     /// (`share.auto.offset.reset=earliest`). Default `true`. The embedded broker always
     /// starts a new group at the log start and refuses `false`.
     pub from_earliest: bool,
-    /// Refuses poison records; `None` (the default) accepts all. Embedded broker only:
-    /// the Kafka source refuses a decoder.
+    /// Refuses poison records; `None` (the default) accepts all. A refused record goes
+    /// to the job's dead letters ([`JobBuilder::dead_letters`]) inside T(n). Without
+    /// dead letters, the embedded broker's source REJECTs it (ARCHIVED); the Kafka
+    /// source, which cannot reject inside a transaction, refuses a decoder without them.
+    ///
+    /// [`JobBuilder::dead_letters`]: shareflow_runtime::JobBuilder::dead_letters
     pub decoder: Option<Decoder>,
-    /// Poison records go here (inside T(n)) instead of being REJECTed. Embedded broker
-    /// only, like [`decoder`](Self::decoder).
-    pub dead_letter_topic: Option<String>,
 }
 
 impl std::fmt::Debug for SourceSettings {
@@ -80,7 +81,6 @@ impl std::fmt::Debug for SourceSettings {
             .field("max_records_per_second", &self.max_records_per_second)
             .field("from_earliest", &self.from_earliest)
             .field("decoder", &self.decoder.as_ref().map(|_| "Fn(&Record)"))
-            .field("dead_letter_topic", &self.dead_letter_topic)
             .finish()
     }
 }
@@ -97,7 +97,6 @@ impl SourceSettings {
             max_records_per_second: None,
             from_earliest: true,
             decoder: None,
-            dead_letter_topic: None,
         }
     }
 
@@ -128,9 +127,9 @@ pub struct SourceMetrics {
     pub records_emitted: AtomicU64,
     /// Redeliveries seen (delivery count > 1).
     pub records_redelivered: AtomicU64,
-    /// Records the decoder refused (embedded broker).
+    /// Records the decoder refused.
     pub records_poison: AtomicU64,
-    /// Poison records sent to the dead-letter topic (embedded broker).
+    /// Records the decoder refused that went to the dead-letter topic.
     pub records_dead_lettered: AtomicU64,
     /// Records replayed from the log because their checkpoint never committed (Kafka).
     pub records_replayed: AtomicU64,
@@ -179,7 +178,7 @@ impl SourceMetrics {
             ),
             (
                 "shareflow-source-records-dead-lettered-total",
-                "poison records sent to the dead-letter topic (embedded broker)",
+                "poison records sent to the dead-letter topic",
                 &self.records_dead_lettered,
             ),
             (
@@ -287,6 +286,7 @@ mod tests {
             value: None,
             timestamp_ms: 0,
             delivery_count,
+            headers: Vec::new(),
         };
         let m = SourceMetrics::default();
         m.count_redelivered(&[record(1), record(2), record(1), record(5)]);
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(s.max_poll_records, 500);
         assert_eq!(s.poll_timeout, Duration::from_millis(100));
         assert!(!s.stop_when_drained && s.from_earliest);
-        assert!(s.max_records_per_second.is_none() && s.decoder.is_none() && s.dead_letter_topic.is_none());
+        assert!(s.max_records_per_second.is_none() && s.decoder.is_none());
         assert!(s.validate("test").is_ok());
     }
 

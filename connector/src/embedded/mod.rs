@@ -7,11 +7,13 @@
 //! output of checkpoint n join the same T(n) on the same broker, so one commit makes both
 //! visible. The broker itself is [`crate::broker::EmbeddedBroker`].
 
+mod dead_letters;
 mod metrics;
 mod participant;
 mod sink;
 mod source;
 
+pub use dead_letters::BrokerDeadLetters;
 pub use metrics::BrokerMetrics;
 pub use participant::BrokerTransactions;
 pub use sink::TopicSink;

@@ -59,6 +59,7 @@ impl Operator for TopicSink {
                 key: key.map(|k| Bytes::copy_from_slice(&k)),
                 value: value.map(|v| Bytes::copy_from_slice(&v)),
                 timestamp_ms: 0,
+                headers: Vec::new(),
             })
             .collect();
         match &self.txns {

@@ -25,8 +25,8 @@ use crate::broker::{EmbeddedBroker, EmbeddedShareConsumer};
 use crate::common::runtime_error;
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
 use crate::share::{
-    AcknowledgeType, AcknowledgementBatch, AcknowledgementMode, ProducerRecord, Record, ShareAcknowledgements,
-    ShareConfig, ShareConsumer, ShareTransactionalProducer,
+    AcknowledgeType, AcknowledgementBatch, AcknowledgementMode, Record, ShareAcknowledgements, ShareConfig,
+    ShareConsumer,
 };
 
 /// One subtask of a share-group source.
@@ -108,6 +108,7 @@ impl ShareGroupSource {
         let mut acks = ShareAcknowledgements::new();
         let mut good = Vec::with_capacity(records.len());
         let mut dead = Vec::new();
+        let dead_letters = ctx.dead_letters.clone();
         for r in records {
             let verdict = self.config.decoder.as_ref().map_or(Ok(()), |d| d(r));
             let tp = r.topic_partition();
@@ -120,16 +121,10 @@ impl ShareGroupSource {
                 Err(why) => {
                     self.metrics.records_poison.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(topic = %r.topic, partition = r.partition, offset = r.offset, reason = %why, "poison record");
-                    match &self.config.dead_letter_topic {
-                        Some(topic) => {
+                    match &dead_letters {
+                        Some(_) => {
                             // Dead-lettered inside T(n): the record is done when its checkpoint commits.
-                            dead.push(ProducerRecord {
-                                topic: topic.as_str().into(),
-                                partition: None,
-                                key: r.key.clone(),
-                                value: r.value.clone(),
-                                timestamp_ms: r.timestamp_ms,
-                            });
+                            dead.push(crate::common::dead_letters::decode_letter(r, why, &self.task));
                             acks.add(tp, AcknowledgementBatch::new(r.offset, r.offset, AcknowledgeType::Accept))
                                 .map_err(|e| self.err(e))?;
                         }
@@ -140,9 +135,9 @@ impl ShareGroupSource {
                 }
             }
         }
-        if !dead.is_empty() {
+        if let (Some(letters), false) = (&dead_letters, dead.is_empty()) {
             let n = dead.len() as u64;
-            txns.coordinator()?.send(&handle, dead).await.map_err(|e| self.err(e))?;
+            letters.write(checkpoint_id, dead).await?;
             self.metrics.records_dead_lettered.fetch_add(n, Ordering::Relaxed);
         }
         self.consumer()?

@@ -25,6 +25,7 @@
 //! finds it with DescribeTransactions and commits it by producer id and epoch (EndTxn).
 
 mod client;
+mod dead_letters;
 mod ledger;
 mod metrics;
 mod sink;
@@ -36,6 +37,7 @@ pub use client::{
     GatePassed, JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactionInfo,
     ShareGroupBacklog, TopicWriter, WHOLE_FETCH_POLL_RECORDS,
 };
+pub use dead_letters::KafkaDeadLetters;
 pub use ledger::{ledger_topic, plan_ledger_gc, Claimant, GroupIntent, LedgerRange, LedgerTopicFate};
 pub use metrics::seed_transaction_metrics;
 pub use sink::KafkaSink;

@@ -46,6 +46,8 @@ pub struct KafkaShareSource {
     /// Shared by the subtasks of this source: none polls before each holds an
     /// assignment that counts them all.
     gate: Arc<std::sync::OnceLock<JoinGate>>,
+    /// The job's dead letters, for what the decoder refuses.
+    dead_letters: Option<shareflow_runtime::DeadLetters>,
 }
 
 impl KafkaShareSource {
@@ -75,6 +77,7 @@ impl KafkaShareSource {
             metrics: metrics.clone(),
             failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
+            dead_letters: ctx.dead_letters.clone(),
         }
     }
 
@@ -153,7 +156,26 @@ impl KafkaShareSource {
         }
     }
 
-    fn emit(&mut self, records: Vec<Record>) -> Result<SourceEvent> {
+    /// Emits `records` of checkpoint `checkpoint_id`; those the decoder refuses go to
+    /// the dead letters in T(n) instead (their offsets are in the intent all the same:
+    /// they are acknowledged with the checkpoint).
+    async fn emit(&mut self, checkpoint_id: CheckpointId, mut records: Vec<Record>) -> Result<SourceEvent> {
+        if let (Some(decoder), Some(letters)) = (&self.config.decoder, &self.dead_letters) {
+            let mut dead = Vec::new();
+            records.retain(|r| match decoder(r) {
+                Ok(()) => true,
+                Err(why) => {
+                    dead.push(crate::common::dead_letters::decode_letter(r, why, &self.task));
+                    false
+                }
+            });
+            if !dead.is_empty() {
+                let n = dead.len() as u64;
+                self.metrics.records_poison.fetch_add(n, Ordering::Relaxed);
+                letters.write(checkpoint_id, dead).await?;
+                self.metrics.records_dead_lettered.fetch_add(n, Ordering::Relaxed);
+            }
+        }
         self.rate.emitted(records.len() as u64);
         self.metrics.records_emitted.fetch_add(records.len() as u64, Ordering::Relaxed);
         let batch = records_to_batch(&records).map_err(|e| RuntimeError::task(&self.task, ErrorKind::Internal, e))?;
@@ -163,17 +185,17 @@ impl KafkaShareSource {
 
 #[async_trait]
 impl Source for KafkaShareSource {
-    async fn open(&mut self, _ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
+    async fn open(&mut self, ctx: &SubtaskContext, _restored: StateItems) -> Result<()> {
         self.config.validate("kafka").map_err(|e| runtime_error(&self.task, e))?;
-        if self.config.decoder.is_some() || self.config.dead_letter_topic.is_some() {
-            let key = if self.config.decoder.is_some() { "decoder" } else { "dead_letter_topic" };
+        if self.config.decoder.is_some() && ctx.dead_letters.is_none() {
             return Err(runtime_error(
                 &self.task,
                 crate::Error::InvalidConfig {
-                    key: key.into(),
-                    value: "set".into(),
-                    rule: "the kafka source does not decode records yet; use a decoder with the embedded broker, or \
-                           filter poison records in an operator"
+                    key: "decoder".into(),
+                    value: "set, without dead letters".into(),
+                    rule: "on Kafka the records a decoder refuses go to the job's dead-letter topic (a share \
+                           acknowledgement cannot REJECT inside a transaction); configure dead letters \
+                           ([dead_letters] in a job file, JobBuilder::dead_letters in Rust)"
                         .into(),
                 },
             ));
@@ -215,7 +237,7 @@ impl Source for KafkaShareSource {
             timed(&self.metrics.intent_wait_nanos, self.txns.write_intent(checkpoint_id, self.subtask, ranges)).await?;
             self.metrics.intents_written.fetch_add(1, Ordering::Relaxed);
             self.metrics.records_replayed.fetch_add(records.len() as u64, Ordering::Relaxed);
-            return self.emit(records);
+            return self.emit(checkpoint_id, records).await;
         }
         let (max, timeout) = (self.config.max_poll_records, self.config.poll_timeout);
         let task = self.task.clone();
@@ -299,7 +321,7 @@ impl Source for KafkaShareSource {
         for r in &fresh {
             self.consumer()?.acknowledge(r, AcknowledgeType::Accept).await.map_err(|e| runtime_error(&task, e))?;
         }
-        self.emit(fresh)
+        self.emit(checkpoint_id, fresh).await
     }
 
     async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId) -> Result<StateItems> {

@@ -54,12 +54,43 @@ pub struct KeyStage {
     newest: Option<i64>,
     /// When this subtask last had rows.
     last_rows: Option<std::time::Instant>,
+    dead_letters: Option<crate::DeadLetters>,
 }
 
 impl KeyStage {
-    /// The key stage of `plan` for subtask `ctx`.
+    /// The key stage of `plan` for subtask `ctx`. With the job's dead letters, rows the
+    /// query fails on are dead-lettered and the rest go on.
     pub fn new(plan: Arc<AggregatePlan>, ctx: &SubtaskContext) -> Self {
-        Self { plan, task: ctx.task_name(), newest: None, last_rows: None }
+        Self { plan, task: ctx.task_name(), newest: None, last_rows: None, dead_letters: ctx.dead_letters.clone() }
+    }
+
+    /// The exchange batch of `batch` (keys, event time, the aggregates' arguments) and
+    /// its newest event time.
+    fn exchange(&self, batch: &RecordBatch) -> Result<(RecordBatch, Option<i64>)> {
+        let plan = &self.plan;
+        let batch = run_steps(&plan.pre, &plan.query, batch.clone(), &self.task)?;
+        let rows = batch.num_rows();
+        let failed = |e: &dyn std::fmt::Display| {
+            RuntimeError::task_message(&self.task, ErrorKind::Invalid, format!("query {:?}: {e}", plan.query))
+        };
+        let eval = |e: &Arc<dyn datafusion_physical_expr::PhysicalExpr>| {
+            e.evaluate(&batch).and_then(|v| v.into_array(rows)).map_err(|e| failed(&e))
+        };
+        let mut columns = Vec::with_capacity(plan.exchange.fields().len());
+        let mut newest = None;
+        for k in &plan.keys {
+            columns.push(eval(k)?);
+        }
+        if let Some(t) = &plan.time {
+            let times = event_times(&eval(t)?).map_err(|e| failed(&e))?;
+            newest = arrow::compute::max(times.as_primitive::<Int64Type>());
+            columns.push(times);
+        }
+        for a in &plan.args {
+            columns.push(eval(a)?);
+        }
+        let exchange = RecordBatch::try_new(plan.exchange.clone(), columns).map_err(|e| failed(&e))?;
+        Ok((exchange, newest))
     }
 }
 
@@ -74,36 +105,24 @@ fn event_times(array: &ArrayRef) -> std::result::Result<ArrayRef, arrow::error::
 #[async_trait]
 impl Operator for KeyStage {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let plan = self.plan.clone();
-        let batch = run_steps(&plan.pre, &plan.query, batch, &self.task)?;
-        let rows = batch.num_rows();
-        let failed = |e: &dyn std::fmt::Display| {
-            RuntimeError::task_message(&self.task, ErrorKind::Invalid, format!("query {:?}: {e}", plan.query))
-        };
-        let eval = |e: &Arc<dyn datafusion_physical_expr::PhysicalExpr>| {
-            e.evaluate(&batch).and_then(|v| v.into_array(rows)).map_err(|e| failed(&e))
-        };
-        let mut columns = Vec::with_capacity(plan.exchange.fields().len());
-        let mut newest = self.newest;
-        for k in &plan.keys {
-            columns.push(eval(k)?);
-        }
-        if let Some(t) = &plan.time {
-            let times = event_times(&eval(t)?).map_err(|e| failed(&e))?;
-            if let Some(max) = arrow::compute::max(times.as_primitive::<Int64Type>()) {
-                newest = Some(newest.map_or(max, |n: i64| n.max(max)));
+        let parts = match &self.dead_letters {
+            None => vec![self.exchange(&batch)?],
+            Some(letters) => {
+                let (parts, bad) = crate::dead_letter::isolate(&batch, &mut |b| self.exchange(b))?;
+                crate::sql::dead_letter_rows(letters, &batch, bad, &self.task, out.checkpoint_id()).await?;
+                parts
             }
-            columns.push(times);
+        };
+        for (exchange, newest) in parts {
+            if let Some(max) = newest {
+                self.newest = Some(self.newest.map_or(max, |n| n.max(max)));
+            }
+            if exchange.num_rows() > 0 {
+                self.last_rows = Some(std::time::Instant::now());
+            }
+            out.emit(exchange).await?;
         }
-        for a in &plan.args {
-            columns.push(eval(a)?);
-        }
-        let exchange = RecordBatch::try_new(plan.exchange.clone(), columns).map_err(|e| failed(&e))?;
-        self.newest = newest;
-        if rows > 0 {
-            self.last_rows = Some(std::time::Instant::now());
-        }
-        out.emit(exchange).await
+        Ok(())
     }
 
     async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, out: &mut Collector) -> Result<StateItems> {

@@ -51,11 +51,13 @@ pub struct FetchedRecord {
     pub value: Option<Bytes>,
     /// Create time, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+    /// Record headers, in order (name, value).
+    pub headers: Vec<(String, Bytes)>,
 }
 
 impl FetchedRecord {
     fn new(offset: i64, r: BatchRecord) -> Self {
-        Self { offset, key: r.key, value: r.value, timestamp_ms: r.timestamp_ms }
+        Self { offset, key: r.key, value: r.value, timestamp_ms: r.timestamp_ms, headers: r.headers }
     }
 }
 
@@ -511,7 +513,7 @@ impl EmbeddedBroker {
                     .ok_or_else(|| Error::UnknownTopicPartition { topic: r.topic.to_string(), partition: -1 })?;
                 let tp = TopicPartition::new(r.topic.clone(), self.partition_for(&r, n));
                 let timestamp_ms = if r.timestamp_ms == 0 { now_ms } else { r.timestamp_ms };
-                let rec = LogRecord { key: r.key, value: r.value, timestamp_ms };
+                let rec = LogRecord { key: r.key, value: r.value, timestamp_ms, headers: r.headers };
                 match batches.iter_mut().find(|(t, _, _)| *t == tp) {
                     Some((_, recs, idx)) => {
                         recs.push(rec);

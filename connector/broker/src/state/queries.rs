@@ -111,6 +111,7 @@ impl BrokerState {
                     value: r.value,
                     timestamp_ms: r.timestamp_ms,
                     delivery_count: range.deliveries as i16,
+                    headers: r.headers,
                 });
             }
         }

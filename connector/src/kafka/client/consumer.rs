@@ -642,6 +642,7 @@ fn to_record(r: &ConsumerRecord) -> Record {
         value: r.value.clone(),
         timestamp_ms: r.timestamp,
         delivery_count: r.delivery_count.unwrap_or(1),
+        headers: r.headers.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect(),
     }
 }
 

@@ -191,6 +191,7 @@ impl LedgerLog {
                             value: r.value,
                             timestamp_ms: r.timestamp,
                             delivery_count: 1,
+                            headers: r.headers.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect(),
                         });
                     }
                 }
