@@ -164,6 +164,14 @@ async fn run_on(
             stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(file.parallelism);
         }
     }
+    if let Some(d) = &file.dead_letters {
+        ensure_topic(broker, &d.topic, 1).await?;
+        job.dead_letters(shareflow_connector::embedded::BrokerDeadLetters::new(
+            broker.clone(),
+            txns.clone(),
+            d.clone(),
+        ));
+    }
     if let Some(t) = txns {
         job.participant(t);
     }

@@ -19,6 +19,10 @@
 //! kind = "kafka"                 # "kafka" or "topic" (a topic), "files" (url), or "print"
 //! topic = "orders-upper"
 //!
+//! [dead_letters]                 # optional: rows the SQL fails on go here, not stop the job
+//! topic = "orders-dlq"
+//! copy_record = true             # false: only the KIP-1191 headers, not key and value
+//!
 //! [job]
 //! parallelism = 2
 //! checkpoint_interval_ms = 1000
@@ -64,8 +68,16 @@ struct RawFile {
     #[serde(default)]
     transform: Vec<Spanned<RawTransform>>,
     sink: Spanned<RawSink>,
+    dead_letters: Option<Spanned<RawDeadLetters>>,
     #[serde(default)]
     job: RawJob,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeadLetters {
+    topic: Spanned<String>,
+    copy_record: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +151,8 @@ pub(crate) struct JobFile {
     /// The transforms, in order.
     pub(crate) transforms: Vec<Transform>,
     pub(crate) sink: SinkSpec,
+    /// `[dead_letters]`: where records the job cannot process go, if anywhere.
+    pub(crate) dead_letters: Option<shareflow::connector::DeadLetterSettings>,
     pub(crate) parallelism: u32,
     pub(crate) partitions: u32,
     pub(crate) interval: Duration,
@@ -202,6 +216,8 @@ impl JobFile {
         let job = check.job(&raw.job)?;
         let (transforms, writes_value) = check.transforms(&raw.transform)?;
         let sink = check.sink(&raw.sink, writes_value)?;
+        let dead_letters =
+            raw.dead_letters.as_ref().map(|d| check.dead_letters(d, &source.topics, &sink)).transpose()?;
         Ok(Self {
             backend,
             checkpoints,
@@ -213,6 +229,7 @@ impl JobFile {
             max_rate: source.max_rate,
             transforms,
             sink,
+            dead_letters,
             parallelism: job.parallelism,
             partitions: job.partitions,
             interval: job.interval,
@@ -280,6 +297,27 @@ impl Checker<'_> {
     /// The milliseconds `v` (at most a day), or `default` ms if it is not given.
     fn ms(&self, v: &Option<Spanned<i64>>, key: &str, default: u64) -> Result<Duration, JobFileError> {
         self.positive(v, key, default, 86_400_000).map(Duration::from_millis)
+    }
+
+    /// The `[dead_letters]` table: a topic that is neither an input nor the output.
+    fn dead_letters(
+        &self,
+        raw: &Spanned<RawDeadLetters>,
+        inputs: &[String],
+        sink: &SinkSpec,
+    ) -> Result<shareflow::connector::DeadLetterSettings, JobFileError> {
+        let d = raw.get_ref();
+        let topic = self.non_empty(&d.topic, "dead_letters.topic")?;
+        let output = matches!(sink, SinkSpec::Topic { topic: t } if *t == topic);
+        if inputs.contains(&topic) || output {
+            let what = if output { "the sink's topic" } else { "an input topic" };
+            return Err(self.err(
+                d.topic.span(),
+                "dead_letters.topic",
+                format!("{topic:?} is {what}: dead letters need a topic of their own"),
+            ));
+        }
+        Ok(shareflow::connector::DeadLetterSettings { topic, copy_record: d.copy_record.unwrap_or(true) })
     }
 
     /// `kafka = "HOST:PORT"` or `broker = "DIR"`: exactly one of them.
@@ -551,6 +589,26 @@ checkpoint_interval_ms = 500
         assert_eq!(job.max_rate, Some(500));
         let print = GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", "kind = \"print\"");
         assert_eq!(JobFile::parse("job.toml", &print).unwrap().sink, SinkSpec::Print);
+    }
+
+    #[test]
+    fn dead_letters_parse_and_need_a_topic_of_their_own() {
+        let with = |table: &str| format!("{GOOD}\n[dead_letters]\n{table}\n");
+        let job = JobFile::parse("job.toml", &with("topic = \"orders-dlq\"")).unwrap();
+        assert_eq!(job.dead_letters, Some(shareflow::connector::DeadLetterSettings::new("orders-dlq")));
+        let job = JobFile::parse("job.toml", &with("topic = \"dlq\"\ncopy_record = false")).unwrap();
+        assert_eq!(job.dead_letters.map(|d| d.copy_record), Some(false));
+        assert_eq!(JobFile::parse("job.toml", GOOD).unwrap().dead_letters, None);
+        for (table, key, word) in [
+            ("topic = \"orders\"", "dead_letters.topic", "an input topic"),
+            ("topic = \"orders-upper\"", "dead_letters.topic", "the sink's topic"),
+            ("topic = \" \"", "dead_letters.topic", "must not be empty"),
+            ("topic = \"dlq\"\ncopy = true", "dead_letters.copy", "unknown field"),
+        ] {
+            let e = JobFile::parse("job.toml", &with(table)).expect_err(table);
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.to_string().contains(word), "{e}");
+        }
     }
 
     #[test]

@@ -246,6 +246,10 @@ async fn file_pipeline(
             stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(parallelism);
         }
     }
+    if let Some(d) = &file.dead_letters {
+        cluster.ensure_topic(&d.topic, 1, &[]).await?;
+        job.dead_letters(shareflow_connector::kafka::KafkaDeadLetters::new(txns.clone(), d.clone()));
+    }
     job.participant(txns.clone());
     Ok(job)
 }

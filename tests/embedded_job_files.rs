@@ -479,3 +479,82 @@ fn every_stateful_query_kind_is_exact_through_seeded_kills() {
     );
     assert!(cut_short * 2 >= seeds, "only {cut_short} of {seeds} seeds were killed before the answer was complete");
 }
+
+/// `examples/jobs/dead_letters_embedded.toml` through SIGKILLs: values that are not
+/// numbers go to the dead-letter topic with their KIP-1191 headers, the rest are
+/// doubled; every input line comes out exactly once, in one topic or the other.
+#[test]
+fn the_dead_letters_job_file_is_exactly_once_through_kills() {
+    use shareflow::connector::dead_letters::{header, HEADER_CAUSE, HEADER_MESSAGE, HEADER_OFFSET, HEADER_TOPIC};
+    const N: u64 = 4_000;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let line = |i: u64| if i % 100 == 42 { format!("oops-{i}") } else { i.to_string() };
+    produce_lines(dir, "numbers", PARTITIONS, (0..N).map(line));
+    let text = std::fs::read_to_string(checkout_file("examples/jobs/dead_letters_embedded.toml"))
+        .unwrap()
+        .replace("/tmp/shareflow-dlq/broker", &dir.join("broker").display().to_string())
+        .replace("file:///tmp/shareflow-dlq/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
+        .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
+        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 2000");
+    let job = dir.join("job.toml");
+    std::fs::write(&job, text).unwrap();
+    // (id, from the dead letters?) of every record read_committed in both topics.
+    let read = || -> Vec<(u64, bool)> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let Ok(broker) =
+                EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
+            else {
+                return Vec::new();
+            };
+            let mut out = Vec::new();
+            for (topic, dead) in [("numbers-doubled", false), ("numbers-dlq", true)] {
+                for p in 0..broker.partition_count(topic).unwrap_or(0) as i32 {
+                    let tp = TopicPartition::new(topic, p);
+                    for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
+                        let value = String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap();
+                        let id: u64 = if dead {
+                            assert_eq!(header(&r.headers, HEADER_CAUSE), Some("sql"), "{value}");
+                            assert_eq!(header(&r.headers, HEADER_TOPIC), Some("numbers"), "{value}");
+                            assert!(header(&r.headers, HEADER_OFFSET).is_some(), "{value}");
+                            assert!(header(&r.headers, HEADER_MESSAGE).is_some_and(|m| m.contains("oops")), "{value}");
+                            value.trim_start_matches("oops-").parse().unwrap()
+                        } else {
+                            value.trim_start_matches("doubled-").parse::<u64>().unwrap() / 2
+                        };
+                        out.push((id, dead));
+                    }
+                }
+            }
+            out
+        })
+    };
+    let mut rng = rng::Rng::new(52);
+    for run in 0..2 {
+        let log = dir.join(format!("dlq-{run}"));
+        let mut child = start(&job, &log);
+        if let Some(status) = wait(&mut child, Duration::from_millis(300 + rng.below(900))) {
+            panic!("run {run} ended with {status}: {}", std::fs::read_to_string(log.with_extension("err")).unwrap());
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!((read().len() as u64) < N, "the kills landed after the work was done");
+    let log = dir.join("dlq-final");
+    let mut child = start(&job, &log);
+    let running = || std::fs::read_to_string(log.with_extension("err")).is_ok_and(|e| e.contains("progress:"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (read().len() as u64) < N || !running() {
+        assert!(Instant::now() < deadline, "not every record came out in 60 s: {}", read().len());
+        assert!(child.try_wait().unwrap().is_none(), "the final run ended early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
+    assert!(status.success(), "{status}");
+    let mut got = read();
+    got.sort();
+    let want: Vec<(u64, bool)> = (0..N).map(|i| (i, line(i).starts_with("oops"))).collect();
+    assert_eq!(got, want, "every line once, the bad ones as dead letters");
+}
