@@ -248,3 +248,58 @@ async fn every_stateful_query_kind_runs_from_a_job_file_on_kafka() {
         assert_eq!(read().await, kind.want, "{name}: after the stop");
     }
 }
+
+/// A job file with `[dead_letters]` on Kafka: the values the SQL cannot cast go to the
+/// dead-letter topic in the checkpoint's transaction, with the KIP-1191 headers; every
+/// input value comes out once, in the output or in the dead letters, read_committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_file_with_dead_letters_on_kafka_sends_each_bad_row_there_once() {
+    use shareflow::connector::dead_letters::{header, HEADER_CAUSE, HEADER_GROUP, HEADER_OFFSET, HEADER_TOPIC};
+    let Some(c) = cluster().await else { return };
+    let bootstrap = support::kafka::bootstrap().unwrap();
+    let (input, output, dlq, group) = (unique("dlq-in"), unique("dlq-out"), unique("dlq-dead"), unique("dlq"));
+    c.ensure_topic(&input, 2, &[]).await.unwrap();
+    const N: u64 = 1_000;
+    let line = |i: u64| if i % 100 == 42 { format!("oops-{i}") } else { i.to_string() };
+    c.produce(&input, (0..N).map(|i| (None, Bytes::from(line(i))))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = format!("file://{}", dir.path().join("chk").display());
+    let job = format!(
+        "kafka = \"{bootstrap}\"\ncheckpoints = \"{chk}\"\n\n[source]\ngroup = \"{group}\"\ntopics = [\"{input}\"]\n\n\
+         [[transform]]\nsql = \"SELECT concat('doubled-', CAST(CAST(CAST(value AS VARCHAR) AS BIGINT) * 2 AS VARCHAR)) \
+         AS value FROM input\"\n\n[sink]\nkind = \"kafka\"\ntopic = \"{output}\"\n\n[dead_letters]\ntopic = \"{dlq}\"\n\n\
+         [job]\nparallelism = 2\ncheckpoint_interval_ms = 200\n"
+    );
+    let path = dir.path().join("dlq.toml");
+    std::fs::write(&path, job).unwrap();
+    let stdout = dir.path().join("dlq.out");
+    let child = start(&path, "dlq", &chk, &stdout);
+    let read = || async {
+        let mut got: Vec<(u64, bool)> = Vec::new();
+        let (out, _) = c.read_committed_records_from(&output, &[]).await.unwrap_or_default();
+        for r in out {
+            let v = String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap();
+            got.push((v.trim_start_matches("doubled-").parse::<u64>().unwrap() / 2, false));
+        }
+        let (dead, _) = c.read_committed_records_from(&dlq, &[]).await.unwrap_or_default();
+        for r in dead {
+            let v = String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap();
+            assert_eq!(header(&r.headers, HEADER_CAUSE), Some("sql"), "{v}");
+            assert_eq!(header(&r.headers, HEADER_TOPIC), Some(input.as_str()), "{v}");
+            assert_eq!(header(&r.headers, HEADER_GROUP), Some(group.as_str()), "{v}");
+            assert!(header(&r.headers, HEADER_OFFSET).is_some(), "{v}");
+            got.push((v.trim_start_matches("oops-").parse().unwrap(), true));
+        }
+        got.sort();
+        got
+    };
+    let deadline = Instant::now() + WITHIN;
+    while (read().await.len() as u64) < N {
+        assert!(Instant::now() < deadline, "only {} of {N} records came out", read().await.len());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let outcome = stop(child, &stdout);
+    assert_eq!(outcome.code, 0, "{}", outcome.stdout);
+    let want: Vec<(u64, bool)> = (0..N).map(|i| (i, line(i).starts_with("oops"))).collect();
+    assert_eq!(read().await, want, "every value once, the bad ones as dead letters");
+}

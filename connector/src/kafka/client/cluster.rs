@@ -353,6 +353,40 @@ impl KafkaCluster {
         read_committed: bool,
         from: &[i64],
     ) -> Result<(Vec<(i32, i64, Option<Bytes>, Option<Bytes>)>, Vec<i64>)> {
+        let (records, ends) = self.read_records_from(topic, read_committed, from).await?;
+        Ok((records.into_iter().map(|r| (r.partition, r.offset, r.key, r.value)).collect(), ends))
+    }
+
+    /// Like [`read_committed_from`](Self::read_committed_from), whole records: headers
+    /// and timestamps too (a dead-letter topic's KIP-1191 headers, for `shareflow dlq`).
+    pub async fn read_committed_records_from(
+        &self,
+        topic: &str,
+        from: &[i64],
+    ) -> Result<(Vec<shareflow_share::Record>, Vec<i64>)> {
+        let (records, ends) = self.read_records_from(topic, true, from).await?;
+        let records = records
+            .into_iter()
+            .map(|r| shareflow_share::Record {
+                topic: r.topic,
+                partition: r.partition,
+                offset: r.offset,
+                key: r.key,
+                value: r.value,
+                timestamp_ms: r.timestamp,
+                delivery_count: 1,
+                headers: r.headers.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect(),
+            })
+            .collect();
+        Ok((records, ends))
+    }
+
+    async fn read_records_from(
+        &self,
+        topic: &str,
+        read_committed: bool,
+        from: &[i64],
+    ) -> Result<(Vec<krafka::consumer::ConsumerRecord>, Vec<i64>)> {
         let ends = self.end_offsets(topic, read_committed).await?;
         let start = |p: i32| from.get(p as usize).copied().unwrap_or(0);
         if (0i32..).zip(&ends).all(|(p, end)| start(p) >= *end) {
@@ -402,7 +436,7 @@ impl KafkaCluster {
             {
                 let end = ends.get(r.partition as usize).copied().unwrap_or(0);
                 if r.offset < end {
-                    out.push((r.partition, r.offset, r.key, r.value));
+                    out.push(r);
                 }
             }
         }
