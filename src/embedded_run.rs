@@ -178,7 +178,7 @@ async fn run_on(
     let mut config = JobConfig::new(storage, &file.group, instance)
         .checkpoint_interval(file.interval)
         .checkpoint_timeout(file.checkpoint_timeout)
-        .restart(RestartStrategy::FixedDelay { attempts: 1_000, delay: Duration::from_millis(500) });
+        .restart(RestartStrategy::FixedDelay { attempts: file.restarts, delay: Duration::from_millis(500) });
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = TOLERABLE_FAILURES;
     let job = job.build(config)?;

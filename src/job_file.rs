@@ -115,6 +115,7 @@ struct RawJob {
     checkpoint_interval_ms: Option<Spanned<i64>>,
     checkpoint_timeout_ms: Option<Spanned<i64>>,
     adoption_timeout_ms: Option<Spanned<i64>>,
+    restarts: Option<Spanned<i64>>,
 }
 
 /// Where a job reads and writes its topics.
@@ -158,7 +159,15 @@ pub(crate) struct JobFile {
     pub(crate) interval: Duration,
     pub(crate) checkpoint_timeout: Duration,
     pub(crate) adoption_timeout: Duration,
+    /// `[job] restarts`: failed attempts the run restarts after, 500 ms apart
+    /// (default [`DEFAULT_RESTARTS`]). Each can cost the records the job holds one
+    /// delivery: the run warns when they outlast the group's delivery limit.
+    pub(crate) restarts: u32,
 }
+
+/// Restarts of a job file's run unless `[job] restarts` says otherwise: through a broker
+/// or store outage of minutes.
+pub(crate) const DEFAULT_RESTARTS: u16 = 1_000;
 
 /// The 1-based line of byte `offset` of `text`.
 fn line_of(text: &str, offset: usize) -> usize {
@@ -235,6 +244,7 @@ impl JobFile {
             interval: job.interval,
             checkpoint_timeout: job.checkpoint_timeout,
             adoption_timeout: job.adoption_timeout,
+            restarts: job.restarts,
         })
     }
 }
@@ -255,6 +265,7 @@ struct JobTable {
     interval: Duration,
     checkpoint_timeout: Duration,
     adoption_timeout: Duration,
+    restarts: u32,
 }
 
 /// Checks the values of one job file; each error names the file, the line and the key.
@@ -381,6 +392,10 @@ impl Checker<'_> {
         let interval = self.ms(&job.checkpoint_interval_ms, "job.checkpoint_interval_ms", 1_000)?;
         let checkpoint_timeout = self.ms(&job.checkpoint_timeout_ms, "job.checkpoint_timeout_ms", 10_000)?;
         let adoption_timeout = self.ms(&job.adoption_timeout_ms, "job.adoption_timeout_ms", 30_000)?;
+        let restarts = match &job.restarts {
+            Some(n) if *n.get_ref() == 0 => 0,
+            other => self.positive(other, "job.restarts", DEFAULT_RESTARTS.into(), 1_000_000)? as u32,
+        };
         if adoption_timeout <= interval + checkpoint_timeout {
             let span = job.adoption_timeout_ms.as_ref().map_or(0..0, Spanned::span);
             return Err(self.err(
@@ -394,7 +409,7 @@ impl Checker<'_> {
                 ),
             ));
         }
-        Ok(JobTable { parallelism, partitions, interval, checkpoint_timeout, adoption_timeout })
+        Ok(JobTable { parallelism, partitions, interval, checkpoint_timeout, adoption_timeout, restarts })
     }
 
     /// The `[[transform]]` tables: (operator name, SQL) in order, and whether the rows
@@ -589,6 +604,16 @@ checkpoint_interval_ms = 500
         assert_eq!(job.max_rate, Some(500));
         let print = GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", "kind = \"print\"");
         assert_eq!(JobFile::parse("job.toml", &print).unwrap().sink, SinkSpec::Print);
+    }
+
+    #[test]
+    fn restarts_default_to_a_thousand_and_take_zero() {
+        assert_eq!(JobFile::parse("job.toml", GOOD).unwrap().restarts, 1_000);
+        let with = |n: &str| GOOD.replace("[job]", &format!("[job]\nrestarts = {n}"));
+        assert_eq!(JobFile::parse("job.toml", &with("0")).unwrap().restarts, 0);
+        assert_eq!(JobFile::parse("job.toml", &with("3")).unwrap().restarts, 3);
+        let e = JobFile::parse("job.toml", &with("-1")).unwrap_err();
+        assert_eq!(e.key, "job.restarts", "{e}");
     }
 
     #[test]

@@ -135,11 +135,12 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let exactly_once = options.job.as_ref().is_none_or(|j| j.exactly_once);
+    let restarts = options.job.as_ref().map_or(crate::job_file::DEFAULT_RESTARTS.into(), |j| j.restarts);
     let txns = KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default().exactly_once(exactly_once));
     let mut config = JobConfig::new(storage, &options.group, &options.instance)
         .checkpoint_interval(options.interval)
         .checkpoint_timeout(options.checkpoint_timeout)
-        .restart(RestartStrategy::FixedDelay { attempts: 1_000, delay: Duration::from_millis(500) })
+        .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(500) })
         .instance(InstanceConfig::new(options.adoption_timeout));
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 2;

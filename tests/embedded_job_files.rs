@@ -541,6 +541,9 @@ fn the_dead_letters_job_file_is_exactly_once_through_kills() {
         child.wait().unwrap();
     }
     assert!((read().len() as u64) < N, "the kills landed after the work was done");
+    // The default 1,000 restarts outlast the group's delivery limit of 5: the run says so.
+    let first = std::fs::read_to_string(dir.join("dlq-0").with_extension("err")).unwrap();
+    assert!(first.contains("allows 1000 restarts and the share group's delivery limit is 5"), "{first}");
     let log = dir.join("dlq-final");
     let mut child = start(&job, &log);
     let running = || std::fs::read_to_string(log.with_extension("err")).is_ok_and(|e| e.contains("progress:"));

@@ -48,6 +48,30 @@ impl RestartStrategy {
         }
     }
 
+    /// Whether this strategy can burn the delivery attempts of the records a job holds
+    /// in a share group whose delivery limit is `delivery_limit`. Each failed attempt can
+    /// cost every record the job holds one delivery (its locks are released, or its
+    /// transaction aborted), so a failure of the job itself that repeats (a sink that is
+    /// down, a checkpoint timeout too short) archives them after `delivery_limit` - 1
+    /// failed attempts, counted but never processed. `None` when the restarts stop first;
+    /// otherwise what to change, naming both numbers.
+    pub fn burns_deliveries(&self, delivery_limit: u32) -> Option<String> {
+        let restarts = self.attempts();
+        if restarts < delivery_limit.saturating_sub(1) {
+            return None;
+        }
+        Some(format!(
+            "the restart strategy allows {restarts} restarts and the share group's delivery limit is {delivery_limit}: \
+             a failure of the job itself that repeats (a sink that is down, a checkpoint timeout too short) costs \
+             each record the job holds one delivery per failed attempt, so after {} such attempts those records are \
+             ARCHIVED without being processed. Allow at most {} restarts, or raise the group's delivery limit \
+             (group.share.delivery.count.limit) to {} or more",
+            delivery_limit.saturating_sub(1),
+            delivery_limit.saturating_sub(2),
+            restarts.saturating_add(2)
+        ))
+    }
+
     /// Restarts allowed in all.
     pub fn attempts(&self) -> u32 {
         match *self {
@@ -284,6 +308,38 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// Each row: restarts allowed, delivery limit, whether the restarts can archive
+    /// records the job holds.
+    #[test]
+    fn restarts_that_outlast_the_delivery_limit_are_named() {
+        let fixed = |attempts| RestartStrategy::FixedDelay { attempts, delay: Duration::ZERO };
+        let rows = [
+            (RestartStrategy::None, 5, false),
+            (fixed(3), 5, false),
+            (fixed(4), 5, true),
+            (fixed(10), 5, true),
+            (fixed(10), 12, false),
+            (fixed(0), 1, true),
+            (
+                RestartStrategy::ExponentialDelay {
+                    attempts: 1000,
+                    initial: Duration::from_millis(1),
+                    max: Duration::from_secs(1),
+                },
+                5,
+                true,
+            ),
+        ];
+        for (strategy, limit, burns) in rows {
+            let verdict = strategy.burns_deliveries(limit);
+            assert_eq!(verdict.is_some(), burns, "{strategy:?} against {limit}: {verdict:?}");
+            if let Some(why) = verdict {
+                assert!(why.contains(&format!("{} restarts", strategy.attempts())), "{why}");
+                assert!(why.contains(&format!("delivery limit is {limit}")), "{why}");
+            }
+        }
+    }
 
     #[test]
     fn restart_delays_per_strategy() {

@@ -268,6 +268,7 @@ impl Job {
             checkpoint_timeout: self.config.checkpoint_timeout,
             tolerable_checkpoint_failures: self.config.tolerable_checkpoint_failures,
             instances,
+            restart: self.config.restart,
         })
     }
 

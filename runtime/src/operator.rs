@@ -95,6 +95,8 @@ pub struct JobSettings {
     /// Instances of the job in the group: this one and every other the registry shows
     /// not retired and not adopted (1 for a job that is not an instance).
     pub instances: u32,
+    /// How the job restarts after a failed attempt.
+    pub restart: crate::RestartStrategy,
 }
 
 impl JobSettings {
@@ -106,7 +108,20 @@ impl JobSettings {
         tolerable_checkpoint_failures: u32,
         instances: u32,
     ) -> Self {
-        Self { group: group.into(), checkpoint_interval, checkpoint_timeout, tolerable_checkpoint_failures, instances }
+        Self {
+            group: group.into(),
+            checkpoint_interval,
+            checkpoint_timeout,
+            tolerable_checkpoint_failures,
+            instances,
+            restart: crate::RestartStrategy::None,
+        }
+    }
+
+    /// These settings with the job's restart strategy.
+    pub fn with_restart(mut self, restart: crate::RestartStrategy) -> Self {
+        self.restart = restart;
+        self
     }
 
     /// Transactions one attempt of this job keeps pending at most: those of the

@@ -187,6 +187,9 @@ fn check_group(group: &crate::share::ShareConfig, timeout: Duration, job: &JobSe
             ),
         });
     }
+    if let Some(why) = job.restart.burns_deliveries(u32::from(group.delivery_count_limit())) {
+        tracing::warn!(group = %job.group, "{why}");
+    }
     let needed = job.instances.saturating_mul(job.pending_per_instance());
     if group.max_pending_transactions() < needed {
         return Err(RuntimeError::InvalidConfig {

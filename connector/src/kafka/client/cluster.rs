@@ -191,6 +191,26 @@ impl KafkaCluster {
         Ok(())
     }
 
+    /// The delivery limit of share group `group`: its own `share.delivery.count.limit`
+    /// if set, else the broker's `group.share.delivery.count.limit`, else Kafka's
+    /// default, 5.
+    pub async fn share_delivery_limit(&self, group: &str) -> Result<u32> {
+        let described = self
+            .admin
+            .describe_configs([ConfigResource::group(group)], DescribeConfigsOptions::default())
+            .await
+            .map_err(|e| kafka_error(format!("describe configs of group {group}"), e))?;
+        for (_, r) in described {
+            let entries = r.map_err(|e| kafka_error(format!("describe configs of group {group}"), e))?;
+            let own = entries.iter().find(|c| c.name == "share.delivery.count.limit");
+            if let Some(limit) = own.and_then(|c| c.value.as_deref()).and_then(|v| v.parse().ok()) {
+                return Ok(limit);
+            }
+        }
+        let broker = self.broker_config("group.share.delivery.count.limit").await?;
+        Ok(broker.and_then(|v| v.parse().ok()).unwrap_or(5))
+    }
+
     /// A broker config value, from broker `0`..: the first broker that answers.
     pub async fn broker_config(&self, key: &str) -> Result<Option<String>> {
         let brokers =

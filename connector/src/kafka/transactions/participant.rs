@@ -28,6 +28,14 @@ impl TransactionParticipant for KafkaTransactions {
         if self.config.exactly_once {
             check_slots(self.config.slots, job).map_err(|e| runtime_error(NAME, e))?;
         }
+        match self.cluster.share_delivery_limit(&job.group).await {
+            Ok(limit) => {
+                if let Some(why) = job.restart.burns_deliveries(limit) {
+                    tracing::warn!(group = %job.group, "{why}");
+                }
+            }
+            Err(e) => tracing::debug!(group = %job.group, error = %e, "cannot read the group's delivery limit"),
+        }
         Ok(())
     }
 
