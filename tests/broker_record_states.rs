@@ -318,3 +318,63 @@ async fn ranges_are_refused_in_implicit_mode_and_as_plain_accept_in_transactiona
     let err = transactional.acknowledge_ranges(&acks).await.unwrap_err();
     assert!(err.to_string().contains("acknowledge_batches_transactional"), "{err}");
 }
+
+/// The exactly-once checker (`connector/src/verify.rs`) names every broken invariant: a
+/// record ACKNOWLEDGED without output (I3), one with two outputs (I2), one ARCHIVED yet
+/// with output or AVAILABLE with output (I4), one AVAILABLE without output (I1), and an
+/// output that matches no input; the rest count as exactly once.
+#[tokio::test]
+async fn the_checker_names_each_broken_invariant() {
+    use shareflow::connector::verify::check_exactly_once;
+    let f = fixture().await;
+    let mut c = f.consumer(Explicit).await;
+    let got = poll(&mut c, 7).await;
+    assert_eq!(got.len(), 7);
+    let mut settle = acks(&got[..6], Accept);
+    for (tp, ranges) in acks(&got[6..], Reject).partitions() {
+        for b in ranges.batches() {
+            settle.add(tp.clone(), b).unwrap();
+        }
+    }
+    c.acknowledge_ranges(&settle).await.unwrap();
+    c.commit().await.unwrap();
+    // v0..v5 ACKNOWLEDGED, v6 ARCHIVED (rejected), v7..v9 AVAILABLE.
+    let outputs = ["v0", "v1", "v2", "v3", "v3", "v6", "v8", "v99"];
+    let records = outputs.iter().map(|v| ProducerRecord::new(OUT, 0, v.as_bytes().to_vec())).collect();
+    f.broker.produce(records).await.unwrap();
+    let id = |v: &[u8]| std::str::from_utf8(v).ok()?.strip_prefix('v')?.parse().ok();
+    let report = check_exactly_once(&f.broker, GROUP, IN, OUT, id).await.unwrap();
+    assert_eq!((report.produced, report.committed_output), (10, 8));
+    // v0, v1, v2 once; v3 twice; v4, v5 acknowledged without output; v7, v9 never delivered.
+    assert_eq!((report.exactly_once, report.duplicates, report.lost), (3, 1, 4));
+    assert_eq!(report.archived.values().sum::<u64>(), 1);
+    let mut found: Vec<String> =
+        report.violations.iter().map(|v| v.split(' ').take(2).collect::<Vec<_>>().join(" ")).collect();
+    found.sort();
+    // The AVAILABLE records (v7, v9) are summed up in one line, naming the first.
+    let want = ["I1: 2", "I2: input", "I3: in-0@4", "I3: in-0@5", "I4: in-0@6", "I4: in-0@8", "output id"];
+    assert_eq!(found, want, "{:#?}", report.violations);
+    assert!(report.available_line().is_some_and(|l| l.contains("in-0@7")), "{:?}", report.violations);
+    assert_eq!((report.available, report.violation_count), (2, 7));
+    // A stopped run forgives them: they are what a resumed run does next.
+    let mut stopped = report.clone();
+    assert_eq!(stopped.leave_available(), 2);
+    assert_eq!((stopped.lost, stopped.violations.len(), stopped.available_line()), (2, 6, None));
+}
+
+/// A run broken a million ways does not take the checker's memory: it keeps the first
+/// `MAX_VIOLATION_LINES` lines and counts the rest.
+#[tokio::test]
+async fn the_checker_keeps_a_bounded_number_of_violation_lines() {
+    use shareflow::connector::verify::{check_exactly_once, MAX_VIOLATION_LINES};
+    let f = Fixture::new(1, config(Explicit)).await;
+    let extra = MAX_VIOLATION_LINES as u64 + 200;
+    let records = (0..extra).map(|i| ProducerRecord::new(OUT, 0, format!("v{}", 1_000_000 + i).into_bytes())).collect();
+    f.broker.produce(records).await.unwrap();
+    let id = |v: &[u8]| std::str::from_utf8(v).ok()?.strip_prefix('v')?.parse().ok();
+    let report = check_exactly_once(&f.broker, GROUP, IN, OUT, id).await.unwrap();
+    assert_eq!(report.violation_count, extra);
+    assert_eq!(report.violations.len(), MAX_VIOLATION_LINES + 1);
+    assert_eq!(report.violations.last().unwrap(), "... and 200 more");
+    assert!(!report.ok());
+}

@@ -183,13 +183,7 @@ async fn check_output(
     if stopped {
         // What a stopped run had not reached is AVAILABLE for `--resume`; anything else
         // (a duplicate, a record left LOCKED, an undecided transaction) still counts.
-        let before = check.violations.len();
-        check
-            .violations
-            .retain(|v| !(v.starts_with("I1: ") && v.ends_with(" is AVAILABLE at quiescence, with no output")));
-        let remaining = (before - check.violations.len()) as u64;
-        check.lost -= remaining.min(check.lost);
-        left = remaining;
+        left = check.leave_available();
         if options.progress {
             eprintln!("stopped by a signal after a final checkpoint; `shareflow demo --resume` finishes the run");
         }
