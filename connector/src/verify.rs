@@ -336,7 +336,7 @@ mod tests {
             assert_eq!(set.insert(id), want.insert(id), "{id}");
         }
         for id in [0, 9_999, 65_535, 65_536, 1 << 40, u64::MAX] {
-            assert_eq!(set.insert(id), false, "{id} twice");
+            assert!(!set.insert(id), "{id} twice");
         }
         assert_eq!(set.len(), want.len() as u64);
         assert_eq!(set.iter().collect::<Vec<_>>(), want.iter().copied().collect::<Vec<_>>());
