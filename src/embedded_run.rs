@@ -20,7 +20,7 @@ use crate::demo::{run_job, stop_signal};
 use crate::job_file::{JobFile, SinkSpec};
 
 /// Errors: what failed, with the path or value, and what to do.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Checkpoints that may fail in a row before an attempt fails.
 const TOLERABLE_FAILURES: u32 = 2;
@@ -136,6 +136,7 @@ async fn run_on(
     let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
     let mut source = SourceSettings::new(&file.group, &topics);
     source.max_records_per_second = file.max_rate.map(|r| (r / u64::from(file.parallelism)).max(1));
+    source.stop_when_drained = file.stop_when_drained;
     let job = shareflow_runtime::JobBuilder::new();
     let mut stream = job
         .source(

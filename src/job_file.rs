@@ -159,6 +159,9 @@ pub(crate) struct JobFile {
     pub(crate) interval: Duration,
     pub(crate) checkpoint_timeout: Duration,
     pub(crate) adoption_timeout: Duration,
+    /// Finish once the input is drained (not a job file key: `shareflow dlq redrive`
+    /// sets it).
+    pub(crate) stop_when_drained: bool,
     /// `[job] restarts`: failed attempts the run restarts after, 500 ms apart
     /// (default [`DEFAULT_RESTARTS`]). Each can cost the records the job holds one
     /// delivery: the run warns when they outlast the group's delivery limit.
@@ -245,6 +248,7 @@ impl JobFile {
             checkpoint_timeout: job.checkpoint_timeout,
             adoption_timeout: job.adoption_timeout,
             restarts: job.restarts,
+            stop_when_drained: false,
         })
     }
 }

@@ -202,6 +202,7 @@ fn file_source_settings(file: &crate::job_file::JobFile, parallelism: u32) -> sh
     let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
     let mut source = source_settings(&file.group, &topics, parallelism, file.max_rate);
     source.from_earliest = file.from_earliest;
+    source.stop_when_drained = file.stop_when_drained;
     source
 }
 

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 mod admin;
 mod cli;
 mod demo;
+mod dlq;
 mod embedded_run;
 mod job_file;
 #[cfg(feature = "kafka")]
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
         "txn" => cli::txn::command(&mut args, &runtime),
         "checkpoints" => cli::checkpoints::command(&mut args, &runtime),
         "instances" => cli::instances::command(&mut args, &runtime),
+        "dlq" => cli::dlq::command(&mut args, &runtime),
         "help" | "--help" | "-h" => {
             println!("{}", cli::usage::USAGE);
             ExitCode::SUCCESS

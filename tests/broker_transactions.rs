@@ -432,3 +432,26 @@ async fn metric_names_are_the_seeds() {
         assert!(names.iter().any(|n| n == name), "{name} missing from {names:?}");
     }
 }
+
+/// The mode check holds for an empty acknowledgement set too, through the coordinator:
+/// nothing to stage, but an explicit or implicit member is refused as a non-empty set
+/// would be, and a transactional member is admitted; the model broker answers the same.
+#[tokio::test]
+async fn an_empty_acknowledgement_set_meets_the_same_mode_check() {
+    let f = Fixture::new(1, config(Explicit)).await;
+    let coord = f.broker.transaction_coordinator(GROUP, PREFIX).await.unwrap();
+    let txn = coord.begin_transaction(&txn_id(1), TXN_TIMEOUT).await.unwrap();
+    let empty = ShareAcknowledgements::new();
+    for mode in [Explicit, Implicit, Transactional] {
+        let c = f.consumer(mode).await;
+        let result = coord.send_share_acks_to_transaction(&txn, c.member_id(), &empty).await;
+        match mode {
+            Transactional => result.unwrap(),
+            _ => {
+                let err = result.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::Invalid, "{mode}: {err}");
+                assert!(err.to_string().contains("opt-in"), "{mode}: {err}");
+            }
+        }
+    }
+}

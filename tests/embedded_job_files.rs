@@ -561,3 +561,80 @@ fn the_dead_letters_job_file_is_exactly_once_through_kills() {
     let want: Vec<(u64, bool)> = (0..N).map(|i| (i, line(i).starts_with("oops"))).collect();
     assert_eq!(got, want, "every line once, the bad ones as dead letters");
 }
+
+/// `shareflow dlq list` shows every dead letter with its headers, and `shareflow dlq
+/// redrive` puts them back into the input topic exactly once, though the first redrive
+/// is killed part way: the second goes on in the same share group.
+#[test]
+fn dlq_redrive_is_exactly_once_after_a_kill_mid_redrive() {
+    use shareflow::connector::dead_letters::{HEADER_CAUSE, HEADER_OFFSET};
+    const N: u64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let broker_dir = dir.join("broker");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let broker = EmbeddedBroker::open(BrokerOptions::local_dir(&broker_dir).unwrap()).await.unwrap();
+        broker.create_topic("numbers", 2).await.unwrap();
+        broker.create_topic("numbers-dlq", 2).await.unwrap();
+        let letters = (0..N).map(|i| shareflow::connector::share::ProducerRecord {
+            partition: Some((i % 2) as i32),
+            headers: vec![
+                (HEADER_CAUSE.to_string(), bytes::Bytes::from_static(b"sql")),
+                (HEADER_OFFSET.to_string(), bytes::Bytes::from(i.to_string())),
+            ],
+            ..shareflow::connector::share::ProducerRecord::new("numbers-dlq", 0, format!("fixed-{i}").into_bytes())
+        });
+        broker.produce(letters.collect()).await.unwrap();
+        broker.close();
+    });
+    let dlq = |extra: &[&str]| {
+        let mut cmd = shareflow();
+        cmd.arg("dlq").args(extra).args(["--topic", "numbers-dlq", "--dir"]).arg(&broker_dir);
+        cmd
+    };
+    let listed = dlq(&["list", "--json"]).output().unwrap();
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(listed.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len() as u64, N);
+    assert!(lines.iter().all(|l| l["headers"][HEADER_CAUSE] == "sql"), "{:?}", lines[0]);
+    let redrive = || {
+        dlq(&["redrive", "--to", "numbers", "--max-rate", "2000", "--json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let read = || -> Vec<String> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let broker = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(&broker_dir).unwrap()).await.unwrap();
+            let mut values = Vec::new();
+            for p in 0..2 {
+                let tp = TopicPartition::new("numbers", p);
+                for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap() {
+                    values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+                }
+            }
+            values.sort();
+            values
+        })
+    };
+    let mut first = redrive();
+    assert!(wait(&mut first, Duration::from_millis(700)).is_none(), "the first redrive ended before its kill");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let partial = read().len() as u64;
+    assert!(partial < N, "the kill landed after the redrive was done");
+    let second = redrive().wait_with_output().unwrap();
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    let mut want: Vec<String> = (0..N).map(|i| format!("fixed-{i}")).collect();
+    want.sort();
+    assert_eq!(read(), want, "every dead letter back once ({partial} before the kill)");
+    // Nothing left: a third redrive puts nothing back.
+    let third = redrive().wait_with_output().unwrap();
+    assert!(third.status.success(), "{}", String::from_utf8_lossy(&third.stderr));
+    assert_eq!(read().len() as u64, N);
+}

@@ -311,3 +311,30 @@ fn the_state_graph_has_no_cycle() {
         assert!(seen.len() > 1_000, "{name}: the search visited only {} states", seen.len());
     }
 }
+
+/// The model's broker refuses what the real broker refuses before it journals a command
+/// (`admit`): staging an explicit member's acknowledgements into a transaction.
+#[test]
+fn the_model_broker_admits_commands_as_the_real_one_does() {
+    use shareflow_broker::model::ModelBroker;
+    use shareflow_share::{AcknowledgeType, AcknowledgementMode, ShareConfig, TopicPartition, TransactionId};
+    let config = |mode| ShareConfig::builder().acknowledgement_mode(mode).build().expect("config");
+    let mut broker = ModelBroker::new(config(AcknowledgementMode::Explicit));
+    let tp = TopicPartition::new("in", 0);
+    broker.create_topic(0, "in", 1).expect("topic");
+    broker.produce(0, &tp, &[b"x".to_vec()], None).expect("produce");
+    let epoch = broker.init_producer(0, "g", "p").expect("producer");
+    let id = TransactionId::new("g", "p", 1).expect("id");
+    broker.begin(0, &id, epoch, 60_000).expect("begin");
+    for (mode, admitted) in [(AcknowledgementMode::Explicit, false), (AcknowledgementMode::Transactional, true)] {
+        let member = broker.join(0, "g", &["in"], &config(mode)).expect("join");
+        if admitted {
+            assert_eq!(broker.acquire(0, "g", member, 1).expect("acquire").len(), 1);
+        }
+        let staged = broker.ack_in_txn(0, &id, epoch, member, &tp, 0, AcknowledgeType::Accept);
+        match staged {
+            Err(e) => assert!(!admitted && e.to_string().contains("opt-in"), "{mode}: {e}"),
+            Ok(()) => assert!(admitted, "{mode}: staged"),
+        }
+    }
+}

@@ -142,12 +142,17 @@ fn node_step(ctx: &Planner, query: &str, node: &LogicalPlan) -> Result<Vec<Step>
             if scan.fetch.is_some() {
                 return Err(sql_error(query, "LIMIT is not supported per batch"));
             }
+            // Filters pushed into the scan may name columns the projection drops
+            // (`SELECT key FROM input WHERE partition = 0`): they run on the whole row,
+            // before the columns are picked.
+            let table = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &scan.source.schema())
+                .map_err(|e| sql_error(query, e))?;
+            for f in &scan.filters {
+                let e = ctx.physical_expr(f, &table).map_err(|e| sql_error(query, e))?;
+                steps.push(Step::Filter(e));
+            }
             if let Some(cols) = &scan.projection {
                 steps.push(Step::Columns(cols.clone()));
-            }
-            for f in &scan.filters {
-                let e = ctx.physical_expr(f, scan.projected_schema.as_ref()).map_err(|e| sql_error(query, e))?;
-                steps.push(Step::Filter(e));
             }
         }
         LogicalPlan::Filter(f) => {
@@ -435,6 +440,22 @@ mod tests {
         )
         .unwrap();
         (schema, batch)
+    }
+
+    #[test]
+    fn where_on_a_column_the_select_drops() {
+        let (schema, batch) = input();
+        for query in [
+            "SELECT name FROM input WHERE id % 2 = 0",
+            "SELECT upper(name) AS up FROM input WHERE id > 1 AND name IS NOT NULL",
+        ] {
+            let plan = SqlPlan::plan(query, schema.clone()).unwrap();
+            let out = plan.execute(batch.clone(), "t").unwrap();
+            let names: Vec<Option<&str>> =
+                out.column(0).as_any().downcast_ref::<StringArray>().unwrap().iter().collect();
+            let want = if query.contains("upper") { vec![Some("C"), Some("D")] } else { vec![None, Some("d")] };
+            assert_eq!(names, want, "{query}");
+        }
     }
 
     #[test]

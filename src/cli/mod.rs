@@ -7,6 +7,7 @@ pub(crate) mod args;
 pub(crate) mod checkpoints;
 pub(crate) mod crash_at;
 pub(crate) mod demo;
+pub(crate) mod dlq;
 pub(crate) mod exit;
 pub(crate) mod instances;
 pub(crate) mod produce;

@@ -130,4 +130,15 @@ commands:
                the ledger topics ({group}-{instance}-ledger) of instances that retired or
                whose adoption ended: lists what it would delete (the default), or deletes
                them with --apply; a live instance's ledger (or one being adopted) is kept
+  dlq list --topic DLQ (--dir DIR | --kafka HOST:PORT)
+               a job's dead letters: where each sits, its cause, the record it came from
+               (KIP-1191 headers) and its error; --json: one JSON object per line
+  dlq redrive --topic DLQ --to INPUT (--dir DIR | --kafka HOST:PORT)
+               put dead letters back into INPUT after a fix, exactly once: a killed
+               redrive started again with the same options redrives nothing twice
+    --filter SQL         only rows where this holds (a WHERE over topic, partition,
+                         offset, key, value, timestamp)
+    --max-rate N         at most N records per second
+    --checkpoints URL    the redrive's checkpoints (default DIR/redrive-checkpoints, or
+                         file://$PWD/target/shareflow-redrive/checkpoints on Kafka)
   help         print this message";

@@ -44,6 +44,8 @@ impl ModelBroker {
     }
 
     fn run(&mut self, now_ms: u64, command: Command) -> Result<Outcome> {
+        // What the real broker refuses before it journals a command, the model refuses too.
+        self.state.admit(&command)?;
         let (outcome, _expired) = self.state.apply(&Entry { now_ms, command });
         self.state.events = Events::default();
         outcome

@@ -78,9 +78,9 @@ pub trait ShareConsumer: Send {
     /// Settles one record outside any transaction (sent on the next poll or commit).
     async fn acknowledge(&mut self, record: &Record, ack_type: AcknowledgeType) -> Result<()>;
 
-    /// KIP-1289 ShareAcknowledgeTransactional for one record (KIP-1289's
-    /// `acknowledgeTransactional`): ACQUIRED -> LOCKED in `txn`. Returns once the broker
-    /// holds it durably.
+    /// KIP-1289's `acknowledge(record, type, transactionId)` (seed 000, "New Consumer API
+    /// Methods"; its request ShareAcknowledgeTransactional) for one record: ACQUIRED ->
+    /// LOCKED in `txn`. Returns once the broker holds it durably.
     async fn acknowledge_transactional(
         &mut self,
         record: &Record,

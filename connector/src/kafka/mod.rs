@@ -15,7 +15,8 @@
 //!    checkpoint n into it, with a **commit entry** for checkpoint n in
 //!    `{group}-{prefix}-ledger`.
 //! 3. The checkpoint manifest decides; T(n) commits on `notify_checkpoint_complete`.
-//!    Only then does the source send the acknowledgements to the share group.
+//!    The source ACCEPTed its records as soon as their intent was durable, before it
+//!    emitted them: from then on the ledger, not the share group, says what is done.
 //! 4. A delivery that any intent names is acknowledged and dropped: its owner commits
 //!    or replays it. An offset owned by a claimant the attempt holds (its own earlier
 //!    generations, or an adopted instance) and not in a committed checkpoint is replayed

@@ -12,6 +12,29 @@ use super::*;
 /// PREPARE one is left to this one). Then each `commit_acknowledgements` runs begin,
 /// stage, prepare and commit of transaction `{group}-{prefix}-{checkpoint_id}`.
 ///
+/// How it differs from KIP-1289's `new TransactionalShareAcknowledger(props)` and
+/// `commitAcknowledgements(bufferedAcks, shareGroupId)` (seed 002, §2.2):
+/// - the group is fixed at [`new`](Self::new), with the prefix, not passed to each
+///   commit: the producer epoch that fences belongs to the pair;
+/// - [`commit_acknowledgements`](Self::commit_acknowledgements) takes a checkpoint id,
+///   which names the transaction, so a retry after a crash finds the same transaction
+///   and finishes it (idempotent by id); the seed's call has no id;
+/// - it takes the `MemberId` of the consumer that holds the records: the broker stages
+///   only records that member holds ACQUIRED, and only if it joined in transactional
+///   mode. The seed's acknowledgements name no member;
+/// - the acknowledgements are `ShareAcknowledgements` (offset ranges per partition,
+///   each with its type);
+/// - it is async and returns the committed `TransactionId` (the seed's example uses no
+///   result), or an `Error` whose kind says what to do;
+/// - it prepares between staging and commit, journaled, so a crash between them leaves
+///   a PREPARE transaction that a retry with the same acknowledgements commits; the
+///   seed's call runs begin, send and commit only;
+/// - the timeout is the group's `share.transaction.timeout.ms` unless
+///   [`timeout`](Self::timeout) sets another; there are no `props`.
+///
+/// This acknowledger exists on the embedded broker only: stock Kafka cannot put share
+/// acknowledgements into a transaction (docs/design.md §2).
+///
 /// ```
 /// # use std::time::Duration;
 /// # use shareflow_broker::{BrokerOptions, EmbeddedBroker, TransactionalShareAcknowledger};
