@@ -149,6 +149,40 @@ impl ExactlyOnceReport {
         }
     }
 
+    /// Counts one input record by its state and its committed copies; `true` for an
+    /// ARCHIVED one, whose reason the caller asks for on its own.
+    fn tally(&mut self, tp: &TopicPartition, offset: i64, id: u64, state: RecordState, copies: u64) -> bool {
+        if copies > 1 {
+            self.duplicates += copies - 1;
+            self.violation(format!("I2: input {tp}@{offset} (id {id}) has {copies} committed outputs"));
+        }
+        match (state, copies) {
+            (RecordState::Acknowledged, 1) => self.exactly_once += 1,
+            (RecordState::Acknowledged, 0) => {
+                self.lost += 1;
+                self.violation(format!("I3: {tp}@{offset} is ACKNOWLEDGED without committed output"));
+            }
+            // Two or more outputs: I2 above says so; it is done, not redelivered.
+            (RecordState::Acknowledged, _) => {}
+            (RecordState::Archived, _) => return true,
+            // Summed up in one line at the end.
+            (RecordState::Available, 0) => {
+                self.lost += 1;
+                self.available += 1;
+            }
+            (state, 0) => {
+                self.lost += 1;
+                self.violation(format!("I1: {tp}@{offset} is {state} at quiescence, with no output"));
+            }
+            (state, _) => {
+                self.violation(format!(
+                    "I4: {tp}@{offset} has committed output but is {state}: it would be redelivered"
+                ));
+            }
+        }
+        false
+    }
+
     /// The line that sums up the AVAILABLE records, if any.
     pub fn available_line(&self) -> Option<&String> {
         self.violations.iter().find(|v| v.starts_with("I1: ") && v.contains(" AVAILABLE at quiescence"))
@@ -255,34 +289,11 @@ pub async fn check_exactly_once(
                 Some((first, _, state)) if *first <= r.offset => *state,
                 _ => RecordState::Available,
             };
-            if copies > 1 {
-                report.duplicates += copies - 1;
-                report.violation(format!("I2: input {tp}@{} (id {id}) has {copies} committed outputs", r.offset));
+            if report.tally(&tp, r.offset, id, state, copies) {
+                archived.push((r.offset, copies));
             }
-            match (state, copies) {
-                (RecordState::Acknowledged, 1) => report.exactly_once += 1,
-                (RecordState::Acknowledged, 0) => {
-                    report.lost += 1;
-                    report.violation(format!("I3: {tp}@{} is ACKNOWLEDGED without committed output", r.offset));
-                }
-                // Two or more outputs: I2 above says so; it is done, not redelivered.
-                (RecordState::Acknowledged, _) => {}
-                (RecordState::Archived, n) => archived.push((r.offset, n)),
-                (RecordState::Available, 0) => {
-                    report.lost += 1;
-                    report.available += 1;
-                    first_available.get_or_insert_with(|| format!("{tp}@{}", r.offset));
-                }
-                (state, 0) => {
-                    report.lost += 1;
-                    report.violation(format!("I1: {tp}@{} is {state} at quiescence, with no output", r.offset));
-                }
-                (state, _) => {
-                    report.violation(format!(
-                        "I4: {tp}@{} has committed output but is {state}: it would be redelivered",
-                        r.offset
-                    ));
-                }
+            if state == RecordState::Available && copies == 0 {
+                first_available.get_or_insert_with(|| format!("{tp}@{}", r.offset));
             }
         })
         .await?;
