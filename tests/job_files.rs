@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use object_store::ObjectStoreExt as _;
 use support::demo::{wait_for, Outcome};
+use shareflow::connector::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
+use shareflow::connector::share::{AcknowledgeType, ShareConsumer};
 use support::kafka::{cluster, unique};
 
 #[path = "support/stateful_kinds.rs"]
@@ -252,6 +254,10 @@ async fn every_stateful_query_kind_runs_from_a_job_file_on_kafka() {
 /// A job file with `[dead_letters]` on Kafka: the values the SQL cannot cast go to the
 /// dead-letter topic in the checkpoint's transaction, with the KIP-1191 headers; every
 /// input value comes out once, in the output or in the dead letters, read_committed.
+///
+/// The group also has Kafka 4.4's own dead-letter queue (KIP-1191, `share.version=2`):
+/// it receives none of the job's records (the job ACCEPTs what it dead-letters), while a
+/// plain share consumer's REJECT in another group lands there, so it was live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_file_with_dead_letters_on_kafka_sends_each_bad_row_there_once() {
     use shareflow::connector::dead_letters::{header, HEADER_CAUSE, HEADER_GROUP, HEADER_OFFSET, HEADER_TOPIC};
@@ -259,6 +265,15 @@ async fn a_job_file_with_dead_letters_on_kafka_sends_each_bad_row_there_once() {
     let bootstrap = support::kafka::bootstrap().unwrap();
     let (input, output, dlq, group) = (unique("dlq-in"), unique("dlq-out"), unique("dlq-dead"), unique("dlq"));
     c.ensure_topic(&input, 2, &[]).await.unwrap();
+    // The broker's queue: its name must start with `dlq.`, and the topic must allow it.
+    let broker_dlq = format!("dlq.{}", unique("broker"));
+    c.ensure_topic(&broker_dlq, 1, &[("errors.deadletterqueue.group.enable", "true")]).await.unwrap();
+    let broker_queue = [
+        ("share.auto.offset.reset", "earliest"),
+        ("errors.deadletterqueue.topic.name", broker_dlq.as_str()),
+        ("errors.deadletterqueue.copy.record.enable", "true"),
+    ];
+    c.set_group_configs(&group, &broker_queue).await.unwrap();
     const N: u64 = 1_000;
     let line = |i: u64| if i % 100 == 42 { format!("oops-{i}") } else { i.to_string() };
     c.produce(&input, (0..N).map(|i| (None, Bytes::from(line(i))))).await.unwrap();
@@ -302,4 +317,31 @@ async fn a_job_file_with_dead_letters_on_kafka_sends_each_bad_row_there_once() {
     assert_eq!(outcome.code, 0, "{}", outcome.stdout);
     let want: Vec<(u64, bool)> = (0..N).map(|i| (i, line(i).starts_with("oops"))).collect();
     assert_eq!(read().await, want, "every value once, the bad ones as dead letters");
+    // Another group with the same broker queue: a plain consumer REJECTs three records.
+    let other = unique("dlq-plain");
+    c.set_group_configs(&other, &broker_queue).await.unwrap();
+    let mut consumer = KafkaShareConsumer::new(&c, KafkaShareConsumerConfig::new(&other)).await.unwrap();
+    consumer.subscribe(&[input.as_str()]).await.unwrap();
+    let mut rejected = 0;
+    let deadline = Instant::now() + WITHIN;
+    while rejected < 3 {
+        assert!(Instant::now() < deadline, "the plain consumer got no records");
+        for r in consumer.poll(3 - rejected, Duration::from_millis(500)).await.unwrap() {
+            consumer.acknowledge(&r, AcknowledgeType::Reject).await.unwrap();
+            rejected += 1;
+        }
+    }
+    consumer.commit().await.unwrap();
+    // The broker writes asynchronously: wait for the three, then look at all it wrote.
+    let deadline = Instant::now() + WITHIN;
+    let written = loop {
+        let (records, _) = c.read_committed_records_from(&broker_dlq, &[]).await.unwrap();
+        if records.len() >= 3 || Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let groups: Vec<&str> = written.iter().filter_map(|r| header(&r.headers, HEADER_GROUP)).collect();
+    assert_eq!(groups, vec![other.as_str(); 3], "the broker's queue holds the plain consumer's rejects only");
+    consumer.close().await.unwrap();
 }
