@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt as _;
-use support::demo::{wait_for, Outcome};
 use shareflow::connector::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
 use shareflow::connector::share::{AcknowledgeType, ShareConsumer};
+use support::demo::{wait_for, Outcome};
 use support::kafka::{cluster, unique};
 
 #[path = "support/stateful_kinds.rs"]
