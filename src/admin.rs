@@ -308,9 +308,9 @@ mod tests {
     #[test]
     fn an_explicit_decision_follows_the_recovery_rule_unless_forced() {
         use Explicit::{Do, Refuse};
-        use TxnOp::{Abort, Commit};
+        use HandDecision::{Abort, Commit};
         // (op, n, newest complete checkpoint, force) -> done (forced?) or refused
-        type Case = (TxnOp, u64, Option<u64>, bool, Option<bool>);
+        type Case = (HandDecision, u64, Option<u64>, bool, Option<bool>);
         let table: [Case; 10] = [
             (Commit, 2, Some(2), false, Some(false)),
             (Commit, 1, Some(2), false, Some(false)),
@@ -479,7 +479,7 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: CheckpointId, j
 
 /// What `txn commit` or `txn abort` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TxnOp {
+pub(crate) enum HandDecision {
     Commit,
     Abort,
 }
@@ -488,7 +488,7 @@ pub(crate) enum TxnOp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Explicit {
     /// Carry it out: the manifests agree (or `--force` overrides them, `forced`).
-    Do { op: TxnOp, forced: bool },
+    Do { op: HandDecision, forced: bool },
     /// Refused, and why.
     Refuse(String),
 }
@@ -497,7 +497,7 @@ pub(crate) enum Explicit {
 /// `plan_recovery`): T(n) commits iff a complete checkpoint `restored` >= n exists.
 /// Against that rule only `--force` acts.
 pub(crate) fn explicit_decision(
-    op: TxnOp,
+    op: HandDecision,
     id: &str,
     n: CheckpointId,
     restored: Option<CheckpointId>,
@@ -505,9 +505,9 @@ pub(crate) fn explicit_decision(
 ) -> Explicit {
     let decided = decides_commit(restored, n);
     match (op, decided, force) {
-        (TxnOp::Commit, true, _) | (TxnOp::Abort, false, _) => Explicit::Do { op, forced: false },
+        (HandDecision::Commit, true, _) | (HandDecision::Abort, false, _) => Explicit::Do { op, forced: false },
         (_, _, true) => Explicit::Do { op, forced: true },
-        (TxnOp::Commit, false, false) => Explicit::Refuse(format!(
+        (HandDecision::Commit, false, false) => Explicit::Refuse(format!(
             "no complete checkpoint decides {id}: {}, so committing it publishes output and acknowledgements no \
              restored state counts (a restart processes them again). `shareflow txn resolve` decides as a restart \
              would; --force commits anyway",
@@ -516,7 +516,7 @@ pub(crate) fn explicit_decision(
                 None => "the job has no complete checkpoint".into(),
             }
         )),
-        (TxnOp::Abort, true, false) => Explicit::Refuse(format!(
+        (HandDecision::Abort, true, false) => Explicit::Refuse(format!(
             "complete checkpoint {} covers {id}, so its manifest decided to commit it; aborting it loses output \
              that the restored state counts as done. `shareflow txn resolve` commits it; --force aborts anyway",
             restored.unwrap_or(n)
@@ -527,7 +527,7 @@ pub(crate) fn explicit_decision(
 /// `txn commit|abort ID`: one transaction of a stopped job, decided by hand.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TxnDecide {
-    pub(crate) op: TxnOp,
+    pub(crate) op: HandDecision,
     /// The transaction id `{group}-{prefix}-{checkpoint}`.
     pub(crate) id: String,
     pub(crate) group: String,
@@ -541,7 +541,7 @@ pub(crate) struct TxnDecide {
 impl TxnDecide {
     /// Checks the options: the id, `--group` and `--checkpoints` are required.
     pub(crate) fn new(
-        op: TxnOp,
+        op: HandDecision,
         id: Option<String>,
         source: TxnSource,
         group: Option<String>,
@@ -550,8 +550,8 @@ impl TxnDecide {
         json: bool,
     ) -> Result<Self, String> {
         let verb = match op {
-            TxnOp::Commit => "txn commit",
-            TxnOp::Abort => "txn abort",
+            HandDecision::Commit => "txn commit",
+            HandDecision::Abort => "txn abort",
         };
         let id = id.ok_or_else(|| format!("{verb} needs a transaction id: {verb} GROUP-PREFIX-N --group GROUP"))?;
         let group =
@@ -595,7 +595,7 @@ impl TxnDecide {
             )
             .into());
         };
-        if op == TxnOp::Commit && !found.prepared {
+        if op == HandDecision::Commit && !found.prepared {
             close();
             return Err(format!(
                 "{} never prepared (it is ONGOING): the job stopped before its checkpoint's prepare, and taking the \
@@ -607,14 +607,14 @@ impl TxnDecide {
         let result = async {
             participant.open(&template).await?;
             match op {
-                TxnOp::Commit => {
+                HandDecision::Commit => {
                     if participant.prepare(&txn).await? == PrepareOutcome::AlreadyAborted {
                         return Err(format!("{} was aborted before it could commit", self.id).into());
                     }
                     participant.commit(&txn).await?;
                     Ok::<_, BoxError>("committed")
                 }
-                TxnOp::Abort => {
+                HandDecision::Abort => {
                     // Taking the prefix may have aborted it already.
                     if participant.pending(&template).await?.iter().any(|t| t.id.checkpoint_id() == n) {
                         participant.abort(&txn).await?;

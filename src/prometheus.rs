@@ -35,8 +35,21 @@ pub type MetricSource = Arc<dyn Fn() -> BoxFuture<'static, Vec<Metric>> + Send +
 pub fn job_source(job: &Job) -> MetricSource {
     let metrics = job.metrics_handle();
     let late = job.late_rows_by_operator();
+    let dead_letters = job.dead_letters().cloned();
     Arc::new(move || {
         let mut m = metrics.snapshot().metrics();
+        if let Some(d) = &dead_letters {
+            for (cause, n) in shareflow_runtime::DeadLetterCause::ALL.iter().zip(d.counts()) {
+                m.push(
+                    Metric::new(
+                        "shareflow-dead-letters-total",
+                        "records the job wrote to its dead-letter topic, by cause (an aborted checkpoint's again)",
+                        MetricValue::Counter(n),
+                    )
+                    .label("cause", cause.as_str().to_string()),
+                );
+            }
+        }
         for (operator, rows) in &late {
             m.push(
                 Metric::new(
@@ -290,6 +303,64 @@ mod tests {
         assert_eq!(late[0].labels, vec![("operator", "agg".to_string())]);
         assert!(job.late_rows() > 0, "rows after the fall back are late");
         assert!(matches!(late[0].value, MetricValue::Counter(n) if n == job.late_rows()), "{late:?}");
+    }
+
+    /// A dead-letter writer that keeps what it is given.
+    #[derive(Default)]
+    struct Kept(std::sync::Mutex<Vec<shareflow_runtime::DeadLetter>>);
+
+    #[shareflow_runtime::async_trait]
+    impl shareflow_runtime::DeadLetterWriter for Kept {
+        async fn write(
+            &self,
+            _txn: &shareflow_checkpoint::TransactionId,
+            letters: Vec<shareflow_runtime::DeadLetter>,
+        ) -> shareflow_runtime::Result<()> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend(letters);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_jobs_dead_letters_are_a_counter_per_cause() {
+        use shareflow_runtime::testing::{CollectSink, SequenceSource};
+        use shareflow_runtime::{JobBuilder, JobConfig};
+        let sink = CollectSink::new();
+        let kept = Arc::new(Kept::default());
+        let job = JobBuilder::new();
+        // One row in ten casts text that is not a number: 20 of 200.
+        job.source("numbers", SequenceSource::schema(), SequenceSource::factory(1, 200, 10))
+            .sql(
+                "parse",
+                r#"SELECT split, CAST(CASE WHEN "offset" % 10 = 3 THEN 'x' ELSE CAST("offset" AS VARCHAR) END AS BIGINT) AS n
+                   FROM input"#,
+            )
+            .sink("collect", sink.factory())
+            .participant(sink.participant());
+        job.dead_letters(kept.clone());
+        let storage = shareflow_checkpoint::CheckpointStore::from_url("memory://dlq/c", &[], "dlq").unwrap();
+        let job = job
+            .build(JobConfig::new(storage, "dlq", "dlq").checkpoint_interval(std::time::Duration::from_millis(1)))
+            .unwrap();
+        job.run().await.unwrap();
+        let metrics = job_source(&job)().await;
+        let dead: Vec<&Metric> = metrics.iter().filter(|m| m.name == "shareflow-dead-letters-total").collect();
+        let by_cause: Vec<(String, u64)> = dead
+            .iter()
+            .map(|m| match m.value {
+                MetricValue::Counter(n) => (m.labels[0].1.clone(), n),
+                _ => panic!("{m:?}"),
+            })
+            .collect();
+        let want: Vec<(String, u64)> = [("decode", 0), ("sql", 20), ("sink", 0), ("delivery-limit", 0)]
+            .iter()
+            .map(|(c, n)| (c.to_string(), *n))
+            .collect();
+        assert_eq!(by_cause, want);
+        let kept = kept.0.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(kept.len(), 20, "each bad row once");
+        assert!(kept.iter().all(|l| l.message.contains("parse") || l.message.contains("x")), "{:?}", kept[0]);
+        assert_eq!(sink.committed_rows(), 180, "the other rows went on");
     }
 
     #[test]

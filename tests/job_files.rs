@@ -344,4 +344,31 @@ async fn a_job_file_with_dead_letters_on_kafka_sends_each_bad_row_there_once() {
     let groups: Vec<&str> = written.iter().filter_map(|r| header(&r.headers, HEADER_GROUP)).collect();
     assert_eq!(groups, vec![other.as_str(); 3], "the broker's queue holds the plain consumer's rejects only");
     consumer.close().await.unwrap();
+    // `dlq list` and `dlq redrive` on Kafka: into a topic of its own, twice, each dead
+    // letter once.
+    let dlq_cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_shareflow"))
+            .arg("dlq")
+            .args(args)
+            .args(["--topic", dlq.as_str(), "--kafka", bootstrap.as_str()])
+            .output()
+            .unwrap()
+    };
+    let listed = dlq_cli(&["list", "--json"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let poison = want.iter().filter(|(_, dead)| *dead).count();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), poison);
+    let redriven = unique("dlq-redriven");
+    let redrive_chk = format!("file://{}", dir.path().join("redrive").display());
+    for round in 0..2 {
+        let out = dlq_cli(&["redrive", "--to", redriven.as_str(), "--checkpoints", redrive_chk.as_str()]);
+        assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (back, _) = c.read_committed_records_from(&redriven, &[]).await.unwrap();
+    let mut back: Vec<String> =
+        back.iter().map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()).collect();
+    back.sort();
+    let mut expected: Vec<String> = (0..N).map(line).filter(|l| l.starts_with("oops")).collect();
+    expected.sort();
+    assert_eq!(back, expected, "each dead letter redriven once, over two redrives");
 }

@@ -51,6 +51,7 @@ pub mod manifest;
 mod paths;
 pub mod protocol;
 mod store;
+pub mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod txn_id;

@@ -20,7 +20,7 @@ fn invalid(url: &str, option: &str, reason: impl ToString) -> CheckpointError {
 fn memory_store(name: &str) -> Arc<dyn ObjectStore> {
     static STORES: OnceLock<Mutex<HashMap<String, Arc<InMemory>>>> = OnceLock::new();
     let stores = STORES.get_or_init(Default::default);
-    let mut stores = stores.lock().unwrap_or_else(|p| p.into_inner());
+    let mut stores = crate::sync::lock(stores);
     stores.entry(name.to_string()).or_insert_with(|| Arc::new(InMemory::new())).clone()
 }
 

@@ -86,11 +86,11 @@ use shareflow_runtime::{
     SubtaskContext, TransactionTemplate,
 };
 
-use crate::broker::EmbeddedBroker;
 use crate::common::runtime_error;
 use crate::common::{SourceMetrics, SourceSettings};
 use crate::embedded::{BrokerTransactions, ShareGroupSource};
-use crate::share::{AcknowledgementMode, ProducerRecord, ShareTransactionalProducer};
+use shareflow_broker::EmbeddedBroker;
+use shareflow_share::{AcknowledgementMode, ProducerRecord, ShareTransactionalProducer};
 
 /// The name errors of the stream carry.
 const NAME: &str = "share-stream";
@@ -238,7 +238,7 @@ impl Backend {
     fn fencing_epoch(&self) -> Result<u32> {
         match self {
             Backend::Embedded(t) => {
-                use crate::share::ShareTransactionCoordinator;
+                use shareflow_share::ShareTransactionCoordinator;
                 Ok(t.coordinator()?.epoch())
             }
             #[cfg(feature = "kafka")]

@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::broker::EmbeddedBroker;
-use crate::share::{IsolationLevel, RecordState, TopicPartition};
+use shareflow_broker::EmbeddedBroker;
 use shareflow_share::Result;
+use shareflow_share::{IsolationLevel, RecordState, TopicPartition};
 
 /// Records read per fetch while checking: what the checker holds of a topic at once.
 const PAGE: usize = 16_384;
@@ -207,7 +207,7 @@ async fn for_each_record(
     broker: &EmbeddedBroker,
     tp: &TopicPartition,
     isolation: IsolationLevel,
-    mut each: impl FnMut(&crate::broker::FetchedRecord),
+    mut each: impl FnMut(&shareflow_broker::FetchedRecord),
 ) -> Result<()> {
     let mut offset = broker.start_offset(tp).await?;
     loop {

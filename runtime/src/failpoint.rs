@@ -106,7 +106,7 @@ impl Failpoints {
 
     /// Fires `name` once, on its `(skip + 1)`-th hit.
     pub fn arm(&self, name: &str, skip: u32) {
-        self.armed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), Armed { skip, fire: 1 });
+        shareflow_checkpoint::sync::lock(&self.armed).insert(name.to_string(), Armed { skip, fire: 1 });
     }
 
     /// Schedules crashes for a run with restarts: each `(name, skip)` fires once, on the
@@ -116,28 +116,28 @@ impl Failpoints {
     /// crash: when two crashes of the same point are due together, the earlier in the list
     /// fires and the other fires on the next hit. Replaces any earlier schedule.
     pub fn schedule(&self, crashes: Vec<(String, u32)>) {
-        let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        let mut schedule = shareflow_checkpoint::sync::lock(&self.schedule);
         schedule.total = crashes.len();
         schedule.pending = crashes.into_iter().map(|(name, skip)| Pending { name, skip }).collect();
     }
 
     /// Disarms everything.
     pub fn clear(&self) {
-        self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        shareflow_checkpoint::sync::lock(&self.armed).clear();
+        let mut schedule = shareflow_checkpoint::sync::lock(&self.schedule);
         schedule.pending.clear();
         schedule.total = 0;
     }
 
     /// The failpoints that fired, in order.
     pub fn fired(&self) -> Vec<String> {
-        self.fired.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        shareflow_checkpoint::sync::lock(&self.fired).clone()
     }
 
     /// Passes, or returns [`RuntimeError::InjectedCrash`] if `name` is armed and due.
     pub fn hit(&self, name: &str) -> Result<()> {
         {
-            let mut schedule = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+            let mut schedule = shareflow_checkpoint::sync::lock(&self.schedule);
             let mut due = None;
             for (i, crash) in schedule.pending.iter_mut().enumerate().filter(|(_, c)| c.name == name) {
                 if crash.skip > 0 {
@@ -152,7 +152,7 @@ impl Failpoints {
                 return self.fire(name);
             }
         }
-        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut armed = shareflow_checkpoint::sync::lock(&self.armed);
         let Some(a) = armed.get_mut(name) else { return Ok(()) };
         if a.skip > 0 {
             a.skip -= 1;
@@ -168,36 +168,36 @@ impl Failpoints {
 
     fn fire(&self, name: &str) -> Result<()> {
         tracing::warn!(failpoint = name, "injected crash");
-        self.fired.lock().unwrap_or_else(|p| p.into_inner()).push(name.to_string());
+        shareflow_checkpoint::sync::lock(&self.fired).push(name.to_string());
         Err(RuntimeError::InjectedCrash(name.to_string()))
     }
 
     /// Runs the job with a broken variant of the protocol (tests only).
     #[cfg(feature = "testing")]
     pub fn break_protocol(&self, broken: Option<Broken>) {
-        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = broken;
+        *shareflow_checkpoint::sync::lock(&self.broken) = broken;
     }
 
     /// Whether the protocol is broken as `broken` says.
     #[cfg(feature = "testing")]
     pub(crate) fn is_broken(&self, broken: Broken) -> bool {
-        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) == Some(broken)
+        *shareflow_checkpoint::sync::lock(&self.broken) == Some(broken)
     }
 
     /// Crashes of the schedule that have not fired yet.
     pub fn scheduled(&self) -> usize {
-        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).pending.len()
+        shareflow_checkpoint::sync::lock(&self.schedule).pending.len()
     }
 
     /// How many crashes the last [`schedule`](Self::schedule) call asked for.
     #[cfg(test)]
     pub(crate) fn scheduled_total(&self) -> usize {
-        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).total
+        shareflow_checkpoint::sync::lock(&self.schedule).total
     }
 
     /// The points of the scheduled crashes that have not fired (yet), in schedule order.
     pub fn unfired(&self) -> Vec<String> {
-        self.schedule.lock().unwrap_or_else(|p| p.into_inner()).pending.iter().map(|c| c.name.clone()).collect()
+        shareflow_checkpoint::sync::lock(&self.schedule).pending.iter().map(|c| c.name.clone()).collect()
     }
 }
 

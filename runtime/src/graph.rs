@@ -44,7 +44,7 @@ impl JobBuilder {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut GraphSpec) -> T) -> T {
-        f(&mut self.spec.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut shareflow_checkpoint::sync::lock(&self.spec))
     }
 
     fn add(&self, name: &str, kind: NodeKind, schema: Option<SchemaRef>) -> usize {

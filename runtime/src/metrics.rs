@@ -225,12 +225,12 @@ pub struct JobMetricsSnapshot {
 impl JobMetrics {
     /// The counters of `operator`, created on first use.
     pub(crate) fn operator(&self, operator: &str) -> Arc<OperatorMetrics> {
-        let mut ops = self.inner.operators.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ops = shareflow_checkpoint::sync::lock(&self.inner.operators);
         ops.entry(operator.to_string()).or_default().clone()
     }
 
     pub(crate) fn checkpoints(&self, f: impl FnOnce(&mut CheckpointMetrics)) {
-        f(&mut self.inner.checkpoints.lock().unwrap_or_else(|p| p.into_inner()));
+        f(&mut shareflow_checkpoint::sync::lock(&self.inner.checkpoints));
     }
 
     /// A restart, after waiting `delay`.
@@ -242,7 +242,7 @@ impl JobMetrics {
 
     /// A copy of everything.
     pub fn snapshot(&self) -> JobMetricsSnapshot {
-        let ops = self.inner.operators.lock().unwrap_or_else(|p| p.into_inner());
+        let ops = shareflow_checkpoint::sync::lock(&self.inner.operators);
         JobMetricsSnapshot {
             operators: ops
                 .iter()
@@ -261,7 +261,7 @@ impl JobMetrics {
                     )
                 })
                 .collect(),
-            checkpoints: self.inner.checkpoints.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            checkpoints: shareflow_checkpoint::sync::lock(&self.inner.checkpoints).clone(),
             restarts: self.inner.restarts.load(Ordering::Relaxed),
             restart_delay: Duration::from_nanos(self.inner.restart_delay_ns.load(Ordering::Relaxed)),
         }

@@ -373,6 +373,8 @@ pub struct SqlOperator {
     plan: Arc<SqlPlan>,
     task: String,
     dead_letters: Option<crate::DeadLetters>,
+    /// Dead letters of the open checkpoint, written at its barrier (or once many).
+    pending: Vec<crate::DeadLetter>,
 }
 
 impl SqlOperator {
@@ -380,7 +382,7 @@ impl SqlOperator {
     /// batch the query fails on is split to find the rows it fails on; they are
     /// dead-lettered and the rest go on. Without, the batch fails the attempt.
     pub fn new(plan: Arc<SqlPlan>, ctx: &crate::SubtaskContext) -> Self {
-        Self { plan, task: ctx.task_name(), dead_letters: ctx.dead_letters.clone() }
+        Self { plan, task: ctx.task_name(), dead_letters: ctx.dead_letters.clone(), pending: Vec::new() }
     }
 }
 
@@ -393,28 +395,58 @@ impl Operator for SqlOperator {
         };
         let (plan, task) = (&self.plan, &self.task);
         let (outputs, bad) = crate::dead_letter::isolate(&batch, &mut |b| plan.execute(b.clone(), task))?;
-        dead_letter_rows(letters, &batch, bad, task, out.checkpoint_id()).await?;
-        for result in outputs {
-            out.emit(result).await?;
-        }
-        Ok(())
+        dead_letter_rows(letters, &mut self.pending, &batch, bad, task, out.checkpoint_id()).await?;
+        // One batch downstream, as without poison: a sink writes once per batch.
+        let mut outputs = outputs;
+        let joined = match outputs.len() {
+            1 => outputs.pop().unwrap_or_else(|| RecordBatch::new_empty(plan.output.clone())),
+            _ => arrow::compute::concat_batches(&plan.output, &outputs).map_err(|e| RuntimeError::arrow(task, e))?,
+        };
+        out.emit(joined).await
+    }
+
+    async fn snapshot_state(
+        &mut self,
+        checkpoint_id: shareflow_checkpoint::CheckpointId,
+        _out: &mut Collector,
+    ) -> Result<crate::StateItems> {
+        flush_dead_letters(self.dead_letters.as_ref(), &mut self.pending, checkpoint_id).await?;
+        Ok(Vec::new())
     }
 }
 
-/// Dead-letters the rows of `batch` a query failed on, into T(`checkpoint_id`).
+/// Dead letters an operator holds at most before it writes them ahead of its barrier.
+const DEAD_LETTERS_HELD: usize = 1_000;
+
+/// Adds the dead letters of the rows of `batch` a query failed on to `pending`, the
+/// operator's for checkpoint `checkpoint_id`: written at the barrier, one write per
+/// checkpoint (a journaled append each), or at once past [`DEAD_LETTERS_HELD`].
 pub(crate) async fn dead_letter_rows(
     letters: &crate::DeadLetters,
+    pending: &mut Vec<crate::DeadLetter>,
     batch: &RecordBatch,
     bad: Vec<(usize, RuntimeError)>,
     task: &str,
     checkpoint_id: shareflow_checkpoint::CheckpointId,
 ) -> Result<()> {
-    if bad.is_empty() {
-        return Ok(());
-    }
     let cause = crate::DeadLetterCause::Sql;
-    let rows = bad.into_iter().map(|(row, e)| crate::DeadLetter::from_row(batch, row, cause, e.to_string(), task));
-    letters.write(checkpoint_id, rows.collect()).await
+    pending.extend(bad.into_iter().map(|(row, e)| crate::DeadLetter::from_row(batch, row, cause, e.to_string(), task)));
+    if pending.len() >= DEAD_LETTERS_HELD {
+        letters.write(checkpoint_id, std::mem::take(pending)).await?;
+    }
+    Ok(())
+}
+
+/// Writes `pending` into T(`checkpoint_id`): at barrier n, what checkpoint n held.
+pub(crate) async fn flush_dead_letters(
+    letters: Option<&crate::DeadLetters>,
+    pending: &mut Vec<crate::DeadLetter>,
+    checkpoint_id: shareflow_checkpoint::CheckpointId,
+) -> Result<()> {
+    match letters {
+        Some(letters) if !pending.is_empty() => letters.write(checkpoint_id, std::mem::take(pending)).await,
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

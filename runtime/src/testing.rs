@@ -174,7 +174,7 @@ impl CollectSink {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CollectState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        shareflow_checkpoint::sync::lock(&self.state)
     }
 
     /// A factory for the builder.

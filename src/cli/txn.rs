@@ -14,7 +14,7 @@ pub(crate) fn command(args: &mut Args, runtime: &Runtime) -> ExitCode {
     let subcommand = args.0.first().cloned();
     match subcommand.as_deref() {
         Some("resolve") => resolve(args, runtime),
-        Some("commit" | "abort") => decide(args, runtime),
+        Some("commit" | "abort") => decide_by_hand(args, runtime),
         Some("list") => list(args, runtime),
         // What main says of any unknown command, as before the commands were split.
         _ => fail("unknown command \"txn\""),
@@ -32,9 +32,9 @@ fn resolve(args: &mut Args, runtime: &Runtime) -> ExitCode {
 }
 
 /// `txn commit|abort ID`: decides one transaction of a stopped job by hand.
-fn decide(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    let op = if args.0.remove(0) == "commit" { admin::TxnOp::Commit } else { admin::TxnOp::Abort };
-    let what = if op == admin::TxnOp::Commit { "txn commit" } else { "txn abort" };
+fn decide_by_hand(args: &mut Args, runtime: &Runtime) -> ExitCode {
+    let op = if args.0.remove(0) == "commit" { admin::HandDecision::Commit } else { admin::HandDecision::Abort };
+    let what = if op == admin::HandDecision::Commit { "txn commit" } else { "txn abort" };
     let decide = match txn_decide_options(op, args).and_then(|o| args.finish().map(|()| o)) {
         Ok(o) => o,
         Err(e) => return fail(e),
@@ -66,7 +66,7 @@ fn txn_resolve_options(args: &mut Args) -> Result<admin::TxnResolve, String> {
 }
 
 /// The options of `txn commit|abort`: the transaction's id first, then the rest.
-fn txn_decide_options(op: admin::TxnOp, args: &mut Args) -> Result<admin::TxnDecide, String> {
+fn txn_decide_options(op: admin::HandDecision, args: &mut Args) -> Result<admin::TxnDecide, String> {
     let id = match args.0.first() {
         Some(a) if !a.starts_with("--") => Some(args.0.remove(0)),
         _ => None,

@@ -179,7 +179,20 @@ async fn check_output(
 ) -> Result<(ExactlyOnceReport, u64), Box<dyn std::error::Error + Send + Sync>> {
     let mut left = 0;
     // Independent check: the output topic read_committed, and every share-partition state.
+    let (before, started) = (memory_kib("VmRSS"), std::time::Instant::now());
     let mut check: ExactlyOnceReport = check_exactly_once(broker, GROUP, INPUT, OUTPUT, identity).await?;
+    if options.progress {
+        // The peak after the check, less the resident memory before it: at most what
+        // the check took (the job's own peak may be the higher one).
+        let grew = memory_kib("VmHWM").zip(before).map(|(peak, before)| peak.saturating_sub(before) / 1024);
+        eprintln!(
+            "checked {} input records in {:.1} s; at most {} MiB of memory for the check (the peak, less what \
+             the process held before it)",
+            check.produced,
+            started.elapsed().as_secs_f64(),
+            grew.map_or("unknown".to_string(), |m| m.to_string())
+        );
+    }
     if stopped {
         // What a stopped run had not reached is AVAILABLE for `--resume`; anything else
         // (a duplicate, a record left LOCKED, an undecided transaction) still counts.
@@ -195,4 +208,11 @@ async fn check_output(
         ));
     }
     Ok((check, left))
+}
+
+/// A `kB` line of /proc/self/status (`VmRSS`, `VmHWM`), if the system has one.
+fn memory_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
 }

@@ -112,21 +112,21 @@ impl FaultyStore {
 
     /// Adds a rule.
     pub fn inject(&self, rule: FaultRule) {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner()).push(rule);
+        crate::sync::lock(&self.rules).push(rule);
     }
 
     /// Removes every rule.
     pub fn clear(&self) {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        crate::sync::lock(&self.rules).clear();
     }
 
     /// A line per fault injected so far: `op fault path`.
     pub fn injected(&self) -> Vec<String> {
-        self.injected.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        crate::sync::lock(&self.injected).clone()
     }
 
     fn next_f64(&self) -> f64 {
-        let mut s = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = crate::sync::lock(&self.rng);
         // xorshift64*
         *s ^= *s >> 12;
         *s ^= *s << 25;
@@ -135,7 +135,7 @@ impl FaultyStore {
     }
 
     fn fault_for(&self, op: StoreOp, path: &Path) -> Option<Fault> {
-        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rules = crate::sync::lock(&self.rules);
         let text = path.as_ref();
         for rule in rules.iter_mut() {
             if (rule.op == op || rule.op == StoreOp::Any)
@@ -146,7 +146,7 @@ impl FaultyStore {
                 if let Some(n) = rule.remaining.as_mut() {
                     *n -= 1;
                 }
-                self.injected.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{op:?} {:?} {path}", rule.fault));
+                crate::sync::lock(&self.injected).push(format!("{op:?} {:?} {path}", rule.fault));
                 return Some(rule.fault);
             }
         }
@@ -221,9 +221,7 @@ impl ObjectStore for FaultyStore {
         // Decide per path up front: the stream outlives `&self`.
         let inner = self.inner.clone();
         let faults: Arc<Mutex<Vec<(String, Fault)>>> = Arc::new(Mutex::new(
-            self.rules
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+            crate::sync::lock(&self.rules)
                 .iter()
                 .filter(|r| {
                     matches!(r.op, StoreOp::Delete | StoreOp::Any) && r.fault == Fault::Error && r.remaining != Some(0)
@@ -233,8 +231,7 @@ impl ObjectStore for FaultyStore {
         ));
         let checked = locations.map(move |p| {
             let p = p?;
-            let hit =
-                faults.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|(s, _)| p.as_ref().contains(s.as_str()));
+            let hit = crate::sync::lock(&faults).iter().any(|(s, _)| p.as_ref().contains(s.as_str()));
             if hit {
                 Err(injected_error("delete error", &p))
             } else {

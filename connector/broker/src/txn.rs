@@ -82,7 +82,7 @@ pub(crate) enum Step {
 /// `begin` of a PREPARE transaction returns the existing one, as the seed says
 /// ("returns existing if already started"); nothing can be written into it any more.
 /// `begin` of a decided id is an error: checkpoint ids are never reused.
-pub(crate) fn decide(op: TxnOp, id: &TransactionId, state: TransactionState) -> Result<Step> {
+pub(crate) fn step(op: TxnOp, id: &TransactionId, state: TransactionState) -> Result<Step> {
     use TransactionState as S;
     let step = match (op, state) {
         (TxnOp::Begin, S::Empty) => Some(Step::Apply),
@@ -256,7 +256,7 @@ mod tests {
             (TxnOp::Produce, Prepare, Err(())),
         ];
         for (op, state, expected) in rows {
-            let got = decide(*op, &id, *state);
+            let got = step(*op, &id, *state);
             match (expected, &got) {
                 (Ok(step), Ok(g)) => assert_eq!(step, g, "{op:?} on {state}"),
                 (Err(()), Err(Error::UnknownTransaction { .. })) => assert_eq!(*state, Empty, "{op:?}"),
@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn illegal_transition_message_names_txn_and_state() {
         let id = TransactionId::new("orders", "job", 7).unwrap();
-        let err = decide(TxnOp::Commit, &id, Aborted).unwrap_err();
+        let err = step(TxnOp::Commit, &id, Aborted).unwrap_err();
         assert_eq!(err.to_string(), "cannot commit transaction orders-job-7: it is ABORTED");
     }
 }

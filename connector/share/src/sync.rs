@@ -1,28 +1,3 @@
-//! The lock helper both backends use.
+//! The lock helper both backends use: the workspace's one, from `shareflow-checkpoint`.
 
-use std::sync::{Mutex, MutexGuard};
-
-/// Locks `m`, taking the data even if another thread panicked while holding it. The
-/// connector's critical sections are single assignments, clones and map updates, so a
-/// panic elsewhere in the holding thread leaves no half-done update behind.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_poisoned_lock_still_yields_its_data() {
-        let m = std::sync::Arc::new(Mutex::new(7));
-        let m2 = m.clone();
-        let _ = std::thread::spawn(move || {
-            let _g = m2.lock().unwrap_or_else(|p| p.into_inner());
-            panic!("poison it");
-        })
-        .join();
-        assert!(m.is_poisoned());
-        assert_eq!(*lock(&m), 7);
-    }
-}
+pub use shareflow_checkpoint::sync::lock;

@@ -12,7 +12,7 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use shareflow_runtime::{ErrorKind, Result, RuntimeError};
 
-use crate::share::Record;
+use shareflow_share::Record;
 
 /// The schema of the batches a share source emits (docs/design.md §2).
 pub fn record_schema() -> SchemaRef {

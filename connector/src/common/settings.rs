@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::share::Record;
+use shareflow_share::Record;
 
 /// Decides whether a record can be processed; `Err` names why not (a poison record).
 pub type Decoder = Arc<dyn Fn(&Record) -> std::result::Result<(), String> + Send + Sync>;

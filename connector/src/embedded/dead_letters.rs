@@ -7,10 +7,10 @@ use shareflow_checkpoint::TransactionId;
 use shareflow_runtime::{DeadLetter, DeadLetterWriter, Result};
 
 use super::BrokerTransactions;
-use crate::broker::EmbeddedBroker;
 use crate::common::dead_letters::DeadLetterSettings;
 use crate::common::runtime_error;
-use crate::share::{ProducerRecord, ShareTransactionalProducer};
+use shareflow_broker::EmbeddedBroker;
+use shareflow_share::{ProducerRecord, ShareTransactionalProducer};
 
 /// Writes a job's dead letters to a topic of the embedded broker: into T(n) with the
 /// job's [`BrokerTransactions`] (exactly once, with the checkpoint's output and

@@ -5,7 +5,7 @@
 //!
 //! With a transactional share group, the acknowledgements of checkpoint n and the sink's
 //! output of checkpoint n join the same T(n) on the same broker, so one commit makes both
-//! visible. The broker itself is [`crate::broker::EmbeddedBroker`].
+//! visible. The broker itself is [`shareflow_broker::EmbeddedBroker`].
 
 mod dead_letters;
 mod metrics;

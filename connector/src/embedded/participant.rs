@@ -13,11 +13,11 @@ use shareflow_runtime::{
     TransactionTemplate,
 };
 
-use crate::broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
 use crate::common::runtime_error;
-use crate::share::{ShareTransactionCoordinator, TransactionHandle, TransactionState};
+use shareflow_broker::{EmbeddedBroker, EmbeddedTransactionCoordinator};
 use shareflow_share::sync::lock;
 use shareflow_share::Error;
+use shareflow_share::{ShareTransactionCoordinator, TransactionHandle, TransactionState};
 
 /// The embedded broker's KIP-1289 coordinator, bound to the job's group and prefix.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ impl TransactionParticipant for BrokerTransactions {
         let needed = checkpoint_interval.unwrap_or_default().saturating_add(checkpoint_timeout);
         if self.timeout <= needed {
             return Err(RuntimeError::InvalidConfig {
-                key: crate::share::keys::TXN_TIMEOUT_MS.into(),
+                key: shareflow_share::keys::TXN_TIMEOUT_MS.into(),
                 value: self.timeout.as_millis().to_string(),
                 rule: format!(
                     "the embedded broker's transaction timeout must exceed checkpoint interval + checkpoint timeout \
@@ -170,8 +170,8 @@ impl TransactionParticipant for BrokerTransactions {
 
 /// The group's transaction settings against a job whose participant uses `timeout`: an
 /// error names the group's key, its value, and the value that would work.
-fn check_group(group: &crate::share::ShareConfig, timeout: Duration, job: &JobSettings) -> Result<()> {
-    use crate::share::keys;
+fn check_group(group: &shareflow_share::ShareConfig, timeout: Duration, job: &JobSettings) -> Result<()> {
+    use shareflow_share::keys;
     if group.transaction_timeout() < timeout {
         return Err(RuntimeError::InvalidConfig {
             key: keys::TXN_TIMEOUT_MS.into(),
@@ -213,7 +213,7 @@ fn check_group(group: &crate::share::ShareConfig, timeout: Duration, job: &JobSe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::share::{keys, ShareConfig};
+    use shareflow_share::{keys, ShareConfig};
 
     fn job(tolerable: u32, instances: u32) -> JobSettings {
         JobSettings::new("g", Some(Duration::from_millis(500)), Duration::from_secs(10), tolerable, instances)

@@ -9,10 +9,10 @@ use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{CheckpointId, Collector, Operator, Result, StateItems, SubtaskContext, TransactionTemplate};
 
 use super::BrokerTransactions;
-use crate::broker::EmbeddedBroker;
 use crate::common::runtime_error;
 use crate::common::{key_values, points};
-use crate::share::{ProducerRecord, ShareTransactionalProducer};
+use shareflow_broker::EmbeddedBroker;
+use shareflow_share::{ProducerRecord, ShareTransactionalProducer};
 
 /// Writes each row's `value` (and `key`, if present) to a topic of the embedded broker.
 /// With a [`BrokerTransactions`] participant the output of checkpoint n goes into T(n)

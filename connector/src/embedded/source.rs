@@ -21,10 +21,10 @@ use shareflow_runtime::{
 };
 
 use super::BrokerTransactions;
-use crate::broker::{EmbeddedBroker, EmbeddedShareConsumer};
 use crate::common::runtime_error;
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
-use crate::share::{
+use shareflow_broker::{EmbeddedBroker, EmbeddedShareConsumer};
+use shareflow_share::{
     AcknowledgeType, AcknowledgementBatch, AcknowledgementMode, Record, ShareAcknowledgements, ShareConfig,
     ShareConsumer,
 };

@@ -22,7 +22,7 @@ use super::ledger::GroupLedger;
 use super::{JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactions};
 use crate::common::runtime_error;
 use crate::common::{points, records_to_batch, RateLimit, SourceMetrics, SourceSettings};
-use crate::share::{AcknowledgeType, Record, ShareConsumer};
+use shareflow_share::{AcknowledgeType, Record, ShareConsumer};
 
 /// One subtask of a share-group source on real Kafka.
 pub struct KafkaShareSource {

@@ -28,7 +28,8 @@ mod participant;
 use super::txn_config::KafkaTransactionsConfig;
 use super::txn_config::{check_slots, check_transaction_timeout, parse_slot_id, slot_for, slot_id, BROKER_MAX_TIMEOUT};
 use crate::common::runtime_error;
-use crate::share::Record;
+use shareflow_share::sync::lock;
+use shareflow_share::Record;
 use shareflow_share::{Error, ErrorKind};
 
 const NAME: &str = "kafka";
@@ -111,10 +112,6 @@ fn rt(e: Error) -> RuntimeError {
 /// the error's kind and the error as the source.
 fn failed(op: &'static str, txn: &TransactionId, e: Error) -> RuntimeError {
     RuntimeError::participant(NAME, op, txn, e.kind(), e)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl KafkaTransactions {
@@ -209,7 +206,7 @@ impl KafkaTransactions {
     /// Writes records of checkpoint `checkpoint_id` to their topics: into
     /// T(checkpoint_id) in exactly-once mode, idempotently otherwise. Returns once they
     /// are queued; the checkpoint waits for their acknowledgement before it completes.
-    pub async fn send(&self, checkpoint_id: CheckpointId, records: Vec<crate::share::ProducerRecord>) -> Result<()> {
+    pub async fn send(&self, checkpoint_id: CheckpointId, records: Vec<shareflow_share::ProducerRecord>) -> Result<()> {
         let records = records
             .into_iter()
             .map(|r| {

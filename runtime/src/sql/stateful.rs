@@ -55,13 +55,22 @@ pub struct KeyStage {
     /// When this subtask last had rows.
     last_rows: Option<std::time::Instant>,
     dead_letters: Option<crate::DeadLetters>,
+    /// Dead letters of the open checkpoint, written at its barrier (or once many).
+    pending: Vec<crate::DeadLetter>,
 }
 
 impl KeyStage {
     /// The key stage of `plan` for subtask `ctx`. With the job's dead letters, rows the
     /// query fails on are dead-lettered and the rest go on.
     pub fn new(plan: Arc<AggregatePlan>, ctx: &SubtaskContext) -> Self {
-        Self { plan, task: ctx.task_name(), newest: None, last_rows: None, dead_letters: ctx.dead_letters.clone() }
+        Self {
+            plan,
+            task: ctx.task_name(),
+            newest: None,
+            last_rows: None,
+            dead_letters: ctx.dead_letters.clone(),
+            pending: Vec::new(),
+        }
     }
 
     /// The exchange batch of `batch` (keys, event time, the aggregates' arguments) and
@@ -105,27 +114,33 @@ fn event_times(array: &ArrayRef) -> std::result::Result<ArrayRef, arrow::error::
 #[async_trait]
 impl Operator for KeyStage {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let parts = match &self.dead_letters {
+        let mut parts = match &self.dead_letters {
             None => vec![self.exchange(&batch)?],
             Some(letters) => {
                 let (parts, bad) = crate::dead_letter::isolate(&batch, &mut |b| self.exchange(b))?;
-                crate::sql::dead_letter_rows(letters, &batch, bad, &self.task, out.checkpoint_id()).await?;
+                let id = out.checkpoint_id();
+                crate::sql::dead_letter_rows(letters, &mut self.pending, &batch, bad, &self.task, id).await?;
                 parts
             }
         };
-        for (exchange, newest) in parts {
-            if let Some(max) = newest {
-                self.newest = Some(self.newest.map_or(max, |n| n.max(max)));
-            }
-            if exchange.num_rows() > 0 {
-                self.last_rows = Some(std::time::Instant::now());
-            }
-            out.emit(exchange).await?;
+        let newest = parts.iter().filter_map(|(_, n)| *n).max();
+        if let Some(max) = newest {
+            self.newest = Some(self.newest.map_or(max, |n| n.max(max)));
         }
-        Ok(())
+        // One batch downstream, as without poison.
+        let exchange = match parts.len() {
+            1 => parts.pop().map(|(b, _)| b).unwrap_or_else(|| RecordBatch::new_empty(self.plan.exchange.clone())),
+            _ => arrow::compute::concat_batches(&self.plan.exchange, parts.iter().map(|(b, _)| b))
+                .map_err(|e| RuntimeError::arrow(&self.task, e))?,
+        };
+        if exchange.num_rows() > 0 {
+            self.last_rows = Some(std::time::Instant::now());
+        }
+        out.emit(exchange).await
     }
 
-    async fn snapshot_state(&mut self, _checkpoint_id: CheckpointId, out: &mut Collector) -> Result<StateItems> {
+    async fn snapshot_state(&mut self, checkpoint_id: CheckpointId, out: &mut Collector) -> Result<StateItems> {
+        crate::sql::flush_dead_letters(self.dead_letters.as_ref(), &mut self.pending, checkpoint_id).await?;
         if self.plan.time.is_some() {
             // A subtask that had rows within the idle timeout holds the watermark at its
             // own (a share group may give it the older records of a partition while

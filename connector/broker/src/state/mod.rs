@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::batch::{self};
 use super::log::{PartitionLog, Retention};
 use super::share_partition::{Changes, Limits, MemberKey, RangeError, SharePartition, Slot};
-use super::txn::{decide, Step, Txn, TxnKey, TxnOp, TxnTable};
+use super::txn::{step, Step, Txn, TxnKey, TxnOp, TxnTable};
 use shareflow_share::{Error, Result};
 mod command;
 mod queries;

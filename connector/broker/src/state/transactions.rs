@@ -46,7 +46,7 @@ impl BrokerState {
     /// The transaction to add acknowledgements or output to: ONGOING, begun by `epoch`.
     pub(super) fn txn_for_write(&self, op: TxnOp, id: &TransactionId, epoch: ProducerEpoch) -> Result<TxnKey> {
         self.check_epoch(id, epoch, op)?;
-        decide(op, id, self.txns.state_of(id))?;
+        step(op, id, self.txns.state_of(id))?;
         let key = self.txns.key(id).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;
         let txn_epoch = self.txns.get(key).map_or(epoch, |t| t.epoch);
         if txn_epoch != epoch {
@@ -89,7 +89,7 @@ impl BrokerState {
                 shareflow_share::keys::TXN_TIMEOUT_MS
             )));
         }
-        if decide(TxnOp::Begin, id, self.txns.state_of(id))? == Step::NoOp {
+        if step(TxnOp::Begin, id, self.txns.state_of(id))? == Step::NoOp {
             // A repeated begin returns the open transaction; one that asks for another
             // timeout would silently get the old one.
             let open = self.txns.key(id).and_then(|k| self.txns.get(k)).map(|t| t.timeout_ms);
@@ -189,7 +189,7 @@ impl BrokerState {
         now_ms: u64,
     ) -> Result<Outcome> {
         self.check_epoch(id, epoch, op)?;
-        if decide(op, id, self.txns.state_of(id))? == Step::NoOp {
+        if step(op, id, self.txns.state_of(id))? == Step::NoOp {
             return Ok(Outcome::Txn { applied: false, epoch });
         }
         let key = self.txns.key(id).ok_or_else(|| Error::UnknownTransaction { txn: id.to_string() })?;

@@ -11,7 +11,7 @@ use krafka::ConsumerRecord;
 
 use super::thread::ClientThread;
 use super::{kafka_error, KafkaCluster};
-use crate::share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
+use shareflow_share::{AcknowledgeType, MemberId, Record, ShareAcknowledgements, ShareConsumer, TransactionHandle};
 use shareflow_share::{Error, ErrorKind, Result};
 
 /// A poll size above what one share fetch can bring to a member of up to 5 partitions,

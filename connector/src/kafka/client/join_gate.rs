@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::KafkaShareConsumer;
-use crate::share::ShareConsumer;
 use shareflow_share::Result;
+use shareflow_share::ShareConsumer;
 
 /// What a member at the gate does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ impl JoinGate {
 
     /// The seats; a panic elsewhere while they were locked leaves them usable.
     fn seats(&self) -> MutexGuard<'_, Vec<Option<(String, Seat)>>> {
-        self.seats.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        shareflow_share::sync::lock(&self.seats)
     }
 
     /// Seats `member_id` as member `member`, as it is now, and returns its next step.

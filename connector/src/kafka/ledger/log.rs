@@ -14,8 +14,8 @@ use bytes::Bytes;
 use super::entries::{LedgerEntry, LedgerRange};
 use crate::kafka::client::CachedProducer;
 use crate::kafka::client::{kafka_error, KafkaCluster};
-use crate::share::Record;
 use shareflow_checkpoint::CheckpointId;
+use shareflow_share::Record;
 use shareflow_share::{Error, ErrorKind, Result};
 
 /// Ledger intents are small, latency-bound writes: no linger, small batches.
