@@ -357,6 +357,27 @@ def stateful_sql(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
+def dead_letters(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    cmd = "cargo bench --bench dead_letters"
+    rates: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["kind"] == "rate":
+            variant, rnd, rate = need(path, r, "variant", "round", "records_per_s")
+            rates.setdefault(variant, {})[int(rnd)] = float(rate)
+    plain = rates.get("plain", {})
+    what = "exactly-once pipeline, 1,000,000 records, embedded broker"
+    out = []
+    if plain:
+        out.append(figure(f"{what}, no dead letters", cmd, "records/s", list(plain.values()), header))
+    for variant, label in (("dlq", "with dead letters, no poison"), ("dlq-1%", "with dead letters, 1 % poison")):
+        mine = rates.get(variant, {})
+        rounds = sorted(set(mine) & set(plain))
+        if rounds:
+            out.append(figure(f"{what}, {label} / without dead letters, same round", cmd, "ratio",
+                              [mine[n] / plain[n] for n in rounds], header))
+    return out
+
+
 def flink_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     """shareflow's stateful SQL against Flink SQL 2.x, the same tumbling count on the same
     Kafka input, measured by the same read_committed counter (scripts/flink-bench)."""
@@ -502,7 +523,7 @@ def versus(figures: list[dict]) -> str:
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench,
                "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak, "stateful_sql": stateful_sql,
-               "flink_bench": flink_bench}
+               "flink_bench": flink_bench, "dead_letters": dead_letters}
 
 
 def summarise(results: Path) -> list[dict]:
