@@ -385,19 +385,7 @@ impl KafkaCluster {
         from: &[i64],
     ) -> Result<(Vec<shareflow_share::Record>, Vec<i64>)> {
         let (records, ends) = self.read_records_from(topic, true, from).await?;
-        let records = records
-            .into_iter()
-            .map(|r| shareflow_share::Record {
-                topic: r.topic,
-                partition: r.partition,
-                offset: r.offset,
-                key: r.key,
-                value: r.value,
-                timestamp_ms: r.timestamp,
-                delivery_count: 1,
-                headers: r.headers.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect(),
-            })
-            .collect();
+        let records = records.iter().map(super::to_record).collect();
         Ok((records, ends))
     }
 

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -157,7 +156,6 @@ impl LedgerLog {
             let first = wanted.iter().map(|w| w.0).min().unwrap_or(0);
             let last = wanted.iter().map(|w| w.1).max().unwrap_or(-1);
             consumer.seek(&topic, partition, first).await.map_err(|e| kafka_error(op("seek"), e))?;
-            let topic_arc: Arc<str> = Arc::from(topic.as_str());
             let mut found = 0u64;
             let deadline = tokio::time::Instant::now() + REPLAY_DEADLINE;
             loop {
@@ -183,16 +181,7 @@ impl LedgerLog {
                 for r in records {
                     if wanted.iter().any(|&(f, l)| r.offset >= f && r.offset <= l) {
                         found += 1;
-                        out.push(Record {
-                            topic: topic_arc.clone(),
-                            partition,
-                            offset: r.offset,
-                            key: r.key,
-                            value: r.value,
-                            timestamp_ms: r.timestamp,
-                            delivery_count: 1,
-                            headers: r.headers.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect(),
-                        });
+                        out.push(crate::kafka::client::to_record(&r));
                     }
                 }
             }
