@@ -632,7 +632,6 @@ async fn settle_and_fetch(
     Fetched { refused, polled, epoch, member: inner.member_id(), at }
 }
 
-/// A record as the share contract names it (a plain consumer's has no delivery count: 1).
 pub(crate) fn to_record(r: &ConsumerRecord) -> Record {
     Record {
         // The fetch's own topic name: every record of it shares the one allocation.
