@@ -122,18 +122,8 @@ pub(crate) async fn read_embedded(
     let partitions = broker.partition_count(topic).map_err(|e| format!("{e}: is {topic:?} the dead-letter topic?"))?;
     let mut out = Vec::new();
     for p in 0..partitions as i32 {
-        for r in broker.fetch_all(&TopicPartition::new(topic, p), IsolationLevel::ReadCommitted).await? {
-            out.push(Record {
-                topic: topic.into(),
-                partition: p,
-                offset: r.offset,
-                key: r.key,
-                value: r.value,
-                timestamp_ms: r.timestamp_ms,
-                delivery_count: 1,
-                headers: r.headers,
-            });
-        }
+        let tp = TopicPartition::new(topic, p);
+        out.extend(broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await?.into_iter().map(|r| r.into_record(&tp)));
     }
     Ok(out)
 }

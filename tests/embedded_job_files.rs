@@ -33,13 +33,19 @@ fn shareflow() -> Command {
 }
 
 fn job_file(dir: &Path) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(checkout_file("examples/jobs/uppercase_embedded.toml"))
+    // 20,000 records take 2 s or more, so every kill lands while records move.
+    example_job(dir, "uppercase_embedded.toml", "/tmp/shareflow-jobs", 8000)
+}
+
+/// `examples/jobs/{example}` moved from `{tmp}` into `dir`, checkpointing every 50 ms, its
+/// source at `max_rate` records a second; written to `dir/job.toml`.
+fn example_job(dir: &Path, example: &str, tmp: &str, max_rate: u64) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(checkout_file(&format!("examples/jobs/{example}")))
         .unwrap()
-        .replace("/tmp/shareflow-jobs/broker", &dir.join("broker").display().to_string())
-        .replace("file:///tmp/shareflow-jobs/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
+        .replace(&format!("{tmp}/broker"), &dir.join("broker").display().to_string())
+        .replace(&format!("file://{tmp}/checkpoints"), &format!("file://{}", dir.join("checkpoints").display()))
         .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
-        // 20,000 records take 2 s or more, so every kill lands while records move.
-        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
+        .replace("mode = \"exactly-once\"", &format!("mode = \"exactly-once\"\nmax_rate = {max_rate}"));
     let path = dir.join("job.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -227,14 +233,7 @@ fn the_windowed_job_file_is_exactly_once_through_kills() {
     let dir = dir.path();
     // Event times 10 ms apart: 200 s, 20 windows of 10 s, 20 records per user each.
     produce_lines(dir, "clicks", PARTITIONS, (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10)));
-    let text = std::fs::read_to_string(checkout_file("examples/jobs/windows_embedded.toml"))
-        .unwrap()
-        .replace("/tmp/shareflow-windows/broker", &dir.join("broker").display().to_string())
-        .replace("file:///tmp/shareflow-windows/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
-        .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
-        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 8000");
-    let job = dir.join("job.toml");
-    std::fs::write(&job, text).unwrap();
+    let job = example_job(dir, "windows_embedded.toml", "/tmp/shareflow-windows", 8000);
     // Complete windows: the watermark ends at the last event time less 2 s of lateness,
     // so every window but the last closes.
     let last = BASE + (RECORDS - 1) * 10;
@@ -491,14 +490,7 @@ fn the_dead_letters_job_file_is_exactly_once_through_kills() {
     let dir = dir.path();
     let line = |i: u64| if i % 100 == 42 { format!("oops-{i}") } else { i.to_string() };
     produce_lines(dir, "numbers", PARTITIONS, (0..N).map(line));
-    let text = std::fs::read_to_string(checkout_file("examples/jobs/dead_letters_embedded.toml"))
-        .unwrap()
-        .replace("/tmp/shareflow-dlq/broker", &dir.join("broker").display().to_string())
-        .replace("file:///tmp/shareflow-dlq/checkpoints", &format!("file://{}", dir.join("checkpoints").display()))
-        .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
-        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 2000");
-    let job = dir.join("job.toml");
-    std::fs::write(&job, text).unwrap();
+    let job = example_job(dir, "dead_letters_embedded.toml", "/tmp/shareflow-dlq", 2000);
     // (id, from the dead letters?) of every record read_committed in both topics.
     let read = || -> Vec<(u64, bool)> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -123,18 +123,8 @@ async fn batch_answer(kind: Kind, broker: &EmbeddedBroker, partitions: u32) -> R
     let mut records = Vec::new();
     for p in 0..partitions as i32 {
         let tp = TopicPartition::new(INPUT, p);
-        for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.map_err(|e| e.to_string())? {
-            records.push(shareflow::connector::share::Record {
-                topic: INPUT.into(),
-                partition: p,
-                offset: r.offset,
-                key: r.key,
-                value: r.value,
-                timestamp_ms: r.timestamp_ms,
-                delivery_count: 1,
-                headers: r.headers,
-            });
-        }
+        let fetched = broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.map_err(|e| e.to_string())?;
+        records.extend(fetched.into_iter().map(|r| r.into_record(&tp)));
     }
     let batch = shareflow::connector::records_to_batch(&records).map_err(|e| e.to_string())?;
     let ctx = datafusion::prelude::SessionContext::new();

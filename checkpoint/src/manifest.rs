@@ -95,25 +95,21 @@ struct ManifestV1 {
     transactions: Vec<TransactionRecord>,
 }
 
-impl From<ManifestV1> for Manifest {
+impl From<ManifestV1> for ManifestV2 {
     fn from(m: ManifestV1) -> Self {
-        Manifest {
+        let file = |f: StateFileRefV1| StateFileRefV2 {
+            operator: f.operator,
+            subtask: f.subtask,
+            size: f.size,
+            crc32c: f.crc32c,
+            inline: f.inline,
+            offset: None,
+        };
+        ManifestV2 {
             job_id: m.job_id,
             checkpoint_id: m.checkpoint_id,
             created_at_ms: m.created_at_ms,
-            state_files: m
-                .state_files
-                .into_iter()
-                .map(|f| StateFileRef {
-                    operator: f.operator,
-                    subtask: f.subtask,
-                    size: f.size,
-                    crc32c: f.crc32c,
-                    inline: f.inline,
-                    offset: None,
-                    part: 0,
-                })
-                .collect(),
+            state_files: m.state_files.into_iter().map(file).collect(),
             transactions: m.transactions,
         }
     }
@@ -221,7 +217,7 @@ impl Manifest {
         }
         let bad = |e: postcard::Error| CheckpointError::corrupt(path, format!("manifest payload does not decode: {e}"));
         let manifest = match frame.version {
-            1 => postcard::from_bytes::<ManifestV1>(frame.payload).map_err(bad)?.into(),
+            1 => ManifestV2::from(postcard::from_bytes::<ManifestV1>(frame.payload).map_err(bad)?).into(),
             2 => postcard::from_bytes::<ManifestV2>(frame.payload).map_err(bad)?.into(),
             _ => postcard::from_bytes::<Manifest>(frame.payload).map_err(bad)?,
         };

@@ -104,9 +104,9 @@ impl DeadLetter {
                 _ => return None,
             };
             let int = |name: &str| -> Option<i64> {
-                let c = column(name)?;
-                let c = arrow::compute::cast(c, &DataType::Int64).ok()?;
-                Some(c.as_primitive::<arrow::datatypes::Int64Type>().value(row))
+                // This row's cell only: a dead letter costs O(1), not a cast of the batch.
+                let c = arrow::compute::cast(&column(name)?.slice(row, 1), &DataType::Int64).ok()?;
+                Some(c.as_primitive::<arrow::datatypes::Int64Type>().value(0))
             };
             Some(Origin {
                 topic,

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -15,16 +14,18 @@ use tokio::sync::Notify;
 
 mod acknowledger;
 mod clients;
+mod fetched;
 mod options;
 mod reload;
 mod retention;
 
 pub use acknowledger::TransactionalShareAcknowledger;
 pub use clients::{EmbeddedShareConsumer, EmbeddedTransactionCoordinator};
+pub use fetched::FetchedRecord;
 pub use options::{BrokerOptions, DEFAULT_RETENTION_MS};
 use options::{DirLock, MAX_BATCH_BYTES};
 
-use super::batch::{self, BatchRecord};
+use super::batch;
 use super::clock::{Clock, SystemClock};
 use super::journal::{Durability, Journal, JournalCore, Opened, Tuning};
 use super::log::{LogRecord, Retention};
@@ -38,28 +39,6 @@ use shareflow_share::{
     TransactionId, TransactionState,
 };
 use shareflow_share::{Error, Result};
-
-/// A record read by a plain (non-share) fetch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FetchedRecord {
-    /// Offset in its partition.
-    pub offset: i64,
-    /// Key; `None` if produced without one.
-    pub key: Option<Bytes>,
-    /// Value; `None` for a tombstone.
-    pub value: Option<Bytes>,
-    /// Create time, milliseconds since the Unix epoch.
-    pub timestamp_ms: i64,
-    /// Record headers, in order (name, value).
-    pub headers: Vec<(String, Bytes)>,
-}
-
-impl FetchedRecord {
-    fn new(offset: i64, r: BatchRecord) -> Self {
-        Self { offset, key: r.key, value: r.value, timestamp_ms: r.timestamp_ms, headers: r.headers }
-    }
-}
 
 /// Size figures of one share partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
