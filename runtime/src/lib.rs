@@ -62,7 +62,9 @@ pub mod testing;
 pub use async_trait::async_trait;
 pub use channel::Collector;
 pub use config::{InstanceConfig, JobConfig, RestartStrategy};
-pub use dead_letter::{isolate, DeadLetter, DeadLetterCause, DeadLetterWriter, DeadLetters, Isolated, Origin};
+pub use dead_letter::{
+    isolate, DeadLetter, DeadLetterCause, DeadLetterWriter, DeadLetters, Isolated, Isolator, Origin,
+};
 pub use error::{ErrorKind, Result, RuntimeError};
 #[cfg(feature = "testing")]
 pub use failpoint::Broken;

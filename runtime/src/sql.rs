@@ -9,6 +9,7 @@
 
 mod aggregate;
 mod groups;
+mod probe;
 mod stateful;
 mod window;
 
@@ -46,10 +47,11 @@ use crate::operator::Operator;
 pub(crate) enum Step {
     /// Keep these columns (a projection pushed into the scan).
     Columns(Vec<usize>),
-    /// Keep rows where the predicate is true.
-    Filter(Arc<dyn PhysicalExpr>),
-    /// Compute these expressions into a batch of `SchemaRef`.
-    Project(Vec<Arc<dyn PhysicalExpr>>, SchemaRef),
+    /// Keep rows where the predicate is true; its CASTs checked, if it has any.
+    Filter(Arc<dyn PhysicalExpr>, Option<probe::CastProbe>),
+    /// Compute these expressions into a batch of `SchemaRef`; their CASTs checked, if
+    /// they have any.
+    Project(Vec<Arc<dyn PhysicalExpr>>, SchemaRef, Option<probe::CastProbe>),
 }
 
 /// A query planned once: stateless, or stateful (aggregates).
@@ -149,7 +151,8 @@ fn node_step(ctx: &Planner, query: &str, node: &LogicalPlan) -> Result<Vec<Step>
                 .map_err(|e| sql_error(query, e))?;
             for f in &scan.filters {
                 let e = ctx.physical_expr(f, &table).map_err(|e| sql_error(query, e))?;
-                steps.push(Step::Filter(e));
+                let probe = probe::CastProbe::plan(std::slice::from_ref(&e));
+                steps.push(Step::Filter(e, probe));
             }
             if let Some(cols) = &scan.projection {
                 steps.push(Step::Columns(cols.clone()));
@@ -157,7 +160,8 @@ fn node_step(ctx: &Planner, query: &str, node: &LogicalPlan) -> Result<Vec<Step>
         }
         LogicalPlan::Filter(f) => {
             let e = ctx.physical_expr(&f.predicate, f.input.schema()).map_err(|e| sql_error(query, e))?;
-            steps.push(Step::Filter(e));
+            let probe = probe::CastProbe::plan(std::slice::from_ref(&e));
+            steps.push(Step::Filter(e, probe));
         }
         LogicalPlan::Projection(p) => {
             let exprs = p
@@ -167,7 +171,8 @@ fn node_step(ctx: &Planner, query: &str, node: &LogicalPlan) -> Result<Vec<Step>
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| sql_error(query, e))?;
             let schema: Schema = p.schema.as_ref().as_arrow().clone();
-            steps.push(Step::Project(exprs, Arc::new(schema)));
+            let probe = probe::CastProbe::plan(&exprs);
+            steps.push(Step::Project(exprs, Arc::new(schema), probe));
         }
         LogicalPlan::SubqueryAlias(_) => {}
         other => return Err(sql_error(query, refusal(other))),
@@ -184,7 +189,7 @@ pub(crate) fn run_steps(steps: &[Step], query: &str, batch: RecordBatch, task: &
     for step in steps {
         batch = match step {
             Step::Columns(cols) => batch.project(cols).map_err(|e| RuntimeError::arrow(task, e))?,
-            Step::Filter(predicate) => {
+            Step::Filter(predicate, _) => {
                 let mask = predicate.evaluate(&batch).map_err(err)?.into_array(batch.num_rows()).map_err(err)?;
                 let mask = mask.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
                     RuntimeError::task_message(task, crate::ErrorKind::Invalid, "WHERE did not give a boolean")
@@ -195,7 +200,7 @@ pub(crate) fn run_steps(steps: &[Step], query: &str, batch: RecordBatch, task: &
                     filter_record_batch(&batch, mask).map_err(|e| RuntimeError::arrow(task, e))?
                 }
             }
-            Step::Project(exprs, schema) => {
+            Step::Project(exprs, schema, _) => {
                 let columns = exprs
                     .iter()
                     .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())))
@@ -375,6 +380,7 @@ pub struct SqlOperator {
     dead_letters: Option<crate::DeadLetters>,
     /// Dead letters of the open checkpoint, written at its barrier (or once many).
     pending: Vec<crate::DeadLetter>,
+    isolator: crate::Isolator,
 }
 
 impl SqlOperator {
@@ -382,7 +388,13 @@ impl SqlOperator {
     /// batch the query fails on is split to find the rows it fails on; they are
     /// dead-lettered and the rest go on. Without, the batch fails the attempt.
     pub fn new(plan: Arc<SqlPlan>, ctx: &crate::SubtaskContext) -> Self {
-        Self { plan, task: ctx.task_name(), dead_letters: ctx.dead_letters.clone(), pending: Vec::new() }
+        Self {
+            plan,
+            task: ctx.task_name(),
+            dead_letters: ctx.dead_letters.clone(),
+            pending: Vec::new(),
+            isolator: crate::Isolator::default(),
+        }
     }
 }
 
@@ -394,7 +406,7 @@ impl Operator for SqlOperator {
             return out.emit(result).await;
         };
         let (plan, task) = (&self.plan, &self.task);
-        let (outputs, bad) = crate::dead_letter::isolate(&batch, &mut |b| plan.execute(b.clone(), task))?;
+        let (outputs, bad) = plan.isolate(&batch, &mut self.isolator, task)?;
         dead_letter_rows(letters, &mut self.pending, &batch, bad, task, out.checkpoint_id()).await?;
         // One batch downstream, as without poison: a sink writes once per batch.
         let mut outputs = outputs;

@@ -57,6 +57,7 @@ pub struct KeyStage {
     dead_letters: Option<crate::DeadLetters>,
     /// Dead letters of the open checkpoint, written at its barrier (or once many).
     pending: Vec<crate::DeadLetter>,
+    isolator: crate::Isolator,
 }
 
 impl KeyStage {
@@ -70,6 +71,7 @@ impl KeyStage {
             last_rows: None,
             dead_letters: ctx.dead_letters.clone(),
             pending: Vec::new(),
+            isolator: crate::Isolator::default(),
         }
     }
 
@@ -117,7 +119,9 @@ impl Operator for KeyStage {
         let mut parts = match &self.dead_letters {
             None => vec![self.exchange(&batch)?],
             Some(letters) => {
-                let (parts, bad) = crate::dead_letter::isolate(&batch, &mut |b| self.exchange(b))?;
+                let mut isolator = self.isolator;
+                let (parts, bad) = isolator.run(&batch, &mut |b| self.exchange(b))?;
+                self.isolator = isolator;
                 let id = out.checkpoint_id();
                 crate::sql::dead_letter_rows(letters, &mut self.pending, &batch, bad, &self.task, id).await?;
                 parts
