@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shareflow_checkpoint::CheckpointStore;
-use shareflow_connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow_connector::broker::{BrokerOptions, DeadLetterTarget, EmbeddedBroker};
 use shareflow_connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
 use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
 use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceMetrics, SourceSettings};
@@ -167,6 +167,12 @@ async fn run_on(
     }
     if let Some(d) = &file.dead_letters {
         ensure_topic(broker, &d.topic, 1).await?;
+        // What the group archives at its delivery limit goes there too (decision 0041).
+        let target = DeadLetterTarget { topic: d.topic.clone(), copy_record: d.copy_record };
+        let archived = broker.dead_letter_archived(&file.group, target).await?;
+        if archived > 0 {
+            eprintln!("dead-lettered {archived} records the group had archived at its delivery limit");
+        }
         job.dead_letters(shareflow_connector::embedded::BrokerDeadLetters::new(
             broker.clone(),
             txns.clone(),

@@ -49,7 +49,7 @@ pub mod verify;
 /// async traits that both backends implement.
 pub mod share {
     pub use shareflow_share::{
-        keys, validate_group_id, validate_prefix, AckRanges, AcknowledgeType, AcknowledgementBatch,
+        dead_letter, keys, validate_group_id, validate_prefix, AckRanges, AcknowledgeType, AcknowledgementBatch,
         AcknowledgementMode, ArchiveReason, IsolationLevel, MemberId, PendingTransaction, ProducerEpoch,
         ProducerRecord, Record, RecordState, ShareAcknowledgements, ShareConfig, ShareConfigBuilder, ShareConsumer,
         ShareTransactionCoordinator, ShareTransactionalProducer, TopicPartition, TransactionHandle, TransactionId,

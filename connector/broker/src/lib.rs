@@ -32,8 +32,8 @@ mod txn;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use embedded::{
-    Backlog, BrokerOptions, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator, FetchedRecord,
-    SharePartitionInfo, TransactionInfo, TransactionalShareAcknowledger, DEFAULT_RETENTION_MS,
+    Backlog, BrokerOptions, DeadLetterTarget, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator,
+    FetchedRecord, SharePartitionInfo, TransactionInfo, TransactionalShareAcknowledger, DEFAULT_RETENTION_MS,
 };
 pub use journal::{Durability, Opened};
 pub use log::Retention;

@@ -131,6 +131,10 @@ pub(crate) struct SharePartition {
     available_floor: i64,
     /// No ACQUIRED run has an earlier deadline.
     min_deadline_ms: u64,
+    /// Ranges archived at the delivery limit by the command running now, for the broker
+    /// to log and dead-letter; drained after each command, never stored.
+    #[serde(skip)]
+    limit_archived: Vec<(i64, i64)>,
 }
 
 impl SharePartition {
@@ -140,6 +144,7 @@ impl SharePartition {
             in_flight: 0,
             available_floor: i64::MAX,
             min_deadline_ms: u64::MAX,
+            limit_archived: Vec::new(),
         }
     }
 
@@ -190,6 +195,7 @@ impl SharePartition {
         let mut in_flight = self.in_flight;
         let mut floor = self.available_floor;
         let mut min_deadline = self.min_deadline_ms;
+        let limit_archived = &mut self.limit_archived;
         self.runs.update(first, last, |start, end, old| {
             let new = f(old);
             let n = (end - start + 1) as u64;
@@ -205,11 +211,33 @@ impl SharePartition {
                 _ => {}
             }
             changes.count(old, &new, n);
+            if new == Slot::Archived(ArchiveReason::DeliveryLimit) && *old != new {
+                limit_archived.push((start, end));
+            }
             new
         });
         self.in_flight = in_flight;
         self.available_floor = floor;
         self.min_deadline_ms = min_deadline;
+    }
+
+    /// Takes the ranges archived at the delivery limit since the last call.
+    pub(crate) fn take_limit_archived(&mut self) -> Vec<(i64, i64)> {
+        std::mem::take(&mut self.limit_archived)
+    }
+
+    /// The runs archived at the delivery limit and not dead-lettered yet.
+    pub(crate) fn archived_at_limit(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.runs.iter().filter(|(_, _, s)| **s == Slot::Archived(ArchiveReason::DeliveryLimit)).map(|(f, l, _)| (f, l))
+    }
+
+    /// ARCHIVED at the delivery limit -> ARCHIVED as dead-lettered, for `[first, last]`,
+    /// all of it archived at the limit (KIP-1191's ARCHIVING -> ARCHIVED).
+    pub(crate) fn dead_letter(&mut self, first: i64, last: i64) -> Result<Changes, RangeError> {
+        self.check(first, last, |s| *s == Slot::Archived(ArchiveReason::DeliveryLimit))?;
+        let mut changes = Changes::default();
+        self.set(first, last, &mut changes, |_| Slot::Archived(ArchiveReason::DeadLettered));
+        Ok(changes)
     }
 
     /// Checks that every offset in `[first, last]` satisfies `ok`.

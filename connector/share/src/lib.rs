@@ -15,6 +15,7 @@
 mod ack_ranges;
 mod api;
 mod config;
+pub mod dead_letter;
 mod error;
 pub mod metric_names;
 pub mod ranges;

@@ -90,6 +90,10 @@ pub enum ArchiveReason {
     DeliveryLimit,
     /// It belongs to an aborted producer transaction and the group reads committed.
     AbortedTransaction,
+    /// Its delivery count reached the limit, and the broker wrote it to the group's
+    /// dead-letter topic in the same journaled step (KIP-1191's ARCHIVING, then
+    /// ARCHIVED; embedded broker only).
+    DeadLettered,
 }
 
 impl fmt::Display for ArchiveReason {
@@ -98,6 +102,7 @@ impl fmt::Display for ArchiveReason {
             ArchiveReason::Rejected => "rejected",
             ArchiveReason::DeliveryLimit => "delivery_limit",
             ArchiveReason::AbortedTransaction => "aborted_transaction",
+            ArchiveReason::DeadLettered => "dead_lettered",
         })
     }
 }

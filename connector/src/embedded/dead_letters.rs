@@ -15,6 +15,8 @@ use shareflow_share::{ProducerRecord, ShareTransactionalProducer};
 /// Writes a job's dead letters to a topic of the embedded broker: into T(n) with the
 /// job's [`BrokerTransactions`] (exactly once, with the checkpoint's output and
 /// acknowledgements), or at once without (at-least-once jobs). The topic must exist.
+/// Records the group archives at its delivery limit are the broker's to write: set
+/// [`EmbeddedBroker::dead_letter_archived`] to the same topic (decision 0041).
 #[derive(Debug)]
 pub struct BrokerDeadLetters {
     broker: EmbeddedBroker,

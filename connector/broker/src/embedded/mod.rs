@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 mod acknowledger;
 mod clients;
+mod dead_letters;
 mod fetched;
 mod options;
 mod reload;
@@ -21,6 +22,7 @@ mod retention;
 
 pub use acknowledger::TransactionalShareAcknowledger;
 pub use clients::{EmbeddedShareConsumer, EmbeddedTransactionCoordinator};
+pub use dead_letters::DeadLetterTarget;
 pub use fetched::FetchedRecord;
 pub use options::{BrokerOptions, DEFAULT_RETENTION_MS};
 use options::{DirLock, MAX_BATCH_BYTES};
@@ -132,6 +134,8 @@ struct Inner {
     default_config: ShareConfig,
     /// When the last reload after a full disk was tried; one reload at a time.
     reloaded_at: tokio::sync::Mutex<Option<Instant>>,
+    /// Groups whose records archived at the delivery limit are dead-lettered.
+    dead_letter_targets: Mutex<BTreeMap<String, DeadLetterTarget>>,
 }
 
 /// An in-process broker implementing KIP-932 share groups and KIP-1289 transactional
@@ -289,6 +293,7 @@ impl EmbeddedBroker {
                 opened: recovered.opened,
                 default_config: options.default_config,
                 reloaded_at: tokio::sync::Mutex::new(None),
+                dead_letter_targets: Mutex::new(BTreeMap::new()),
             }),
         })
     }
@@ -330,7 +335,7 @@ impl EmbeddedBroker {
             let (mut written, mut wrote) = if matches!(&result, Ok(outcome) if outcome.changed_state()) {
                 let written = self.inner.journal.append(&entry)?;
                 if let (
-                    Command::Append { tp, .. } | Command::Rewrite { tp, .. },
+                    Command::Append { tp, .. } | Command::Rewrite { tp, .. } | Command::DeadLetter { tp, .. },
                     Ok(Outcome::Produced { base_offset }),
                 ) = (&entry.command, &result)
                 {
@@ -346,6 +351,9 @@ impl EmbeddedBroker {
                 (self.inner.journal.last_written(), false)
             };
             if let Some(last) = self.apply_retention(&mut st, now_ms)? {
+                (written, wrote) = (last, true);
+            }
+            if let Some(last) = self.after_limit_archived(&mut st, now_ms)? {
                 (written, wrote) = (last, true);
             }
             (result, written, wrote, std::mem::take(&mut st.events))

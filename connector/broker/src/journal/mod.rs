@@ -446,7 +446,9 @@ impl JournalCore {
             }
         };
         envelope::encode_into(&mut b.bytes, ENTRY_MAGIC, FORMAT_VERSION, &payload);
-        if let Command::Append { batch, .. } | Command::Rewrite { batch, .. } = &entry.command {
+        if let Command::Append { batch, .. } | Command::Rewrite { batch, .. } | Command::DeadLetter { batch, .. } =
+            &entry.command
+        {
             if self.stores_records() {
                 // The buffer is the entry's last field, so the frame ends with it.
                 let at = b.bytes.len() - batch.len();

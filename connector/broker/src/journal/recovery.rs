@@ -185,7 +185,9 @@ impl JournalCore {
                     Error::corrupt(&path, format!("entry {entry_lsn} does not apply to the recovered state: {e}"))
                 })?;
                 if let (
-                    Command::Append { tp, batch, .. } | Command::Rewrite { tp, batch, .. },
+                    Command::Append { tp, batch, .. }
+                    | Command::Rewrite { tp, batch, .. }
+                    | Command::DeadLetter { tp, batch, .. },
                     crate::state::Outcome::Produced { base_offset },
                 ) = (&entry.command, &outcome)
                 {

@@ -121,6 +121,19 @@ pub(crate) enum Command {
         member: MemberKey,
         ranges: Vec<(TopicPartition, i64, i64)>,
     },
+    /// KIP-1191's ARCHIVING -> ARCHIVED, in one entry: `[first, last]` of `source`, all
+    /// archived at `group`'s delivery limit, becomes dead-lettered, and `batch` (their
+    /// dead letters) is appended to `tp`, the dead-letter topic's partition. The buffer
+    /// is the last field, as in `Append`. Journal format 4 reads it; older ones never
+    /// wrote it.
+    DeadLetter {
+        group: String,
+        source: TopicPartition,
+        first: i64,
+        last: i64,
+        tp: TopicPartition,
+        batch: Bytes,
+    },
 }
 
 /// A command and the broker time it ran at.
@@ -171,7 +184,7 @@ impl Outcome {
 }
 
 /// Counts of what happened, drained by the broker shell for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Events {
     pub(crate) records: Changes,
     pub(crate) txn_committed: u64,
@@ -181,4 +194,6 @@ pub(crate) struct Events {
     pub(crate) retention_deleted: u64,
     /// Something became available to poll: wake waiting consumers.
     pub(crate) wake: bool,
+    /// What was archived at the delivery limit: group, partition, first and last offset.
+    pub(crate) limit_archived: Vec<(String, TopicPartition, i64, i64)>,
 }

@@ -115,12 +115,64 @@ impl BrokerState {
     /// The command is all or nothing; the expiry stands even when the command fails.
     /// Returns the outcome and whether the expiry changed anything.
     pub(crate) fn apply(&mut self, entry: &Entry) -> (Result<Outcome>, bool) {
-        if matches!(entry.command, Command::Restarted { .. }) {
+        let archived_before = self.events.records.archived_delivery_limit;
+        let result = if matches!(entry.command, Command::Restarted { .. }) {
             let outcome = self.exec(&entry.command, entry.now_ms);
-            return (outcome, self.expire(entry.now_ms));
+            (outcome, self.expire(entry.now_ms))
+        } else {
+            let expired = self.expire(entry.now_ms);
+            (self.exec(&entry.command, entry.now_ms), expired)
+        };
+        if self.events.records.archived_delivery_limit != archived_before {
+            self.collect_limit_archived();
         }
-        let expired = self.expire(entry.now_ms);
-        (self.exec(&entry.command, entry.now_ms), expired)
+        result
+    }
+
+    /// Moves what the partitions archived at the delivery limit into the events.
+    fn collect_limit_archived(&mut self) {
+        for (name, g) in &mut self.groups {
+            for (tp, sp) in &mut g.partitions {
+                for (first, last) in sp.take_limit_archived() {
+                    self.events.limit_archived.push((name.clone(), tp.clone(), first, last));
+                }
+            }
+        }
+    }
+
+    /// `group`'s runs archived at the delivery limit and not dead-lettered yet.
+    pub(crate) fn archived_at_limit(&self, group: &str) -> Vec<(TopicPartition, i64, i64)> {
+        let Some(g) = self.groups.get(group) else { return Vec::new() };
+        g.partitions.iter().flat_map(|(tp, sp)| sp.archived_at_limit().map(move |(f, l)| (tp.clone(), f, l))).collect()
+    }
+
+    /// KIP-1191's ARCHIVING -> ARCHIVED with its dead letters, all or nothing.
+    fn dead_letter(
+        &mut self,
+        group: &str,
+        source: &TopicPartition,
+        range: (i64, i64),
+        tp: &TopicPartition,
+        batch: &Bytes,
+    ) -> Result<Outcome> {
+        let (first, last) = range;
+        self.log(tp)?;
+        let meta = batch::meta(batch).map_err(|e| Error::InvalidRequest(format!("dead letters to {tp}: {e}")))?;
+        if i64::from(meta.count) != last - first + 1 {
+            return Err(Error::InvalidRequest(format!(
+                "dead letters of {source} offsets {first}..={last} to {tp}: the batch holds {} records, not {}",
+                meta.count,
+                last - first + 1
+            )));
+        }
+        let sp = self.groups.get_mut(group).and_then(|g| g.partitions.get_mut(source)).ok_or_else(|| {
+            Error::InvalidRequest(format!("dead letters of {source} in group {group}: the group never read it"))
+        })?;
+        let changes = sp.dead_letter(first, last).map_err(|e| {
+            Error::InvalidRequest(format!("dead letters of {source} offsets {first}..={last} in group {group}: {e:?}"))
+        })?;
+        self.note(changes);
+        self.produce(tp, batch.clone(), None)
     }
 
     /// The broker restarted (decision 0003, "Restart"): members are gone, and every
@@ -179,6 +231,9 @@ impl BrokerState {
             Command::Trim { tp, before } => self.trim(tp, *before),
             Command::Produce { tp, records, txn } => self.produce(tp, batch::encode(records), txn.as_ref()),
             Command::Append { tp, txn, batch } => self.produce(tp, batch.clone(), txn.as_ref()),
+            Command::DeadLetter { group, source, first, last, tp, batch } => {
+                self.dead_letter(group, source, (*first, *last), tp, batch)
+            }
             Command::Rewrite { tp, base_offset, batch } => self.rewrite(tp, *base_offset, batch),
             Command::ConfigureGroup { group, config } => {
                 config.validate()?;

@@ -81,6 +81,11 @@ impl BrokerState {
         self.groups.get(group).and_then(|g| g.partitions.get(tp))
     }
 
+    /// `group`'s delivery limit (the default group config's for a group never seen).
+    pub(crate) fn delivery_limit(&self, group: &str) -> u16 {
+        self.groups.get(group).map_or(&self.default_config, |g| &g.config).delivery_count_limit()
+    }
+
     /// The records of an acquired range, ready to hand to a consumer. `load` gives a
     /// batch's buffer, checked, wherever it lives.
     pub(crate) fn delivered_records(
