@@ -1,5 +1,5 @@
 //! The dead-letter campaign on the embedded broker: 1 % of the input is poison (values a
-//! decoder refuses, values a SQL cast fails on), under seeded crashes at every runtime
+//! decoder refuses, values a SQL cast fails on, rows too large for the sink), under seeded crashes at every runtime
 //! and connector fault point, with store faults, through a stateless and a stateful
 //! query. Every input id must come out exactly once: in the output or in the dead-letter
 //! topic, never both, never twice; each dead letter names its cause and its origin
@@ -37,12 +37,25 @@ const OUTPUT: &str = "dl-out";
 const DLQ: &str = "dl-dlq";
 
 /// Record `id`'s value: `bad-{id}` for the decoder to refuse, `poison-{id}` for the
-/// SQL cast to fail on (1 % of ids between them), else the id.
+/// SQL cast to fail on, `huge-{id}` for the stateless query to make a row larger than a
+/// topic takes (a cast failure for the stateful one), 1 % of ids between them; else the
+/// id.
 fn value_of(id: u64) -> String {
-    match id % 200 {
+    match id % 300 {
         17 => format!("bad-{id}"),
         117 => format!("poison-{id}"),
+        217 => format!("huge-{id}"),
         _ => id.to_string(),
+    }
+}
+
+/// Record `id`'s key: a huge row's dead letter copies the key, not the value, so its
+/// key names it.
+fn key_of(id: u64) -> String {
+    if value_of(id).starts_with("huge-") {
+        format!("huge-{id}")
+    } else {
+        format!("k{}", id % 7)
     }
 }
 
@@ -82,7 +95,7 @@ async fn run_seed(seed: u64) -> Result<usize, String> {
     let input: Vec<ProducerRecord> = (0..records)
         .map(|id| ProducerRecord {
             partition: Some((id % u64::from(partitions)) as i32),
-            ..ProducerRecord::new(INPUT, 0, value_of(id)).with_key(format!("k{}", id % 7).into_bytes())
+            ..ProducerRecord::new(INPUT, 0, value_of(id)).with_key(key_of(id).into_bytes())
         })
         .collect();
     broker.produce(input).await.unwrap();
@@ -106,7 +119,12 @@ async fn run_seed(seed: u64) -> Result<usize, String> {
              AS value FROM input GROUP BY key"
         )
     } else {
-        format!("SELECT key, concat('out-', CAST({number} AS VARCHAR)) AS value FROM input")
+        // A huge row is 150,000 copies of its value: over a topic's 1 MiB per record.
+        format!(
+            "SELECT key, CASE WHEN starts_with(CAST(value AS VARCHAR), 'huge-') \
+             THEN repeat(CAST(value AS VARCHAR), 150000) ELSE concat('out-', CAST({number} AS VARCHAR)) END AS value \
+             FROM input"
+        )
     };
     let job = eos::query_pipeline(
         &broker,
@@ -144,11 +162,22 @@ async fn run_seed(seed: u64) -> Result<usize, String> {
     // Dead letters: each poison id once, with its cause and origin.
     let mut dead = BTreeMap::new();
     for r in read(&broker, DLQ).await {
-        let id = id_in(&text(&r.value));
+        let id = id_in(&text(if r.value.is_some() { &r.value } else { &r.key }));
         let cause = header(&r.headers, HEADER_CAUSE).and_then(DeadLetterCause::parse);
-        let want = if value_of(id).starts_with("bad-") { DeadLetterCause::Decode } else { DeadLetterCause::Sql };
+        let want = match value_of(id) {
+            v if v.starts_with("bad-") => DeadLetterCause::Decode,
+            v if v.starts_with("huge-") && !stateful => DeadLetterCause::Sink,
+            _ => DeadLetterCause::Sql,
+        };
         if cause != Some(want) {
             return Err(format!("{schedule}: dead letter of {id} has cause {cause:?}, not {want:?}"));
+        }
+        if want == DeadLetterCause::Sink {
+            // A sink sees rows, not the records they came from: no origin.
+            if dead.insert(id, ()).is_some() {
+                return Err(format!("{schedule}: fired {fired:?}: {id} dead-lettered twice"));
+            }
+            continue;
         }
         let origin =
             (header(&r.headers, HEADER_TOPIC), header(&r.headers, HEADER_GROUP), header(&r.headers, HEADER_OFFSET));

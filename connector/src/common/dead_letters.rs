@@ -5,22 +5,10 @@
 use bytes::Bytes;
 use shareflow_runtime::DeadLetter;
 
-/// The input record's topic (KIP-1191).
-pub const HEADER_TOPIC: &str = "__dlq.errors.topic";
-/// Its partition (KIP-1191).
-pub const HEADER_PARTITION: &str = "__dlq.errors.partition";
-/// Its offset (KIP-1191).
-pub const HEADER_OFFSET: &str = "__dlq.errors.offset";
-/// The share group (KIP-1191).
-pub const HEADER_GROUP: &str = "__dlq.errors.group";
-/// Its delivery count when it failed (KIP-1191).
-pub const HEADER_DELIVERY_COUNT: &str = "__dlq.errors.delivery.count";
-/// What failed, in words (KIP-1191).
-pub const HEADER_MESSAGE: &str = "__dlq.errors.message";
-/// Why: `decode`, `sql`, `sink` or `delivery-limit` (shareflow's own header).
-pub const HEADER_CAUSE: &str = "shareflow.dlq.cause";
-/// The task that gave up on it, `operator[subtask]` (shareflow's own header).
-pub const HEADER_TASK: &str = "shareflow.dlq.task";
+pub use shareflow_share::dead_letter::{
+    HEADER_CAUSE, HEADER_DELIVERY_COUNT, HEADER_GROUP, HEADER_MESSAGE, HEADER_OFFSET, HEADER_PARTITION, HEADER_TASK,
+    HEADER_TOPIC,
+};
 
 /// Where a job's dead letters go: `[dead_letters]` of a job file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +51,64 @@ impl DeadLetterSettings {
 /// A header's value as text, if the record has it.
 pub fn header<'a>(headers: &'a [(String, Bytes)], name: &str) -> Option<&'a str> {
     headers.iter().find(|(n, _)| n == name).and_then(|(_, v)| std::str::from_utf8(v).ok())
+}
+
+/// The most bytes of key and value one record of a topic sink may hold, on both
+/// backends: Kafka's producer default (`max.request.size`), so that a job moved from the
+/// embedded broker to Kafka refuses the same rows.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// The largest key a dead letter of a refused row copies: a larger one would make the
+/// dead letter itself too large.
+const MAX_KEY_COPIED: usize = 64 << 10;
+
+/// The rows of a topic sink's batch that a topic takes. A row a topic refuses as bad
+/// data (key and value over [`MAX_RECORD_BYTES`]) is taken out: dead-lettered (cause
+/// `sink`, the key copied, not the value) into checkpoint `checkpoint_id`'s transaction
+/// when the job has dead letters, else an error naming the row.
+pub(crate) async fn sink_rows(
+    rows: Vec<(Option<Bytes>, Option<Bytes>)>,
+    letters: Option<&shareflow_runtime::DeadLetters>,
+    task: &str,
+    checkpoint_id: shareflow_runtime::CheckpointId,
+) -> shareflow_runtime::Result<Vec<(Option<Bytes>, Option<Bytes>)>> {
+    let size =
+        |(k, v): &(Option<Bytes>, Option<Bytes>)| k.as_ref().map_or(0, Bytes::len) + v.as_ref().map_or(0, Bytes::len);
+    if rows.iter().all(|r| size(r) <= MAX_RECORD_BYTES) {
+        return Ok(rows);
+    }
+    let mut kept = Vec::with_capacity(rows.len());
+    let mut refused = Vec::new();
+    for (i, row) in rows.into_iter().enumerate() {
+        let bytes = size(&row);
+        if bytes <= MAX_RECORD_BYTES {
+            kept.push(row);
+            continue;
+        }
+        let message = format!(
+            "row {i} of a batch holds {bytes} bytes of key and value, over the {MAX_RECORD_BYTES} bytes one record of \
+             a topic sink may hold"
+        );
+        if letters.is_none() {
+            return Err(shareflow_runtime::RuntimeError::task_message(
+                task,
+                shareflow_runtime::ErrorKind::Invalid,
+                format!("{message}; make the query's rows smaller, or set such rows aside with [dead_letters]"),
+            ));
+        }
+        refused.push(DeadLetter {
+            key: row.0.filter(|k| k.len() <= MAX_KEY_COPIED),
+            value: None,
+            origin: None,
+            cause: shareflow_runtime::DeadLetterCause::Sink,
+            message,
+            task: task.to_string(),
+        });
+    }
+    if let Some(letters) = letters {
+        letters.write(checkpoint_id, refused).await?;
+    }
+    Ok(kept)
 }
 
 /// The dead letter of a record the decoder refused for `why`.
@@ -121,5 +167,10 @@ mod tests {
         let (key, value, headers_only) = metadata_only.record(&letter(), "g");
         assert_eq!((key, value), (None, None));
         assert_eq!(headers_only, headers);
+    }
+
+    #[test]
+    fn the_broker_names_the_delivery_limit_cause_as_the_runtime_does() {
+        assert_eq!(DeadLetterCause::DeliveryLimit.as_str(), shareflow_share::dead_letter::CAUSE_DELIVERY_LIMIT);
     }
 }

@@ -9,6 +9,7 @@ use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{CheckpointId, Collector, Operator, Result, StateItems, SubtaskContext, TransactionTemplate};
 
 use super::BrokerTransactions;
+use crate::common::dead_letters::sink_rows;
 use crate::common::runtime_error;
 use crate::common::{key_values, points};
 use shareflow_broker::EmbeddedBroker;
@@ -17,7 +18,9 @@ use shareflow_share::{ProducerRecord, ShareTransactionalProducer};
 /// Writes each row's `value` (and `key`, if present) to a topic of the embedded broker.
 /// With a [`BrokerTransactions`] participant the output of checkpoint n goes into T(n)
 /// and is visible to read_committed readers only once checkpoint n commits; without, it
-/// is produced at once (at-least-once pipelines).
+/// is produced at once (at-least-once pipelines). A row over
+/// [`MAX_RECORD_BYTES`](crate::dead_letters::MAX_RECORD_BYTES) is a dead letter (cause
+/// `sink`) when the job has dead letters, and fails the attempt when not.
 pub struct TopicSink {
     broker: EmbeddedBroker,
     txns: Option<Arc<BrokerTransactions>>,
@@ -25,6 +28,7 @@ pub struct TopicSink {
     template: TransactionTemplate,
     failpoints: Failpoints,
     task: String,
+    dead_letters: Option<shareflow_runtime::DeadLetters>,
 }
 
 impl TopicSink {
@@ -42,6 +46,7 @@ impl TopicSink {
             template: ctx.transactions.clone(),
             failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
+            dead_letters: ctx.dead_letters.clone(),
         }
     }
 }
@@ -49,7 +54,9 @@ impl TopicSink {
 #[async_trait]
 impl Operator for TopicSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let records: Vec<ProducerRecord> = key_values(&batch, &self.task, "topic sink")?
+        let rows = key_values(&batch, &self.task, "topic sink")?;
+        let rows = sink_rows(rows, self.dead_letters.as_ref(), &self.task, out.checkpoint_id()).await?;
+        let records: Vec<ProducerRecord> = rows
             .into_iter()
             // The broker keeps what it is given for the topic's retention: each row gets
             // bytes of its own, not a slice that would keep the whole batch's buffer.

@@ -9,18 +9,23 @@ use shareflow_runtime::failpoint::Failpoints;
 use shareflow_runtime::{CheckpointId, Collector, Operator, Result, StateItems, SubtaskContext};
 
 use super::KafkaTransactions;
+use crate::common::dead_letters::sink_rows;
 use crate::common::{key_values, points};
 
 /// Writes each row's `value` (and `key`, if the batch has one) to a topic.
 ///
 /// The output of checkpoint n goes into T(n) and becomes visible to read_committed readers
 /// when checkpoint n commits. In at-least-once mode it is written at once and flushed
-/// before checkpoint n completes.
+/// before checkpoint n completes. A row over
+/// [`MAX_RECORD_BYTES`](crate::dead_letters::MAX_RECORD_BYTES), which Kafka would refuse,
+/// is a dead letter (cause `sink`) when the job has dead letters, and fails the attempt
+/// when not.
 pub struct KafkaSink {
     txns: Arc<KafkaTransactions>,
     topic: String,
     failpoints: Failpoints,
     task: String,
+    dead_letters: Option<shareflow_runtime::DeadLetters>,
 }
 
 impl KafkaSink {
@@ -32,6 +37,7 @@ impl KafkaSink {
             topic: topic.clone(),
             failpoints: ctx.failpoints.clone(),
             task: ctx.task_name(),
+            dead_letters: ctx.dead_letters.clone(),
         }
     }
 }
@@ -39,7 +45,9 @@ impl KafkaSink {
 #[async_trait]
 impl Operator for KafkaSink {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let records = key_values(&batch, &self.task, "kafka sink")?
+        let rows = key_values(&batch, &self.task, "kafka sink")?;
+        let rows = sink_rows(rows, self.dead_letters.as_ref(), &self.task, out.checkpoint_id()).await?;
+        let records = rows
             .into_iter()
             .map(|(key, value)| {
                 let r = krafka::Record::new(self.topic.as_str(), value.unwrap_or_default());
