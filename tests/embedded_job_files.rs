@@ -554,6 +554,55 @@ fn the_dead_letters_job_file_is_exactly_once_through_kills() {
     assert_eq!(got, want, "every line once, the bad ones as dead letters");
 }
 
+/// A run whose checkpoints all time out (1 ms) fails attempt after attempt, and each
+/// failed attempt is a delivery of every record it held. At the group's delivery limit
+/// the broker archives them; with `[dead_letters]` it dead-letters them too (cause
+/// `delivery-limit`), each once, instead of letting them vanish, and says so at warn.
+#[test]
+fn records_a_failing_run_burns_to_the_delivery_limit_are_dead_lettered_once() {
+    use shareflow::connector::dead_letters::{header, HEADER_CAUSE, HEADER_DELIVERY_COUNT};
+    const N: u64 = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    produce_lines(dir, "numbers", PARTITIONS, (0..N).map(|i| i.to_string()));
+    let job = example_job(dir, "dead_letters_embedded.toml", "/tmp/shareflow-dlq", 100_000);
+    let text =
+        std::fs::read_to_string(&job).unwrap().replace("[job]\n", "[job]\ncheckpoint_timeout_ms = 1\nrestarts = 7\n");
+    std::fs::write(&job, text).unwrap();
+    let log = dir.join("burn");
+    let mut child = start(&job, &log);
+    let status = wait(&mut child, Duration::from_secs(120)).expect("the run gives up within 120 s");
+    let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("records archived at the group's delivery limit"), "{err}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (out, dead) = runtime.block_on(async {
+        let broker =
+            EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await.unwrap();
+        let (mut out, mut dead) = (Vec::new(), Vec::new());
+        for (topic, dlq) in [("numbers-doubled", false), ("numbers-dlq", true)] {
+            for p in 0..broker.partition_count(topic).unwrap_or(0) as i32 {
+                let tp = TopicPartition::new(topic, p);
+                for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap() {
+                    let value = String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap();
+                    if dlq {
+                        assert_eq!(header(&r.headers, HEADER_CAUSE), Some("delivery-limit"), "{value}");
+                        assert_eq!(header(&r.headers, HEADER_DELIVERY_COUNT), Some("5"), "{value}");
+                        dead.push(value.parse::<u64>().unwrap());
+                    } else {
+                        out.push(value.trim_start_matches("doubled-").parse::<u64>().unwrap() / 2);
+                    }
+                }
+            }
+        }
+        (out, dead)
+    });
+    assert!(!dead.is_empty(), "nothing reached the delivery limit: {err}");
+    let mut all: Vec<u64> = out.iter().chain(&dead).copied().collect();
+    all.sort();
+    assert_eq!(all, (0..N).collect::<Vec<_>>(), "every record once: {} out, {} dead", out.len(), dead.len());
+}
+
 /// `shareflow dlq list` shows every dead letter with its headers, and `shareflow dlq
 /// redrive` puts them back into the input topic exactly once, though the first redrive
 /// is killed part way: the second goes on in the same share group.
