@@ -12,7 +12,7 @@ use std::time::Duration;
 use shareflow_checkpoint::CheckpointStore;
 use shareflow_connector::broker::{BrokerOptions, DeadLetterTarget, EmbeddedBroker};
 use shareflow_connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
-use shareflow_connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
+use shareflow_connector::share::{AcknowledgementMode, IsolationLevel, ProducerRecord, ShareConfig};
 use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceMetrics, SourceSettings};
 use shareflow_runtime::{JobConfig, JobSettings, RestartStrategy};
 
@@ -72,8 +72,12 @@ impl EmbeddedRunSummary {
 /// room for many instances' pending transactions.
 fn group_config(file: &JobFile) -> Result<ShareConfig, BoxError> {
     let mode = if file.exactly_once { AcknowledgementMode::Transactional } else { AcknowledgementMode::Explicit };
+    // An exactly-once job never reads what a transaction may still take back: its input
+    // may be another job's output, or a dead-letter topic (a redrive).
+    let isolation = if file.exactly_once { IsolationLevel::ReadCommitted } else { IsolationLevel::ReadUncommitted };
     Ok(ShareConfig::builder()
         .acknowledgement_mode(mode)
+        .isolation_level(isolation)
         .record_lock_duration(Duration::from_secs(30))
         .partition_max_record_locks(1_000_000)
         // Room for 16 instances' pending transactions (checked when the job starts):
@@ -137,6 +141,7 @@ async fn run_on(
     let mut source = SourceSettings::new(&file.group, &topics);
     source.max_records_per_second = file.max_rate.map(|r| (r / u64::from(file.parallelism)).max(1));
     source.stop_when_drained = file.stop_when_drained;
+    source.read_committed = file.exactly_once;
     let job = shareflow_runtime::JobBuilder::new();
     let mut stream = job
         .source(

@@ -202,6 +202,8 @@ fn file_source_settings(file: &crate::job_file::JobFile, parallelism: u32) -> sh
     let topics: Vec<&str> = file.topics.iter().map(String::as_str).collect();
     let mut source = source_settings(&file.group, &topics, parallelism, file.max_rate);
     source.from_earliest = file.from_earliest;
+    // An exactly-once job never reads what a transaction may still take back.
+    source.read_committed = file.exactly_once;
     source.stop_when_drained = file.stop_when_drained;
     source
 }

@@ -344,3 +344,57 @@ async fn a_failed_attempt_releases_what_its_source_held_without_waiting_for_lock
     let report = run.check().await;
     assert_exactly_once(&report, 500, "after a crash with records ACQUIRED");
 }
+
+/// `read_committed` on the embedded broker is the group's to say: a source asking for it
+/// in a group that reads uncommitted is refused, naming the setting and the fix, before
+/// it reads anything; a group that reads committed takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_source_refuses_read_committed_in_a_group_that_reads_uncommitted() {
+    use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+    use shareflow::connector::share::IsolationLevel;
+    use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
+    use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
+    for isolation in [IsolationLevel::ReadUncommitted, IsolationLevel::ReadCommitted] {
+        let group = shareflow::connector::share::ShareConfig::builder()
+            .acknowledgement_mode(shareflow::connector::share::AcknowledgementMode::Transactional)
+            .record_lock_duration(Duration::from_secs(1))
+            .isolation_level(isolation)
+            .build()
+            .unwrap();
+        let broker = broker_with_input(50, 1, &group).await;
+        let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+        let mut source = SourceSettings::new(GROUP, &[INPUT]);
+        source.stop_when_drained = true;
+        source.read_committed = true;
+        let job = JobBuilder::new();
+        job.source(
+            "share-source",
+            record_schema(),
+            ShareGroupSource::factory(
+                broker.clone(),
+                Some(txns.clone()),
+                source,
+                group,
+                Arc::new(SourceMetrics::default()),
+            ),
+        )
+        .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
+        .participant(txns.clone());
+        let config = JobConfig::new(memory_storage("rc"), GROUP, "rc").restart(RestartStrategy::None);
+        let result = job.build(config).unwrap().run().await;
+        match isolation {
+            IsolationLevel::ReadUncommitted => {
+                let e = result.unwrap_err().to_string();
+                assert!(
+                    e.contains("read_committed") && e.contains("isolation_level(IsolationLevel::ReadCommitted)"),
+                    "{e}"
+                );
+            }
+            IsolationLevel::ReadCommitted => {
+                result.unwrap();
+                let out = shareflow::connector::share::TopicPartition::new(OUTPUT, 0);
+                assert_eq!(broker.fetch_all(&out, isolation).await.unwrap().len(), 50);
+            }
+        }
+    }
+}

@@ -61,6 +61,13 @@ pub struct SourceSettings {
     /// (`share.auto.offset.reset=earliest`). Default `true`. The embedded broker always
     /// starts a new group at the log start and refuses `false`.
     pub from_earliest: bool,
+    /// Read only committed records (`share.isolation.level=read_committed`): what an
+    /// exactly-once job wants when its input is written in transactions, as another
+    /// exactly-once job's output or a dead-letter topic is. Default `false`, Kafka's
+    /// default. On Kafka the source sets the group's config at start; on the embedded
+    /// broker the group's [`ShareConfig`](shareflow_share::ShareConfig) sets it, and the
+    /// source refuses `true` when that says otherwise.
+    pub read_committed: bool,
     /// Refuses poison records; `None` (the default) accepts all. A refused record goes
     /// to the job's dead letters ([`JobBuilder::dead_letters`]) inside T(n). Without
     /// dead letters, the embedded broker's source REJECTs it (ARCHIVED); the Kafka
@@ -80,6 +87,7 @@ impl std::fmt::Debug for SourceSettings {
             .field("stop_when_drained", &self.stop_when_drained)
             .field("max_records_per_second", &self.max_records_per_second)
             .field("from_earliest", &self.from_earliest)
+            .field("read_committed", &self.read_committed)
             .field("decoder", &self.decoder.as_ref().map(|_| "Fn(&Record)"))
             .finish()
     }
@@ -96,6 +104,7 @@ impl SourceSettings {
             stop_when_drained: false,
             max_records_per_second: None,
             from_earliest: true,
+            read_committed: false,
             decoder: None,
         }
     }

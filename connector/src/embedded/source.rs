@@ -187,6 +187,19 @@ impl Source for ShareGroupSource {
                 rule: "the embedded broker starts a new share group at the log start; leave from_earliest true".into(),
             }));
         }
+        if self.config.read_committed && self.share.isolation_level() != shareflow_share::IsolationLevel::ReadCommitted
+        {
+            return Err(self.err(crate::Error::InvalidConfig {
+                key: "read_committed".into(),
+                value: "true".into(),
+                rule: format!(
+                    "the embedded broker reads as the group's config says, and group {} reads uncommitted \
+                     ({:?}): build its ShareConfig with isolation_level(IsolationLevel::ReadCommitted)",
+                    self.config.group,
+                    self.share.isolation_level()
+                ),
+            }));
+        }
         let mut consumer =
             self.broker.consumer(&self.config.group, self.share.clone()).await.map_err(|e| self.err(e))?;
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();

@@ -34,7 +34,9 @@ impl DeadLetterWriter for KafkaDeadLetters {
             .iter()
             .map(|l| {
                 let (key, value, headers) = self.settings.record(l, txn.group_id());
-                let mut r = krafka::Record::new(self.settings.topic.as_str(), value.unwrap_or_default());
+                // Headers only stays a null value, as on the embedded broker.
+                let mut r = krafka::Record::new(self.settings.topic.as_str(), bytes::Bytes::new());
+                r.value = value;
                 if let Some(k) = key {
                     r = r.key(k);
                 }

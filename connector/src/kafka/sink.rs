@@ -50,7 +50,9 @@ impl Operator for KafkaSink {
         let records = rows
             .into_iter()
             .map(|(key, value)| {
-                let r = krafka::Record::new(self.topic.as_str(), value.unwrap_or_default());
+                // A NULL value is a null record (a tombstone), as on the embedded broker.
+                let mut r = krafka::Record::new(self.topic.as_str(), bytes::Bytes::new());
+                r.value = value;
                 match key {
                     Some(k) => r.key(k),
                     None => r,

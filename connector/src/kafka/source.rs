@@ -200,9 +200,16 @@ impl Source for KafkaShareSource {
                 },
             ));
         }
+        let mut group_configs = Vec::new();
         if self.config.from_earliest {
+            group_configs.push(("share.auto.offset.reset", "earliest"));
+        }
+        if self.config.read_committed {
+            group_configs.push(("share.isolation.level", "read_committed"));
+        }
+        if !group_configs.is_empty() {
             self.cluster
-                .set_group_configs(&self.config.group, &[("share.auto.offset.reset", "earliest")])
+                .set_group_configs(&self.config.group, &group_configs)
                 .await
                 .map_err(|e| runtime_error(&self.task, e))?;
         }
