@@ -550,7 +550,7 @@ impl EmbeddedBroker {
     ) -> Result<Vec<FetchedRecord>> {
         let journal = &self.inner.journal;
         self.read(|st| {
-            let (records, _) = st.read(tp, offset, max, isolation, &|tp, b| journal.load_batch(tp, b))?;
+            let (records, _) = st.read(tp, offset, max, isolation, &|tp, b| journal.read_batch(tp, b))?;
             Ok(records.into_iter().map(|(offset, r)| FetchedRecord::new(offset, r)).collect())
         })
         .await?
