@@ -40,9 +40,19 @@ impl JournalCore {
             for entry in entries.flatten() {
                 if entry.file_name().to_string_lossy().contains('#') {
                     tracing::warn!(path = %entry.path().display(), "removing an unfinished journal upload");
-                    std::fs::remove_file(entry.path()).map_err(|e| {
-                        Error::storage(entry.path().display(), format!("cannot remove an unfinished upload: {e}"), None)
-                    })?;
+                    match std::fs::remove_file(entry.path()) {
+                        // Its writer (the snapshot of a handle closed just before this
+                        // open) finished or removed it meanwhile.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            return Err(Error::storage(
+                                entry.path().display(),
+                                format!("cannot remove an unfinished upload: {e}"),
+                                None,
+                            ))
+                        }
+                        Ok(()) => {}
+                    }
                     removed = true;
                 }
             }
