@@ -153,37 +153,7 @@ async fn run_on(
     for (name, sql, options) in &file.transforms {
         stream = stream.sql_with(name, sql, *options).parallelism(file.parallelism);
     }
-    match &file.sink {
-        SinkSpec::Topic { topic } => {
-            ensure_topic(broker, topic, file.partitions).await?;
-            stream
-                .sink("topic-sink", TopicSink::factory(broker.clone(), txns.clone(), topic))
-                .parallelism(file.parallelism);
-        }
-        SinkSpec::Files { url } => {
-            let (store, root) = shareflow_checkpoint::open_url(url, &[])?;
-            let files = FileCommitter::new(store, root.as_ref());
-            stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(file.parallelism);
-            job.participant(files);
-        }
-        SinkSpec::Print => {
-            stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(file.parallelism);
-        }
-    }
-    if let Some(d) = &file.dead_letters {
-        ensure_topic(broker, &d.topic, 1).await?;
-        // What the group archives at its delivery limit goes there too (decision 0041).
-        let target = DeadLetterTarget { topic: d.topic.clone(), copy_record: d.copy_record };
-        let archived = broker.dead_letter_archived(&file.group, target).await?;
-        if archived > 0 {
-            eprintln!("dead-lettered {archived} records the group had archived at its delivery limit");
-        }
-        job.dead_letters(shareflow_connector::embedded::BrokerDeadLetters::new(
-            broker.clone(),
-            txns.clone(),
-            d.clone(),
-        ));
-    }
+    add_sink(file, broker, &txns, stream, &job).await?;
     if let Some(t) = txns {
         job.participant(t);
     }
@@ -223,6 +193,54 @@ async fn run_on(
         stopped_by_signal: stopped.load(Ordering::SeqCst),
         seconds,
     })
+}
+
+/// The file's sink at the end of `stream`, and its dead letters: a participant for
+/// each sink that needs one.
+async fn add_sink(
+    file: &JobFile,
+    broker: &EmbeddedBroker,
+    txns: &Option<Arc<BrokerTransactions>>,
+    stream: shareflow_runtime::Stream,
+    job: &shareflow_runtime::JobBuilder,
+) -> Result<(), BoxError> {
+    match &file.sink {
+        SinkSpec::Topic { topic } => {
+            ensure_topic(broker, topic, file.partitions).await?;
+            stream
+                .sink("topic-sink", TopicSink::factory(broker.clone(), txns.clone(), topic))
+                .parallelism(file.parallelism);
+        }
+        SinkSpec::Files { url } => {
+            let (store, root) = shareflow_checkpoint::open_url(url, &[])?;
+            let files = FileCommitter::new(store, root.as_ref());
+            stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(file.parallelism);
+            job.participant(files);
+        }
+        SinkSpec::Postgres(settings) => {
+            use shareflow_connector::postgres::{PostgresCommitter, PostgresSink};
+            stream.sink("postgres-sink", PostgresSink::factory(settings.clone())).parallelism(file.parallelism);
+            job.participant(PostgresCommitter::new(settings.clone()));
+        }
+        SinkSpec::Print => {
+            stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(file.parallelism);
+        }
+    }
+    if let Some(d) = &file.dead_letters {
+        ensure_topic(broker, &d.topic, 1).await?;
+        // What the group archives at its delivery limit goes there too (decision 0041).
+        let target = DeadLetterTarget { topic: d.topic.clone(), copy_record: d.copy_record };
+        let archived = broker.dead_letter_archived(&file.group, target).await?;
+        if archived > 0 {
+            eprintln!("dead-lettered {archived} records the group had archived at its delivery limit");
+        }
+        job.dead_letters(shareflow_connector::embedded::BrokerDeadLetters::new(
+            broker.clone(),
+            txns.clone(),
+            d.clone(),
+        ));
+    }
+    Ok(())
 }
 
 /// `produce --dir DIR --topic T [--partitions N]`: each line of `input` becomes one

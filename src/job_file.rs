@@ -16,8 +16,8 @@
 //! sql = "SELECT key, upper(CAST(value AS VARCHAR)) AS value FROM input"
 //!
 //! [sink]
-//! kind = "kafka"                 # "kafka" or "topic" (a topic), "files" (url), or "print"
-//! topic = "orders-upper"
+//! kind = "kafka"                 # "kafka" or "topic" (a topic), "files" (url), "postgres"
+//! topic = "orders-upper"         #   (url, table, mode = "insert" or "upsert", key), or "print"
 //!
 //! [dead_letters]                 # optional: rows the SQL fails on go here, not stop the job
 //! topic = "orders-dlq"
@@ -105,6 +105,9 @@ struct RawSink {
     kind: Spanned<String>,
     topic: Option<Spanned<String>>,
     url: Option<Spanned<String>>,
+    table: Option<Spanned<String>>,
+    mode: Option<Spanned<String>>,
+    key: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +137,8 @@ pub(crate) enum SinkSpec {
     Topic { topic: String },
     /// Files under an object-store URL, published when the checkpoint commits.
     Files { url: String },
+    /// A PostgreSQL table, by two-phase commit (decision 0042).
+    Postgres(shareflow::connector::postgres::PostgresSettings),
     /// Standard output (at least once: a line printed before a crash is printed again).
     Print,
 }
@@ -498,13 +503,63 @@ impl Checker<'_> {
                     .map_err(|e| self.err(url.span(), "sink.url", e.to_string()))?;
                 Ok(SinkSpec::Files { url: u })
             }
+            "postgres" => self.postgres_sink(raw),
             "print" => Ok(SinkSpec::Print),
             other => Err(self.err(
                 sink.kind.span(),
                 "sink.kind",
-                format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\" or \"print\""),
+                format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\", \"postgres\" or \"print\""),
             )),
         }
+    }
+}
+
+impl Checker<'_> {
+    /// `[sink] kind = "postgres"`: url, table, and `mode` with its `key`.
+    fn postgres_sink(&self, raw: &Spanned<RawSink>) -> Result<SinkSpec, JobFileError> {
+        use shareflow::connector::postgres::{PostgresSettings, WriteMode};
+        let sink = raw.get_ref();
+        let url = sink.url.as_ref().ok_or_else(|| {
+            self.err(
+                raw.span(),
+                "sink.url",
+                "a postgres sink needs url = \"postgres://user@host:port/database\"".into(),
+            )
+        })?;
+        let u = self.non_empty(url, "sink.url")?;
+        if !u.starts_with("postgres://") && !u.starts_with("postgresql://") {
+            return Err(self.err(url.span(), "sink.url", format!("{u:?}: give postgres://user@host:port/database")));
+        }
+        let table = sink
+            .table
+            .as_ref()
+            .ok_or_else(|| self.err(raw.span(), "sink.table", "a postgres sink needs table = \"...\"".into()))?;
+        let table = self.non_empty(table, "sink.table")?;
+        let mode = match (sink.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())), &sink.key) {
+            (None | Some(("insert", _)), None) => WriteMode::Insert,
+            (None | Some(("insert", _)), Some(key)) => {
+                return Err(self.err(
+                    key.span(),
+                    "sink.key",
+                    "a key is for mode = \"upsert\"; add it, or drop the key".into(),
+                ))
+            }
+            (Some(("upsert", span)), None) => {
+                return Err(self.err(
+                    span,
+                    "sink.key",
+                    "an upsert needs key = [\"column\", ...]: its unique key".into(),
+                ))
+            }
+            (Some(("upsert", _)), Some(key)) if key.get_ref().is_empty() => {
+                return Err(self.err(key.span(), "sink.key", "name at least one key column".into()))
+            }
+            (Some(("upsert", _)), Some(key)) => WriteMode::Upsert { key: key.get_ref().clone() },
+            (Some((other, span)), _) => {
+                return Err(self.err(span, "sink.mode", format!("{other:?}: give \"insert\" or \"upsert\"")))
+            }
+        };
+        Ok(SinkSpec::Postgres(PostgresSettings { url: u, table, mode }))
     }
 }
 
@@ -550,6 +605,39 @@ checkpoint_interval_ms = 500
         assert_eq!(job.instance, None);
     }
 
+    /// `kind = "postgres"`: insert by default, upsert with its key; each missing or
+    /// wrong setting named.
+    #[test]
+    fn a_postgres_sink_takes_url_table_mode_and_key() {
+        use shareflow::connector::postgres::{PostgresSettings, WriteMode};
+        let pg = |sink: &str| GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", sink);
+        let url = "postgres://app@127.0.0.1:5432/shop";
+        let insert = pg(&format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"sales.orders\""));
+        let want = PostgresSettings { url: url.into(), table: "sales.orders".into(), mode: WriteMode::Insert };
+        assert_eq!(JobFile::parse("job.toml", &insert).unwrap().sink, SinkSpec::Postgres(want.clone()));
+        let upsert = pg(&format!(
+            "kind = \"postgres\"\nurl = \"{url}\"\ntable = \"sales.orders\"\nmode = \"upsert\"\nkey = [\"id\"]"
+        ));
+        let want = PostgresSettings { mode: WriteMode::Upsert { key: vec!["id".into()] }, ..want };
+        assert_eq!(JobFile::parse("job.toml", &upsert).unwrap().sink, SinkSpec::Postgres(want));
+        let bad = [
+            ("kind = \"postgres\"\ntable = \"t\"".to_string(), "sink.url", "postgres://"),
+            ("kind = \"postgres\"\nurl = \"mysql://x/y\"\ntable = \"t\"".to_string(), "sink.url", "postgres://"),
+            (format!("kind = \"postgres\"\nurl = \"{url}\""), "sink.table", "table ="),
+            (format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"t\"\nmode = \"upsert\""), "sink.key", "key ="),
+            (format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"t\"\nkey = [\"id\"]"), "sink.key", "upsert"),
+            (
+                format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"t\"\nmode = \"merge\""),
+                "sink.mode",
+                "\"insert\"",
+            ),
+        ];
+        for (sink, key, word) in bad {
+            let e = JobFile::parse("job.toml", &pg(&sink)).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(word), "{sink}: {e}");
+        }
+    }
+
     /// Each bad file, the line and key its error names, and a word of the message.
     #[test]
     fn every_error_names_the_line_and_the_key() {
@@ -558,7 +646,7 @@ checkpoint_interval_ms = 500
             (replace("topic = \"orders-upper\"", "topik = \"x\""), 18, "sink.topik", "unknown field `topik`"),
             (replace("parallelism = 3", "parallelism = 0"), 21, "job.parallelism", "out of range"),
             (replace("parallelism = 3", "parallelism = \"three\""), 21, "job.parallelism", "invalid type"),
-            (replace("kind = \"kafka\"", "kind = \"s3\""), 17, "sink.kind", "\"files\" or \"print\""),
+            (replace("kind = \"kafka\"", "kind = \"s3\""), 17, "sink.kind", "\"postgres\" or \"print\""),
             (replace("FROM input\"", "FROM nowhere\""), 11, "transform[0].sql", "table `input`"),
             (replace("topics = [\"orders\"]", "topics = []"), 7, "source.topics", "one or more"),
             (replace("group = \"orders\"", "group = \" \""), 6, "source.group", "must not be empty"),

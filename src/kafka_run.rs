@@ -246,6 +246,11 @@ async fn file_pipeline(
             stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(parallelism);
             job.participant(files);
         }
+        SinkSpec::Postgres(settings) => {
+            use shareflow_connector::postgres::{PostgresCommitter, PostgresSink};
+            stream.sink("postgres-sink", PostgresSink::factory(settings.clone())).parallelism(parallelism);
+            job.participant(PostgresCommitter::new(settings.clone()));
+        }
         SinkSpec::Print => {
             stream.sink("print", PrintSink::factory(&format!("{}:", file.group))).parallelism(parallelism);
         }

@@ -1,7 +1,8 @@
-//! Sinks that work with either backend: files on object storage (their own
-//! transactional participant) and a print sink.
+//! Sinks that work with either backend: files on object storage and PostgreSQL tables
+//! (each its own transactional participant), and a print sink.
 
 mod file;
+pub mod postgres;
 mod print;
 
 pub use file::{FileCommitter, FileSink};

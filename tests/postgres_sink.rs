@@ -1,0 +1,293 @@
+//! The PostgreSQL sink on a real server (`scripts/postgres`): exactly once by two-phase
+//! commit through seeded crashes at every fault point (among them between `PREPARE
+//! TRANSACTION` and the manifest, and between `COMMIT PREPARED` and notify), an upsert,
+//! rows the table refuses, and the errors a job gets before its first attempt.
+//!
+//! `SHAREFLOW_SEED=n` runs one seed of the campaign; `SHAREFLOW_PG_SEEDS=k` runs k
+//! (default 12).
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/eos.rs"]
+mod eos;
+#[path = "support/postgres.rs"]
+mod pg;
+#[path = "support/rng.rs"]
+mod rng;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eos::storage_on;
+use object_store::memory::InMemory;
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::embedded::{BrokerDeadLetters, BrokerTransactions, ShareGroupSource};
+use shareflow::connector::postgres::{PostgresCommitter, PostgresSettings, PostgresSink, WriteMode};
+use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
+use shareflow::connector::{record_schema, DeadLetterSettings, SourceMetrics, SourceSettings};
+use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
+
+const INPUT: &str = "pg-in";
+
+fn share() -> ShareConfig {
+    ShareConfig::builder()
+        .acknowledgement_mode(AcknowledgementMode::Transactional)
+        .record_lock_duration(Duration::from_secs(1))
+        .partition_max_record_locks(1_000_000)
+        .build()
+        .unwrap()
+}
+
+/// An in-memory broker with `values` in `partitions` partitions of the input, in turn.
+async fn broker(values: &[String], partitions: u32) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::open(BrokerOptions::in_memory().default_config(share())).await.unwrap();
+    broker.create_topic(INPUT, partitions).await.unwrap();
+    broker.create_topic("pg-dlq", 1).await.unwrap();
+    let records = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| ProducerRecord {
+            partition: Some((i as u32 % partitions) as i32),
+            ..ProducerRecord::new(INPUT, 0, v.clone().into_bytes()).with_key(format!("k{}", i % 5).into_bytes())
+        })
+        .collect();
+    broker.produce(records).await.unwrap();
+    broker
+}
+
+/// The job: share source -> `query` -> the PostgreSQL sink, exactly once; and its
+/// broker participant, for dead letters.
+fn job_with(
+    broker: &EmbeddedBroker,
+    group: &str,
+    query: &str,
+    settings: &PostgresSettings,
+    parallelism: u32,
+) -> (JobBuilder, Arc<BrokerTransactions>) {
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let mut source = SourceSettings::new(group, &[INPUT]);
+    source.stop_when_drained = true;
+    source.max_poll_records = 40;
+    source.poll_timeout = Duration::from_millis(5);
+    let job = JobBuilder::new();
+    job.source(
+        "share-source",
+        record_schema(),
+        ShareGroupSource::factory(
+            broker.clone(),
+            Some(txns.clone()),
+            source,
+            share(),
+            Arc::new(SourceMetrics::default()),
+        ),
+    )
+    .parallelism(parallelism)
+    .sql("to-row", query)
+    .parallelism(parallelism)
+    .sink("postgres-sink", PostgresSink::factory(settings.clone()))
+    .parallelism(parallelism)
+    .participant(txns.clone())
+    .participant(PostgresCommitter::new(settings.clone()));
+    (job, txns)
+}
+
+fn job(broker: &EmbeddedBroker, group: &str, query: &str, settings: &PostgresSettings, parallelism: u32) -> JobBuilder {
+    job_with(broker, group, query, settings, parallelism).0
+}
+
+fn config(group: &str, interval_ms: u64, restarts: u32) -> JobConfig {
+    let mut c = JobConfig::new(storage_on(Arc::new(InMemory::new()), "c"), group, "job")
+        .checkpoint_interval(Duration::from_millis(interval_ms))
+        .checkpoint_timeout(Duration::from_secs(15))
+        .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(10) });
+    c.tolerable_checkpoint_failures = 3;
+    c
+}
+
+const ID_QUERY: &str =
+    "SELECT CAST(CAST(value AS VARCHAR) AS BIGINT) AS id, concat('row-', CAST(value AS VARCHAR)) AS body FROM input";
+
+async fn run_seed(url: &str, seed: u64) -> Result<usize, String> {
+    let mut rng = rng::Rng::new(seed);
+    let n = 200 + rng.below(300);
+    let partitions = 1 + rng.below(3) as u32;
+    let parallelism = 1 + rng.below(3) as u32;
+    let client = pg::client(url).await;
+    let table = pg::unique(&format!("campaign_{seed}"));
+    client.batch_execute(&format!("CREATE TABLE {table} (id bigint NOT NULL, body text)")).await.unwrap();
+    let values: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    let broker = broker(&values, partitions).await;
+    let group = format!("pg{seed}x{}", std::process::id());
+    let settings = PostgresSettings { url: url.to_string(), table: table.clone(), mode: WriteMode::Insert };
+    let job =
+        job(&broker, &group, ID_QUERY, &settings, parallelism).build(config(&group, 5 + rng.below(30), 12)).unwrap();
+    let points = eos::demo::fault_points();
+    let mut crashes = Vec::new();
+    for _ in 0..1 + rng.below(3) {
+        crashes.push((points[rng.below(points.len() as u64) as usize].to_string(), rng.below(3) as u32));
+    }
+    let schedule = format!("seed {seed}: {n} records, {partitions} partitions, parallelism {parallelism}, {crashes:?}");
+    job.failpoints().schedule(crashes);
+    let result = job.run().await;
+    let fired = job.failpoints().fired();
+    result.map_err(|e| format!("{schedule}: the job failed: {e} (fired {fired:?})"))?;
+    let rows = client
+        .query(&format!("SELECT id, count(*) FROM {table} GROUP BY id HAVING count(*) > 1 LIMIT 5"), &[])
+        .await
+        .unwrap();
+    if !rows.is_empty() {
+        let twice: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        return Err(format!("{schedule}: fired {fired:?}: ids written twice: {twice:?}"));
+    }
+    let count: i64 = client.query_one(&format!("SELECT count(*) FROM {table}"), &[]).await.unwrap().get(0);
+    if count as u64 != n {
+        return Err(format!("{schedule}: fired {fired:?}: {count} rows of {n}"));
+    }
+    let left = pg::prepared(&client, &format!("{group}-")).await;
+    if !left.is_empty() {
+        return Err(format!("{schedule}: prepared transactions left after the job stopped: {left:?}"));
+    }
+    client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
+    Ok(fired.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_row_lands_once_through_crashes_at_every_fault_point() {
+    let Some(url) = pg::url() else { return };
+    let seeds: Vec<u64> = match std::env::var("SHAREFLOW_SEED") {
+        Ok(s) => vec![s.parse().unwrap()],
+        Err(_) => (1..=std::env::var("SHAREFLOW_PG_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12)).collect(),
+    };
+    let (mut fired, mut failures) = (0, Vec::new());
+    for &seed in &seeds {
+        match run_seed(&url, seed).await {
+            Ok(n) => fired += n,
+            Err(why) => {
+                eprintln!("{why}\n  replay: SHAREFLOW_SEED={seed} cargo test --test postgres_sink");
+                failures.push(seed);
+            }
+        }
+    }
+    eprintln!("postgres campaign: {} seeds, {} failed, {fired} crashes fired", seeds.len(), failures.len());
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    assert!(fired >= seeds.len() / 2, "only {fired} crashes fired");
+}
+
+/// An upsert keeps each key's last value, though the job crashes after writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_keeps_each_keys_last_value() {
+    let Some(url) = pg::url() else { return };
+    let client = pg::client(&url).await;
+    let table = pg::unique("upsert");
+    client
+        .batch_execute(&format!("CREATE TABLE {table} (k text PRIMARY KEY, v bigint, n int DEFAULT 7)"))
+        .await
+        .unwrap();
+    let values: Vec<String> = (0..300).map(|i| i.to_string()).collect();
+    let broker = broker(&values, 1).await;
+    let group = format!("pgup{}", std::process::id());
+    let settings =
+        PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Upsert { key: vec!["k".into()] } };
+    let query = "SELECT CAST(key AS VARCHAR) AS k, CAST(CAST(value AS VARCHAR) AS BIGINT) AS v FROM input";
+    let job = job(&broker, &group, query, &settings, 1).build(config(&group, 20, 5)).unwrap();
+    job.failpoints().schedule(vec![(shareflow::connector::points::SINK_AFTER_WRITE.to_string(), 3)]);
+    job.run().await.unwrap();
+    assert!(!job.failpoints().fired().is_empty(), "the crash fired");
+    let rows = client.query(&format!("SELECT k, v, n FROM {table} ORDER BY k"), &[]).await.unwrap();
+    let got: Vec<(String, i64, i32)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    // Key k{i % 5}: the last i of each residue below 300, and the column the query does
+    // not give keeps its default.
+    let want: Vec<(String, i64, i32)> = (0..5).map(|r| (format!("k{r}"), 295 + r as i64, 7)).collect();
+    assert_eq!(got, want);
+}
+
+/// Rows the table refuses (a CHECK constraint, a value its column cannot parse) become
+/// dead letters of cause `sink` with dead letters, and the rest land once; without, the
+/// job fails naming the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_the_table_refuses_are_dead_letters_or_fail_the_job_naming_the_row() {
+    use shareflow::connector::dead_letters::{header, HEADER_CAUSE};
+    use shareflow::connector::share::{IsolationLevel, TopicPartition};
+    let Some(url) = pg::url() else { return };
+    let client = pg::client(&url).await;
+    for dead_letters in [true, false] {
+        let table = pg::unique("refused");
+        client.batch_execute(&format!("CREATE TABLE {table} (id bigint CHECK (id >= 0), body text)")).await.unwrap();
+        // -5 breaks the CHECK; "x7" is no bigint (the SQL passes it on as text).
+        let values: Vec<String> = (0..100)
+            .map(|i| {
+                if i == 13 {
+                    "-5".into()
+                } else if i == 57 {
+                    "x7".into()
+                } else {
+                    i.to_string()
+                }
+            })
+            .collect();
+        let broker = broker(&values, 2).await;
+        let group = format!("pgbad{}{dead_letters}", std::process::id());
+        let settings = PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Insert };
+        let query = "SELECT CAST(value AS VARCHAR) AS id, 'b' AS body FROM input";
+        let (builder, txns) = job_with(&broker, &group, query, &settings, 2);
+        if dead_letters {
+            builder.dead_letters(BrokerDeadLetters::new(broker.clone(), Some(txns), DeadLetterSettings::new("pg-dlq")));
+        }
+        let job = builder.build(config(&group, 20, if dead_letters { 5 } else { 0 })).unwrap();
+        let result = job.run().await;
+        let ids: Vec<i64> = client
+            .query(&format!("SELECT id FROM {table} ORDER BY id"), &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if dead_letters {
+            result.unwrap();
+            let want: Vec<i64> = (0..100).filter(|i| *i != 13 && *i != 57).collect();
+            assert_eq!(ids, want);
+            let letters =
+                broker.fetch_all(&TopicPartition::new("pg-dlq", 0), IsolationLevel::ReadCommitted).await.unwrap();
+            let mut got: Vec<String> = letters
+                .iter()
+                .map(|r| {
+                    assert_eq!(header(&r.headers, HEADER_CAUSE), Some("sink"));
+                    String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()
+                })
+                .collect();
+            got.sort();
+            assert_eq!(got, vec!["-5\tb\n".to_string(), "x7\tb\n".to_string()]);
+        } else {
+            let e = result.unwrap_err().to_string();
+            assert!(e.contains(&table) && (e.contains("line") || e.contains("violates")), "{e}");
+            assert!(ids.is_empty(), "nothing committed: {ids:?}");
+        }
+        client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
+    }
+}
+
+/// A table that does not exist, and a column the table lacks, are refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_or_column_is_refused_by_name() {
+    let Some(url) = pg::url() else { return };
+    let client = pg::client(&url).await;
+    let broker = broker(&["1".to_string()], 1).await;
+    let missing = PostgresSettings { url: url.clone(), table: "no_such_table".into(), mode: WriteMode::Insert };
+    let e: RuntimeError =
+        job(&broker, "pgmiss", ID_QUERY, &missing, 1).build(config("pgmiss", 20, 0)).unwrap().run().await.unwrap_err();
+    assert!(e.to_string().contains("no_such_table") && e.to_string().contains("create it"), "{e}");
+    assert!(broker.transactions().await.unwrap().is_empty(), "refused before any transaction began");
+    let table = pg::unique("narrow");
+    client.batch_execute(&format!("CREATE TABLE {table} (id bigint)")).await.unwrap();
+    let narrow = PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Insert };
+    let e = job(&broker, "pgnarrow", ID_QUERY, &narrow, 1)
+        .build(config("pgnarrow", 20, 0))
+        .unwrap()
+        .run()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("\"body\"") && e.to_string().contains(&table), "{e}");
+    let down = PostgresSettings { url: "postgres://nobody@127.0.0.1:9/none".into(), table, mode: WriteMode::Insert };
+    let e = job(&broker, "pgdown", ID_QUERY, &down, 1).build(config("pgdown", 20, 0)).unwrap().run().await.unwrap_err();
+    assert!(e.to_string().contains("cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:9/none"), "{e}");
+}
