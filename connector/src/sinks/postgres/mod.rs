@@ -218,6 +218,24 @@ impl PostgresCommitter {
     }
 }
 
+/// Refuses a server whose `max_prepared_transactions` (as `SHOW` gives it) is 0: it
+/// cannot prepare the transactions the sink commits in two phases.
+fn refuse_no_prepared_transactions(max: &str, url: &str) -> Result<()> {
+    if max.trim() != "0" {
+        return Ok(());
+    }
+    Err(RuntimeError::InvalidConfig {
+        key: "max_prepared_transactions".into(),
+        value: "0".into(),
+        rule: format!(
+            "PostgreSQL at {} cannot prepare transactions, and the exactly-once sink prepares one per subtask and \
+             checkpoint: set max_prepared_transactions in postgresql.conf to at least the sink's parallelism times \
+             the checkpoints in flight (e.g. 64) and restart the server",
+            redact(url)
+        ),
+    })
+}
+
 #[async_trait]
 impl TransactionParticipant for PostgresCommitter {
     fn name(&self) -> &str {
@@ -232,18 +250,7 @@ impl TransactionParticipant for PostgresCommitter {
                 Box::pin(async move { Ok(c.query_one("SHOW max_prepared_transactions", &[]).await?.get(0)) })
             })
             .await?;
-        if max.trim() == "0" {
-            return Err(RuntimeError::InvalidConfig {
-                key: "max_prepared_transactions".into(),
-                value: "0".into(),
-                rule: format!(
-                    "PostgreSQL at {} cannot prepare transactions, and the exactly-once sink prepares one per subtask \
-                     and checkpoint: set max_prepared_transactions in postgresql.conf to at least the sink's \
-                     parallelism times the checkpoints in flight (e.g. 64) and restart the server",
-                    redact(&self.settings.url)
-                ),
-            });
-        }
+        refuse_no_prepared_transactions(&max, &self.settings.url)?;
         let guard = self.client.lock().await;
         let client = guard.as_ref().ok_or_else(|| RuntimeError::Internal("no PostgreSQL client".into()))?;
         let columns = table_columns(client, &self.settings.table, NAME).await?;
@@ -310,6 +317,19 @@ impl TransactionParticipant for PostgresCommitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_without_prepared_transactions_is_refused_naming_the_setting() {
+        for (max, refused) in [("0", true), (" 0 ", true), ("64", false), ("200", false)] {
+            let result = refuse_no_prepared_transactions(max, "postgres://u:pw@h/db");
+            assert_eq!(result.is_err(), refused, "{max}");
+            if let Err(e) = result {
+                let e = e.to_string();
+                assert!(e.contains("max_prepared_transactions") && e.contains("postgres://u@h/db"), "{e}");
+                assert!(!e.contains("pw"), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn a_url_in_a_message_has_no_password() {
