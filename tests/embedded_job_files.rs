@@ -20,6 +20,9 @@ use shareflow::connector::share::{IsolationLevel, RecordState, TopicPartition};
 #[path = "support/rng.rs"]
 mod rng;
 
+#[path = "support/postgres.rs"]
+mod pg;
+
 #[path = "support/stateful_kinds.rs"]
 mod kinds;
 
@@ -601,6 +604,72 @@ fn records_a_failing_run_burns_to_the_delivery_limit_are_dead_lettered_once() {
     let mut all: Vec<u64> = out.iter().chain(&dead).copied().collect();
     all.sort();
     assert_eq!(all, (0..N).collect::<Vec<_>>(), "every record once: {} out, {} dead", out.len(), dead.len());
+}
+
+/// `examples/jobs/postgres_embedded.toml` into a real PostgreSQL table through SIGKILLs.
+/// The table has no key and the sink inserts (the example upserts), so that a row
+/// written twice would show: every number lands once, and after SIGTERM no transaction
+/// of the job is left prepared.
+#[test]
+fn the_postgres_job_file_is_exactly_once_through_kills() {
+    const N: u64 = 3_000;
+    let Some(url) = pg::url() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (table, group) = (pg::unique("numbers"), pg::unique("numbers_to_pg"));
+    let client = runtime.block_on(pg::client(&url));
+    runtime
+        .block_on(client.batch_execute(&format!(
+            "CREATE TABLE {table} (id bigint, doubled bigint, seen_at timestamp DEFAULT now())"
+        )))
+        .unwrap();
+    produce_lines(dir, "numbers", PARTITIONS, (1..=N).map(|i| i.to_string()));
+    let job = example_job(dir, "postgres_embedded.toml", "/tmp/shareflow-pg", 800);
+    let text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("postgres://shareflow@127.0.0.1:15432/shareflow", &url)
+        .replace("table = \"numbers\"", &format!("table = \"{table}\""))
+        .replace("group = \"numbers-to-pg\"", &format!("group = \"{group}\""))
+        .replace("mode = \"upsert\"\nkey = [\"id\"]\n", "");
+    std::fs::write(&job, text).unwrap();
+    let count = |what: &str| -> i64 {
+        runtime
+            .block_on(client.query_one(&format!("SELECT ({what})::bigint FROM {table}"), &[]))
+            .unwrap()
+            .get::<_, Option<i64>>(0)
+            .unwrap_or(0)
+    };
+    let mut rng = rng::Rng::new(53);
+    for run in 0..2 {
+        let log = dir.join(format!("pg-{run}"));
+        let mut child = start(&job, &log);
+        if let Some(status) = wait(&mut child, Duration::from_millis(400 + rng.below(800))) {
+            panic!("run {run} ended with {status}: {}", std::fs::read_to_string(log.with_extension("err")).unwrap());
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!((count("count(*)") as u64) < N, "the kills landed after the work was done");
+    let log = dir.join("pg-final");
+    let mut child = start(&job, &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (count("count(*)") as u64) < N {
+        assert!(Instant::now() < deadline, "{} of {N} rows in 60 s", count("count(*)"));
+        assert!(child.try_wait().unwrap().is_none(), "the final run ended early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
+    assert!(status.success(), "{status}");
+    let n = N as i64;
+    assert_eq!((count("count(*)"), count("count(DISTINCT id)")), (n, n), "every number once");
+    assert_eq!(count("sum(doubled - 2 * id)"), 0, "each doubled");
+    assert_eq!(count("min(id)"), 1);
+    assert_eq!(count("max(id)"), n);
+    let left = runtime.block_on(pg::prepared(&client, &format!("{group}-")));
+    assert!(left.is_empty(), "prepared transactions left after a clean stop: {left:?}");
+    runtime.block_on(client.batch_execute(&format!("DROP TABLE {table}"))).unwrap();
 }
 
 /// `shareflow dlq list` shows every dead letter with its headers, and `shareflow dlq
