@@ -378,6 +378,26 @@ def dead_letters(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
+def postgres_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    cmd = "cargo bench --bench postgres_sink"
+    rates: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["kind"] == "rate":
+            variant, rnd, rate = need(path, r, "variant", "round", "rows_per_s")
+            rates.setdefault(variant, {})[int(rnd)] = float(rate)
+    copy, eo = rates.get("copy", {}), rates.get("exactly-once", {})
+    what = "1,000,000 rows into a PostgreSQL table, 2 writers"
+    out = []
+    if eo:
+        out.append(figure(f"{what}, exactly-once sink (two-phase commit, 100 ms checkpoints)", cmd, "records/s",
+                          list(eo.values()), header))
+    rounds = sorted(set(copy) & set(eo))
+    if rounds:
+        out.append(figure(f"{what}, exactly-once sink / at-least-once COPY per batch, same round", cmd, "ratio",
+                          [eo[n] / copy[n] for n in rounds], header))
+    return out
+
+
 def flink_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     """shareflow's stateful SQL against Flink SQL 2.x, the same tumbling count on the same
     Kafka input, measured by the same read_committed counter (scripts/flink-bench)."""
@@ -523,7 +543,7 @@ def versus(figures: list[dict]) -> str:
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench,
                "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak, "stateful_sql": stateful_sql,
-               "flink_bench": flink_bench, "dead_letters": dead_letters}
+               "flink_bench": flink_bench, "dead_letters": dead_letters, "postgres_sink": postgres_sink}
 
 
 def summarise(results: Path) -> list[dict]:
