@@ -40,6 +40,8 @@ use shareflow::runtime::sql::{plan_query, QueryPlan};
 use shareflow::runtime::SqlOptions;
 use toml::Spanned;
 
+mod sinks;
+
 /// One `[[transform]]`: (operator name, SQL, options).
 pub(crate) type Transform = (String, String, SqlOptions);
 
@@ -108,6 +110,8 @@ struct RawSink {
     table: Option<Spanned<String>>,
     mode: Option<Spanned<String>>,
     key: Option<Spanned<Vec<String>>>,
+    partition_by: Option<Spanned<String>>,
+    target_file_mb: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -139,6 +143,8 @@ pub(crate) enum SinkSpec {
     Files { url: String },
     /// A PostgreSQL table, by two-phase commit (decision 0042).
     Postgres(shareflow::connector::postgres::PostgresSettings),
+    /// Parquet files, or a Delta table, on object storage (decision 0043).
+    Table(shareflow::connector::table::TableSettings),
     /// Standard output (at least once: a line printed before a crash is printed again).
     Print,
 }
@@ -504,62 +510,14 @@ impl Checker<'_> {
                 Ok(SinkSpec::Files { url: u })
             }
             "postgres" => self.postgres_sink(raw),
+            "parquet" | "delta" => self.table_sink(raw),
             "print" => Ok(SinkSpec::Print),
             other => Err(self.err(
                 sink.kind.span(),
                 "sink.kind",
-                format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\", \"postgres\" or \"print\""),
+                format!("{other:?}: give \"kafka\" (or \"topic\"), \"files\", \"parquet\", \"delta\", \"postgres\" or \"print\""),
             )),
         }
-    }
-}
-
-impl Checker<'_> {
-    /// `[sink] kind = "postgres"`: url, table, and `mode` with its `key`.
-    fn postgres_sink(&self, raw: &Spanned<RawSink>) -> Result<SinkSpec, JobFileError> {
-        use shareflow::connector::postgres::{PostgresSettings, WriteMode};
-        let sink = raw.get_ref();
-        let url = sink.url.as_ref().ok_or_else(|| {
-            self.err(
-                raw.span(),
-                "sink.url",
-                "a postgres sink needs url = \"postgres://user@host:port/database\"".into(),
-            )
-        })?;
-        let u = self.non_empty(url, "sink.url")?;
-        if !u.starts_with("postgres://") && !u.starts_with("postgresql://") {
-            return Err(self.err(url.span(), "sink.url", format!("{u:?}: give postgres://user@host:port/database")));
-        }
-        let table = sink
-            .table
-            .as_ref()
-            .ok_or_else(|| self.err(raw.span(), "sink.table", "a postgres sink needs table = \"...\"".into()))?;
-        let table = self.non_empty(table, "sink.table")?;
-        let mode = match (sink.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())), &sink.key) {
-            (None | Some(("insert", _)), None) => WriteMode::Insert,
-            (None | Some(("insert", _)), Some(key)) => {
-                return Err(self.err(
-                    key.span(),
-                    "sink.key",
-                    "a key is for mode = \"upsert\"; add it, or drop the key".into(),
-                ))
-            }
-            (Some(("upsert", span)), None) => {
-                return Err(self.err(
-                    span,
-                    "sink.key",
-                    "an upsert needs key = [\"column\", ...]: its unique key".into(),
-                ))
-            }
-            (Some(("upsert", _)), Some(key)) if key.get_ref().is_empty() => {
-                return Err(self.err(key.span(), "sink.key", "name at least one key column".into()))
-            }
-            (Some(("upsert", _)), Some(key)) => WriteMode::Upsert { key: key.get_ref().clone() },
-            (Some((other, span)), _) => {
-                return Err(self.err(span, "sink.mode", format!("{other:?}: give \"insert\" or \"upsert\"")))
-            }
-        };
-        Ok(SinkSpec::Postgres(PostgresSettings { url: u, table, mode }))
     }
 }
 
@@ -635,6 +593,33 @@ checkpoint_interval_ms = 500
         for (sink, key, word) in bad {
             let e = JobFile::parse("job.toml", &pg(&sink)).unwrap_err().to_string();
             assert!(e.contains(key) && e.contains(word), "{sink}: {e}");
+        }
+    }
+
+    /// `kind = "delta"` and `"parquet"`: url, partition column and file size; a size out
+    /// of range and a URL that does not open are named.
+    #[test]
+    fn a_table_sink_takes_url_partition_and_file_size() {
+        use shareflow::connector::table::{TableFormat, TableSettings};
+        let sink = |s: &str| GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", s);
+        let delta =
+            sink("kind = \"delta\"\nurl = \"memory://lake/orders\"\npartition_by = \"key\"\ntarget_file_mb = 16");
+        let want = TableSettings {
+            partition_by: Some("key".into()),
+            target_file_bytes: 16 << 20,
+            ..TableSettings::new("memory://lake/orders", TableFormat::Delta)
+        };
+        assert_eq!(JobFile::parse("job.toml", &delta).unwrap().sink, SinkSpec::Table(want));
+        let parquet = sink("kind = \"parquet\"\nurl = \"memory://lake/orders\"");
+        let want = TableSettings::new("memory://lake/orders", TableFormat::Parquet);
+        assert_eq!(JobFile::parse("job.toml", &parquet).unwrap().sink, SinkSpec::Table(want));
+        for (s, key) in [
+            ("kind = \"delta\"", "sink.url"),
+            ("kind = \"delta\"\nurl = \"ftp://x/y\"", "sink.url"),
+            ("kind = \"parquet\"\nurl = \"memory://x\"\ntarget_file_mb = 0", "sink.target_file_mb"),
+        ] {
+            let e = JobFile::parse("job.toml", &sink(s)).unwrap_err().to_string();
+            assert!(e.contains(key), "{s}: {e}");
         }
     }
 

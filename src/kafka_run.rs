@@ -246,6 +246,12 @@ async fn file_pipeline(
             stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(parallelism);
             job.participant(files);
         }
+        SinkSpec::Table(settings) => {
+            use shareflow_connector::table::{TableCommitter, TableSink};
+            let committer = TableCommitter::new(settings.clone())?;
+            stream.sink("table-sink", TableSink::factory(committer.clone())).parallelism(parallelism);
+            job.participant(committer);
+        }
         SinkSpec::Postgres(settings) => {
             use shareflow_connector::postgres::{PostgresCommitter, PostgresSink};
             stream.sink("postgres-sink", PostgresSink::factory(settings.clone())).parallelism(parallelism);

@@ -672,6 +672,82 @@ fn the_postgres_job_file_is_exactly_once_through_kills() {
     runtime.block_on(client.batch_execute(&format!("DROP TABLE {table}"))).unwrap();
 }
 
+/// `examples/jobs/delta_embedded.toml` into a Delta table through SIGKILLs, read back by
+/// delta-rs (`scripts/delta-check`, the format's own reader): every number once, in the
+/// partition of its last digit, and nothing left staged after SIGTERM.
+#[test]
+fn the_delta_job_file_is_exactly_once_through_kills() {
+    const N: u64 = 3_000;
+    let check_script = checkout_file("scripts/delta-check");
+    let install = Command::new(&check_script).arg("install").output().unwrap();
+    if !install.status.success() {
+        let why = format!("scripts/delta-check install failed: {}", String::from_utf8_lossy(&install.stderr));
+        assert!(
+            std::env::var("CI").is_err() && std::env::var("SHAREFLOW_REQUIRE_SERVERS").is_err(),
+            "this run must read the Delta table with delta-rs: {why}"
+        );
+        eprintln!("skipping the Delta reader test: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    produce_lines(dir, "numbers", PARTITIONS, (1..=N).map(|i| i.to_string()));
+    let job = example_job(dir, "delta_embedded.toml", "/tmp/shareflow-delta", 800);
+    let table = dir.join("table");
+    let text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("file:///tmp/shareflow-delta/table", &format!("file://{}", table.display()));
+    std::fs::write(&job, text).unwrap();
+    let query = |sql: &str| -> serde_json::Value {
+        let out = Command::new(&check_script).arg(&table).arg(sql).output().unwrap();
+        assert!(out.status.success(), "delta-check: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let rows = || {
+        if table.join("_delta_log").exists() {
+            query("SELECT count(*) AS n FROM t")["n"].as_u64().unwrap()
+        } else {
+            0
+        }
+    };
+    let mut rng = rng::Rng::new(54);
+    for run in 0..2 {
+        let log = dir.join(format!("delta-{run}"));
+        let mut child = start(&job, &log);
+        if let Some(status) = wait(&mut child, Duration::from_millis(600 + rng.below(900))) {
+            panic!("run {run} ended with {status}: {}", std::fs::read_to_string(log.with_extension("err")).unwrap());
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!(rows() < N, "the kills landed after the work was done");
+    let log = dir.join("delta-final");
+    let mut child = start(&job, &log);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while rows() < N {
+        assert!(Instant::now() < deadline, "{} of {N} rows in 90 s", rows());
+        assert!(child.try_wait().unwrap().is_none(), "the final run ended early");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the run stops on SIGTERM");
+    assert!(status.success(), "{status}");
+    let got = query(
+        "SELECT count(*) AS n, count(DISTINCT id) AS d, min(id) AS lo, max(id) AS hi, \
+         sum(CASE WHEN id % 10 <> digit THEN 1 ELSE 0 END) AS wrong FROM t",
+    );
+    assert_eq!((got["n"].as_u64(), got["d"].as_u64()), (Some(N), Some(N)), "every number once: {got}");
+    assert_eq!((got["lo"].as_u64(), got["hi"].as_u64(), got["wrong"].as_u64()), (Some(1), Some(N), Some(0)), "{got}");
+    let staged: Vec<_> = walk(&table.join("_staging")).into_iter().filter(|p| !p.ends_with("_aborted")).collect();
+    assert!(staged.is_empty(), "staged files left after a clean stop: {staged:?}");
+}
+
+/// Every file under `dir`, if it exists.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
+}
+
 /// `shareflow dlq list` shows every dead letter with its headers, and `shareflow dlq
 /// redrive` puts them back into the input topic exactly once, though the first redrive
 /// is killed part way: the second goes on in the same share group.

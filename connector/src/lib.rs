@@ -71,4 +71,4 @@ pub use common::{
     DEFAULT_POLL_TIMEOUT,
 };
 pub use shareflow_share::{Error, ErrorKind, Result};
-pub use sinks::{postgres, FileCommitter, FileSink, PrintSink};
+pub use sinks::{postgres, table, FileCommitter, FileSink, PrintSink};

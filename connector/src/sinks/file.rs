@@ -160,32 +160,39 @@ impl TransactionParticipant for FileCommitter {
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
         let prefix = self.root.clone().join("_staging");
-        let files = self.list(&prefix).await?;
-        let mut out: Vec<PendingTransaction> = Vec::new();
-        // An aborted transaction's tombstone sorts after its other files, or before.
-        let mut aborted: Vec<TransactionId> = Vec::new();
-        for f in files {
-            let Some(dir) = f.prefix_match(&prefix).and_then(|mut p| p.next()) else { continue };
-            let Ok(id) = TransactionId::parse(dir.as_ref(), template.group_id()) else { continue };
-            if id.prefix() != template.prefix() {
-                continue;
-            }
-            if aborted.contains(&id) {
-                continue;
-            }
-            if f.filename() == Some("_aborted") {
-                aborted.push(id.clone());
-                out.retain(|p| p.id != id);
-                continue;
-            }
-            let prepared = f.filename() == Some("_prepared");
-            match out.iter_mut().find(|p| p.id == id) {
-                Some(p) => p.prepared |= prepared,
-                None => out.push(PendingTransaction { id, prepared }),
-            }
-        }
-        Ok(out)
+        Ok(staged_transactions(self.list(&prefix).await?, &prefix, template))
     }
+}
+
+/// The transactions of `template`'s group and prefix with files staged under `prefix`
+/// (`{prefix}/{T(n)}/...`): prepared when a `_prepared` marker is there, left out when
+/// an `_aborted` tombstone is. `files` sorted, as a listing gives them.
+pub(crate) fn staged_transactions(
+    files: Vec<Path>,
+    prefix: &Path,
+    template: &TransactionTemplate,
+) -> Vec<PendingTransaction> {
+    let mut out: Vec<PendingTransaction> = Vec::new();
+    // An aborted transaction's tombstone sorts after its other files, or before.
+    let mut aborted: Vec<TransactionId> = Vec::new();
+    for f in files {
+        let Some(dir) = f.prefix_match(prefix).and_then(|mut p| p.next()) else { continue };
+        let Ok(id) = TransactionId::parse(dir.as_ref(), template.group_id()) else { continue };
+        if id.prefix() != template.prefix() || aborted.contains(&id) {
+            continue;
+        }
+        if f.filename() == Some("_aborted") {
+            aborted.push(id.clone());
+            out.retain(|p| p.id != id);
+            continue;
+        }
+        let prepared = f.filename() == Some("_prepared");
+        match out.iter_mut().find(|p| p.id == id) {
+            Some(p) => p.prepared |= prepared,
+            None => out.push(PendingTransaction { id, prepared }),
+        }
+    }
+    out
 }
 
 /// One subtask of the file sink: buffers the batches of the open checkpoint and stages
