@@ -350,10 +350,9 @@ async fn a_failed_attempt_releases_what_its_source_held_without_waiting_for_lock
 /// it reads anything; a group that reads committed takes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_source_refuses_read_committed_in_a_group_that_reads_uncommitted() {
-    use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
+    use shareflow::connector::embedded::TopicSink;
     use shareflow::connector::share::IsolationLevel;
-    use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
-    use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
+    use shareflow::runtime::{JobConfig, RestartStrategy};
     for isolation in [IsolationLevel::ReadUncommitted, IsolationLevel::ReadCommitted] {
         let group = shareflow::connector::share::ShareConfig::builder()
             .acknowledgement_mode(shareflow::connector::share::AcknowledgementMode::Transactional)
@@ -362,24 +361,8 @@ async fn the_embedded_source_refuses_read_committed_in_a_group_that_reads_uncomm
             .build()
             .unwrap();
         let broker = broker_with_input(50, 1, &group).await;
-        let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-        let mut source = SourceSettings::new(GROUP, &[INPUT]);
-        source.stop_when_drained = true;
-        source.read_committed = true;
-        let job = JobBuilder::new();
-        job.source(
-            "share-source",
-            record_schema(),
-            ShareGroupSource::factory(
-                broker.clone(),
-                Some(txns.clone()),
-                source,
-                group,
-                Arc::new(SourceMetrics::default()),
-            ),
-        )
-        .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
-        .participant(txns.clone());
+        let (job, stream, txns) = drained_source_with(&broker, (GROUP, INPUT, group), 1, |s| s.read_committed = true);
+        stream.sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns), OUTPUT));
         let config = JobConfig::new(memory_storage("rc"), GROUP, "rc").restart(RestartStrategy::None);
         let result = job.build(config).unwrap().run().await;
         match isolation {

@@ -21,26 +21,17 @@ use std::time::Duration;
 use eos::storage_on;
 use object_store::memory::InMemory;
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::embedded::{BrokerDeadLetters, BrokerTransactions, ShareGroupSource};
+use shareflow::connector::embedded::{BrokerDeadLetters, BrokerTransactions};
 use shareflow::connector::postgres::{PostgresCommitter, PostgresSettings, PostgresSink, WriteMode};
-use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
-use shareflow::connector::{record_schema, DeadLetterSettings, SourceMetrics, SourceSettings};
+use shareflow::connector::share::ProducerRecord;
+use shareflow::connector::DeadLetterSettings;
 use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError};
 
 const INPUT: &str = "pg-in";
 
-fn share() -> ShareConfig {
-    ShareConfig::builder()
-        .acknowledgement_mode(AcknowledgementMode::Transactional)
-        .record_lock_duration(Duration::from_secs(1))
-        .partition_max_record_locks(1_000_000)
-        .build()
-        .unwrap()
-}
-
 /// An in-memory broker with `values` in `partitions` partitions of the input, in turn.
 async fn broker(values: &[String], partitions: u32) -> EmbeddedBroker {
-    let broker = EmbeddedBroker::open(BrokerOptions::in_memory().default_config(share())).await.unwrap();
+    let broker = EmbeddedBroker::open(BrokerOptions::in_memory().default_config(eos::share_config())).await.unwrap();
     broker.create_topic(INPUT, partitions).await.unwrap();
     broker.create_topic("pg-dlq", 1).await.unwrap();
     let records = values
@@ -64,30 +55,13 @@ fn job_with(
     settings: &PostgresSettings,
     parallelism: u32,
 ) -> (JobBuilder, Arc<BrokerTransactions>) {
-    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-    let mut source = SourceSettings::new(group, &[INPUT]);
-    source.stop_when_drained = true;
-    source.max_poll_records = 40;
-    source.poll_timeout = Duration::from_millis(5);
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            share(),
-            Arc::new(SourceMetrics::default()),
-        ),
-    )
-    .parallelism(parallelism)
-    .sql("to-row", query)
-    .parallelism(parallelism)
-    .sink("postgres-sink", PostgresSink::factory(settings.clone()))
-    .parallelism(parallelism)
-    .participant(txns.clone())
-    .participant(PostgresCommitter::new(settings.clone()));
+    let (job, stream, txns) = eos::drained_source(broker, group, INPUT, eos::share_config(), parallelism);
+    stream
+        .sql("to-row", query)
+        .parallelism(parallelism)
+        .sink("postgres-sink", PostgresSink::factory(settings.clone()))
+        .parallelism(parallelism)
+        .participant(PostgresCommitter::new(settings.clone()));
     (job, txns)
 }
 
@@ -154,10 +128,7 @@ async fn run_seed(url: &str, seed: u64) -> Result<usize, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_row_lands_once_through_crashes_at_every_fault_point() {
     let Some(url) = pg::url() else { return };
-    let seeds: Vec<u64> = match std::env::var("SHAREFLOW_SEED") {
-        Ok(s) => vec![s.parse().unwrap()],
-        Err(_) => (1..=std::env::var("SHAREFLOW_PG_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12)).collect(),
-    };
+    let seeds = eos::campaign_seeds("SHAREFLOW_PG_SEEDS", 12);
     let (mut fired, mut failures) = (0, Vec::new());
     for &seed in &seeds {
         match run_seed(&url, seed).await {
@@ -168,9 +139,7 @@ async fn every_row_lands_once_through_crashes_at_every_fault_point() {
             }
         }
     }
-    eprintln!("postgres campaign: {} seeds, {} failed, {fired} crashes fired", seeds.len(), failures.len());
-    assert!(failures.is_empty(), "failing seeds: {failures:?}");
-    assert!(fired >= seeds.len() / 2, "only {fired} crashes fired");
+    eos::campaign_verdict("postgres campaign", seeds.len(), &failures, fired);
 }
 
 /// An upsert keeps each key's last value, though the job crashes after writing.

@@ -26,25 +26,14 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource};
-use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
+use shareflow::connector::share::ProducerRecord;
 use shareflow::connector::table::{TableCommitter, TableFormat, TableSettings, TableSink};
-use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
-use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
+use shareflow::runtime::{JobConfig, RestartStrategy};
 
 const INPUT: &str = "tbl-in";
 const QUERY: &str =
     "SELECT CAST(CAST(value AS VARCHAR) AS BIGINT) AS id, concat('row-', CAST(value AS VARCHAR)) AS body, \
                      CAST(CAST(value AS VARCHAR) AS BIGINT) % 3 AS bucket FROM input";
-
-fn share() -> ShareConfig {
-    ShareConfig::builder()
-        .acknowledgement_mode(AcknowledgementMode::Transactional)
-        .record_lock_duration(Duration::from_secs(1))
-        .partition_max_record_locks(1_000_000)
-        .build()
-        .unwrap()
-}
 
 /// Every object under `root` of `store`, by path relative to `root`.
 async fn objects(store: &Arc<dyn ObjectStore>, root: &Path) -> Vec<String> {
@@ -127,7 +116,7 @@ async fn run_seed(seed: u64, store: Arc<dyn ObjectStore>, root: &str) -> Result<
     let (partitions, parallelism) = (1 + rng.below(3) as u32, 1 + rng.below(3) as u32);
     let format = if seed.is_multiple_of(2) { TableFormat::Delta } else { TableFormat::Parquet };
     let partitioned = seed % 4 < 2;
-    let broker = EmbeddedBroker::open(BrokerOptions::in_memory().default_config(share())).await.unwrap();
+    let broker = EmbeddedBroker::open(BrokerOptions::in_memory().default_config(eos::share_config())).await.unwrap();
     broker.create_topic(INPUT, partitions).await.unwrap();
     let records = (0..n)
         .map(|i| ProducerRecord {
@@ -144,30 +133,13 @@ async fn run_seed(seed: u64, store: Arc<dyn ObjectStore>, root: &str) -> Result<
     };
     let committer = TableCommitter::on_store(settings, store.clone(), root);
     let group = format!("tbl{seed}");
-    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
-    let mut source = SourceSettings::new(&group, &[INPUT]);
-    source.stop_when_drained = true;
-    source.max_poll_records = 40;
-    source.poll_timeout = Duration::from_millis(5);
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        ShareGroupSource::factory(
-            broker.clone(),
-            Some(txns.clone()),
-            source,
-            share(),
-            Arc::new(SourceMetrics::default()),
-        ),
-    )
-    .parallelism(parallelism)
-    .sql("to-row", QUERY)
-    .parallelism(parallelism)
-    .sink("table-sink", TableSink::factory(committer.clone()))
-    .parallelism(parallelism)
-    .participant(txns)
-    .participant(committer);
+    let (job, stream, _) = eos::drained_source(&broker, &group, INPUT, eos::share_config(), parallelism);
+    stream
+        .sql("to-row", QUERY)
+        .parallelism(parallelism)
+        .sink("table-sink", TableSink::factory(committer.clone()))
+        .parallelism(parallelism)
+        .participant(committer);
     let mut config = JobConfig::new(storage_on(Arc::new(InMemory::new()), "c"), &group, "job")
         .checkpoint_interval(Duration::from_millis(5 + rng.below(30)))
         .checkpoint_timeout(Duration::from_secs(15))
@@ -209,13 +181,7 @@ async fn run_seed(seed: u64, store: Arc<dyn ObjectStore>, root: &str) -> Result<
 }
 
 async fn campaign(store: Arc<dyn ObjectStore>, base: &str, default_seeds: u64) {
-    let seeds: Vec<u64> = match std::env::var("SHAREFLOW_SEED") {
-        Ok(s) => vec![s.parse().unwrap()],
-        Err(_) => {
-            (1..=std::env::var("SHAREFLOW_TABLE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_seeds))
-                .collect()
-        }
-    };
+    let seeds = eos::campaign_seeds("SHAREFLOW_TABLE_SEEDS", default_seeds);
     let (mut fired, mut failures) = (0, Vec::new());
     for &seed in &seeds {
         match run_seed(seed, store.clone(), &format!("{base}/t{seed}")).await {
@@ -226,9 +192,7 @@ async fn campaign(store: Arc<dyn ObjectStore>, base: &str, default_seeds: u64) {
             }
         }
     }
-    eprintln!("table campaign on {base}: {} seeds, {} failed, {fired} crashes fired", seeds.len(), failures.len());
-    assert!(failures.is_empty(), "failing seeds: {failures:?}");
-    assert!(fired >= seeds.len() / 2, "only {fired} crashes fired");
+    eos::campaign_verdict(&format!("table campaign on {base}"), seeds.len(), &failures, fired);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -99,6 +99,62 @@ pub fn query_pipeline(
     job
 }
 
+/// An exactly-once job whose share source reads `topic` as `group` until it is drained,
+/// 40 records a poll: the builder, the stream after the source (at `parallelism`), and
+/// the broker participant it registered.
+pub fn drained_source(
+    broker: &EmbeddedBroker,
+    group: &str,
+    topic: &str,
+    share: ShareConfig,
+    parallelism: u32,
+) -> (JobBuilder, shareflow::runtime::Stream, Arc<BrokerTransactions>) {
+    drained_source_with(broker, (group, topic, share), parallelism, |_| {})
+}
+
+/// [`drained_source`] with the source's settings changed by `change`.
+pub fn drained_source_with(
+    broker: &EmbeddedBroker,
+    (group, topic, share): (&str, &str, ShareConfig),
+    parallelism: u32,
+    change: impl FnOnce(&mut SourceSettings),
+) -> (JobBuilder, shareflow::runtime::Stream, Arc<BrokerTransactions>) {
+    let txns = BrokerTransactions::new(broker.clone(), Duration::from_secs(60));
+    let mut source = SourceSettings::new(group, &[topic]);
+    source.stop_when_drained = true;
+    source.max_poll_records = 40;
+    source.poll_timeout = Duration::from_millis(5);
+    change(&mut source);
+    let job = JobBuilder::new();
+    let metrics = Arc::new(SourceMetrics::default());
+    let stream = job
+        .source(
+            "share-source",
+            record_schema(),
+            ShareGroupSource::factory(broker.clone(), Some(txns.clone()), source, share, metrics),
+        )
+        .parallelism(parallelism);
+    job.participant(txns.clone());
+    (job, stream, txns)
+}
+
+/// The seeds of a campaign: `SHAREFLOW_SEED` alone if set, else 1..=`$count_var`
+/// (default `default`).
+pub fn campaign_seeds(count_var: &str, default: u64) -> Vec<u64> {
+    match std::env::var("SHAREFLOW_SEED") {
+        Ok(s) => vec![s.parse().expect("SHAREFLOW_SEED is a number")],
+        Err(_) => (1..=std::env::var(count_var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)).collect(),
+    }
+}
+
+/// Ends a campaign: each failure's reason was printed with its replay command by the
+/// caller; fails unless none failed and crashes fired in at least half the seeds.
+pub fn campaign_verdict(name: &str, seeds: usize, failures: &[u64], fired: usize) {
+    eprintln!("{name}: {seeds} seeds, {} failed, {fired} crashes fired", failures.len());
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+    assert!(fired >= seeds / 2, "only {fired} crashes fired");
+}
+
 pub fn share_config() -> ShareConfig {
     ShareConfig::builder()
         .acknowledgement_mode(AcknowledgementMode::Transactional)

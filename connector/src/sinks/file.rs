@@ -43,17 +43,8 @@ impl FileCommitter {
         self.root.clone().join("_staging").join(txn.to_string())
     }
 
-    /// Every object under `prefix`, sorted.
     async fn list(&self, prefix: &Path) -> Result<Vec<Path>> {
-        let mut files: Vec<Path> = self
-            .store
-            .list(Some(prefix))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-            .map_err(|e| RuntimeError::task("file-sink", ErrorKind::Unavailable, e))?;
-        files.sort();
-        Ok(files)
+        list_sorted(self.store.as_ref(), prefix, "file-sink").await
     }
 
     /// The published data files, sorted.
@@ -107,18 +98,7 @@ impl TransactionParticipant for FileCommitter {
     }
 
     async fn prepare(&self, txn: &TransactionId) -> Result<PrepareOutcome> {
-        let aborted = self.staging(txn).join("_aborted");
-        match self.store.head(&aborted).await {
-            Ok(_) => return Ok(PrepareOutcome::AlreadyAborted),
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(store_error("prepare", txn, e)),
-        }
-        let marker = self.staging(txn).join("_prepared");
-        self.store
-            .put(&marker, PutPayload::from_static(b"prepared"))
-            .await
-            .map_err(|e| store_error("prepare", txn, e))?;
-        Ok(PrepareOutcome::Prepared)
+        prepare_staged(self.store.as_ref(), &self.staging(txn), "file-sink", txn).await
     }
 
     async fn commit(&self, txn: &TransactionId) -> Result<()> {
@@ -141,27 +121,67 @@ impl TransactionParticipant for FileCommitter {
     /// Discards the staged files and leaves an `_aborted` tombstone, so that a late
     /// prepare answers "already aborted" instead of preparing an empty transaction.
     async fn abort(&self, txn: &TransactionId) -> Result<()> {
-        for staged in self.staged(txn).await? {
-            if staged.filename() == Some("_aborted") {
-                continue;
-            }
-            match self.store.delete(&staged).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(store_error("abort", txn, e)),
-            }
-        }
-        let tombstone = self.staging(txn).join("_aborted");
-        self.store
-            .put(&tombstone, PutPayload::from_static(b"aborted"))
-            .await
-            .map_err(|e| store_error("abort", txn, e))?;
-        Ok(())
+        abort_staged(self.store.as_ref(), self.staged(txn).await?, &self.staging(txn), "file-sink", txn).await
     }
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
         let prefix = self.root.clone().join("_staging");
         Ok(staged_transactions(self.list(&prefix).await?, &prefix, template))
     }
+}
+
+/// Every object under `prefix` of `store`, sorted; `task` names who failed to list.
+pub(crate) async fn list_sorted(store: &dyn ObjectStore, prefix: &Path, task: &str) -> Result<Vec<Path>> {
+    let mut files: Vec<Path> = store
+        .list(Some(prefix))
+        .map_ok(|m| m.location)
+        .try_collect()
+        .await
+        .map_err(|e| RuntimeError::task(task, ErrorKind::Unavailable, e))?;
+    files.sort();
+    Ok(files)
+}
+
+/// Prepare of a transaction whose files are staged in `dir`: "already aborted" if its
+/// `_aborted` tombstone is there, else a `_prepared` marker, durably.
+pub(crate) async fn prepare_staged(
+    store: &dyn ObjectStore,
+    dir: &Path,
+    participant: &'static str,
+    txn: &TransactionId,
+) -> Result<PrepareOutcome> {
+    let failed = |e| RuntimeError::participant(participant, "prepare", txn, ErrorKind::Unavailable, e);
+    match store.head(&dir.clone().join("_aborted")).await {
+        Ok(_) => return Ok(PrepareOutcome::AlreadyAborted),
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(failed(e)),
+    }
+    store.put(&dir.clone().join("_prepared"), PutPayload::from_static(b"prepared")).await.map_err(failed)?;
+    Ok(PrepareOutcome::Prepared)
+}
+
+/// Abort of a transaction whose files `staged` are in `dir`: deletes them and leaves an
+/// `_aborted` tombstone, so that a late prepare answers "already aborted" instead of
+/// preparing an empty transaction.
+pub(crate) async fn abort_staged(
+    store: &dyn ObjectStore,
+    staged: Vec<Path>,
+    dir: &Path,
+    participant: &'static str,
+    txn: &TransactionId,
+) -> Result<()> {
+    let failed = |e| RuntimeError::participant(participant, "abort", txn, ErrorKind::Unavailable, e);
+    for path in staged {
+        if path.filename() == Some("_aborted") {
+            continue;
+        }
+        match store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    store.put(&dir.clone().join("_aborted"), PutPayload::from_static(b"aborted")).await.map_err(failed)?;
+    Ok(())
 }
 
 /// The transactions of `template`'s group and prefix with files staged under `prefix`

@@ -19,7 +19,6 @@ mod writer;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
@@ -125,15 +124,7 @@ impl TableCommitter {
     }
 
     async fn list(&self, prefix: &Path) -> Result<Vec<Path>> {
-        let mut files: Vec<Path> = self
-            .store
-            .list(Some(prefix))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-            .map_err(|e| RuntimeError::task(NAME, ErrorKind::Unavailable, e))?;
-        files.sort();
-        Ok(files)
+        super::file::list_sorted(self.store.as_ref(), prefix, NAME).await
     }
 
     /// The files the subtasks staged in `txn`, from their lists.
@@ -166,12 +157,9 @@ impl TableCommitter {
         Ok(())
     }
 
-    /// Deletes everything staged for `txn` but `keep`.
-    async fn clear_staging(&self, txn: &TransactionId, keep: Option<&str>) -> Result<()> {
+    /// Deletes everything staged for `txn`.
+    async fn clear_staging(&self, txn: &TransactionId) -> Result<()> {
         for path in self.list(&self.staging(txn)).await? {
-            if keep.is_some_and(|k| path.filename() == Some(k)) {
-                continue;
-            }
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(store_error("clean up", txn, e)),
@@ -306,19 +294,12 @@ impl TransactionParticipant for TableCommitter {
         if self.settings.format == TableFormat::Delta && !files.is_empty() {
             self.commit_delta(txn, &files).await?;
         }
-        self.clear_staging(txn, None).await
+        self.clear_staging(txn).await
     }
 
-    /// Deletes the staged files and leaves an `_aborted` tombstone, so that a late
-    /// prepare answers "already aborted".
     async fn abort(&self, txn: &TransactionId) -> Result<()> {
-        self.clear_staging(txn, Some("_aborted")).await?;
-        let tombstone = self.staging(txn).join("_aborted");
-        self.store
-            .put(&tombstone, PutPayload::from_static(b"aborted"))
-            .await
-            .map_err(|e| store_error("abort", txn, e))?;
-        Ok(())
+        let staged = self.list(&self.staging(txn)).await?;
+        super::file::abort_staged(self.store.as_ref(), staged, &self.staging(txn), NAME, txn).await
     }
 
     async fn pending(&self, template: &TransactionTemplate) -> Result<Vec<PendingTransaction>> {
