@@ -230,6 +230,11 @@ async fn rows_the_table_refuses_are_dead_letters_or_fail_the_job_naming_the_row(
             let e = result.unwrap_err().to_string();
             assert!(e.contains(&table) && (e.contains("line") || e.contains("violates")), "{e}");
             assert!(ids.is_empty(), "nothing committed: {ids:?}");
+            // The failed job's prepared rows wait for its next start, holding their
+            // locks: decide them as that recovery would (no manifest: roll back).
+            for gid in pg::prepared(&client, &format!("{group}-")).await {
+                client.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).await.unwrap();
+            }
         }
         client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
     }
@@ -259,4 +264,86 @@ async fn a_missing_table_or_column_is_refused_by_name() {
     let down = PostgresSettings { url: "postgres://nobody@127.0.0.1:9/none".into(), table, mode: WriteMode::Insert };
     let e = job(&broker, "pgdown", ID_QUERY, &down, 1).build(config("pgdown", 20, 0)).unwrap().run().await.unwrap_err();
     assert!(e.to_string().contains("cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:9/none"), "{e}");
+}
+
+/// One instance of group `group` writing into `settings`' table as prefix `prefix`, its
+/// checkpoints under `chk/{prefix}` of `store`; its source throttled to `rate` records a
+/// second when given.
+fn pg_instance(
+    broker: &EmbeddedBroker,
+    store: &Arc<dyn object_store::ObjectStore>,
+    (group, prefix): (&str, &str),
+    settings: &PostgresSettings,
+    (restarts, rate, until_drained): (u32, Option<u64>, bool),
+) -> shareflow::runtime::Job {
+    use shareflow::checkpoint::{CheckpointPaths, CheckpointStore};
+    let (job, stream, _) = eos::drained_source_with(broker, (group, INPUT, eos::share_config()), 2, |s| {
+        s.max_records_per_second = rate;
+        s.max_poll_records = rate.map_or(40, |r| (r / 100).max(1) as usize);
+        s.stop_when_drained = until_drained;
+    });
+    stream
+        .sql("to-row", ID_QUERY)
+        .parallelism(2)
+        .sink("postgres-sink", PostgresSink::factory(settings.clone()))
+        .parallelism(2)
+        .participant(PostgresCommitter::new(settings.clone()));
+    let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
+    let config = JobConfig::new(storage, group, prefix)
+        .checkpoint_interval(Duration::from_millis(20))
+        .checkpoint_timeout(Duration::from_millis(500))
+        .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(10) })
+        .instance(shareflow::runtime::InstanceConfig::new(Duration::from_millis(800)));
+    job.build(config).unwrap()
+}
+
+/// Instance `a` dies right after a manifest, its rows prepared in PostgreSQL. Instance
+/// `b` adopts it: `a`'s decided transaction is committed from `b`, the rest rolled back,
+/// and `b` writes what returns to the group. Every id lands once, nothing is left
+/// prepared, and `a`, fenced, never runs (nor commits) again under its prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_instances_prepared_rows_are_decided_by_its_adopter_and_it_is_fenced() {
+    use shareflow::runtime::failpoint::points;
+    let Some(url) = pg::url() else { return };
+    let client = pg::client(&url).await;
+    let table = pg::unique("adopted");
+    client.batch_execute(&format!("CREATE TABLE {table} (id bigint NOT NULL, body text)")).await.unwrap();
+    const N: u64 = 3_000;
+    let values: Vec<String> = (0..N).map(|i| i.to_string()).collect();
+    let broker = broker(&values, 2).await;
+    let group = format!("pgadopt{}", std::process::id());
+    let settings = PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Insert };
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(InMemory::new());
+    let a = pg_instance(&broker, &store, (&group, "a"), &settings, (0, Some(10_000), true));
+    a.failpoints().schedule(vec![(points::AFTER_MANIFEST.to_string(), 1)]);
+    let err = a.run().await.unwrap_err();
+    assert!(err.to_string().contains(points::AFTER_MANIFEST), "{err}");
+    assert!(!pg::prepared(&client, &format!("{group}-a-")).await.is_empty(), "a left rows prepared");
+
+    let count = |sql: String| {
+        let client = &client;
+        async move { client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    // b runs until a is adopted and every row is in (a's records come back to the group
+    // only once b adopts a, past the adoption timeout).
+    let b = pg_instance(&broker, &store, (&group, "b"), &settings, (3, None, false));
+    let stop = b.stop_handle();
+    let (report, ()) = tokio::join!(b.run(), async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while count(format!("SELECT count(*) FROM {table}")).await < N as i64 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.stop();
+    });
+    let report = report.unwrap();
+    assert_eq!(report.metrics.checkpoints.instances_adopted, 1, "{report:?}");
+    assert_eq!(count(format!("SELECT count(*) FROM {table}")).await, N as i64);
+    assert_eq!(count(format!("SELECT count(DISTINCT id) FROM {table}")).await, N as i64);
+    assert!(pg::prepared(&client, &format!("{group}-")).await.is_empty(), "nothing left prepared");
+
+    let again = pg_instance(&broker, &store, (&group, "a"), &settings, (0, None, true));
+    let err = again.run().await.unwrap_err();
+    assert_eq!(err.kind(), shareflow::runtime::ErrorKind::Fenced, "{err}");
+    assert_eq!(count(format!("SELECT count(*) FROM {table}")).await, N as i64, "the fenced instance wrote nothing");
+    client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
 }
