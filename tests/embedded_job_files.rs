@@ -493,7 +493,7 @@ fn the_dead_letters_job_file_is_exactly_once_through_kills() {
     let dir = dir.path();
     let line = |i: u64| if i % 100 == 42 { format!("oops-{i}") } else { i.to_string() };
     produce_lines(dir, "numbers", PARTITIONS, (0..N).map(line));
-    let job = example_job(dir, "dead_letters_embedded.toml", "/tmp/shareflow-dlq", 2000);
+    let job = example_job(dir, "dead_letters_embedded.toml", "/tmp/shareflow-dlq", 1000);
     // (id, from the dead letters?) of every record read_committed in both topics.
     let read = || -> Vec<(u64, bool)> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
