@@ -398,6 +398,25 @@ def postgres_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
+def table_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    cmd = "cargo bench --bench table_sink"
+    rates: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["kind"] == "rate":
+            variant, rnd, rate = need(path, r, "variant", "round", "rows_per_s")
+            rates.setdefault(variant, {})[int(rnd)] = float(rate)
+    direct, sink = rates.get("parquet", {}), rates.get("sink", {})
+    what = "2,000,000 rows as Parquet on local disk, 2 writers"
+    out = []
+    if sink:
+        out.append(figure(f"{what}, exactly-once table sink (1 s checkpoints)", cmd, "records/s", list(sink.values()), header))
+    rounds = sorted(set(direct) & set(sink))
+    if rounds:
+        out.append(figure(f"{what}, table sink / the parquet crate alone, same round", cmd, "ratio",
+                          [sink[n] / direct[n] for n in rounds], header))
+    return out
+
+
 def flink_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     """shareflow's stateful SQL against Flink SQL 2.x, the same tumbling count on the same
     Kafka input, measured by the same read_committed counter (scripts/flink-bench)."""
@@ -543,7 +562,8 @@ def versus(figures: list[dict]) -> str:
 SUMMARISERS = {"first_build": first_build, "eos_cost": eos_cost, "demo_crashes": demo_crashes, "checkpoint_commit": checkpoint_commit,
                "broker_soak": broker_soak, "kafka_bench": kafka_bench, "kafka_consumer_bench": kafka_consumer_bench,
                "streams_bench": streams_bench, "kafka_fleet_soak": kafka_fleet_soak, "stateful_sql": stateful_sql,
-               "flink_bench": flink_bench, "dead_letters": dead_letters, "postgres_sink": postgres_sink}
+               "flink_bench": flink_bench, "dead_letters": dead_letters, "postgres_sink": postgres_sink,
+               "table_sink": table_sink}
 
 
 def summarise(results: Path) -> list[dict]:
