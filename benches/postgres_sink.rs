@@ -26,6 +26,8 @@ use tokio_postgres::NoTls;
 
 #[path = "support/results.rs"]
 mod results;
+#[path = "support/rounds.rs"]
+mod rounds;
 
 const ROWS: u64 = 1_000_000;
 const BATCH: usize = 2_000;
@@ -115,11 +117,6 @@ async fn exactly_once(url: &str, dir: &std::path::Path, n: u64) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let Ok(url) = std::env::var("SHAREFLOW_POSTGRES") else {
         eprintln!("SHAREFLOW_POSTGRES is not set: start PostgreSQL with scripts/postgres start, eval \"$(scripts/postgres env)\"");
@@ -130,31 +127,33 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut results = results::Results::create("postgres_sink", serde_json::json!({"rounds": rounds, "rows": n}));
     let names = ["copy", "exactly-once"];
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 2];
-    runtime.block_on(async {
-        for round in 0..=rounds {
-            for k in 0..2 {
-                let i = (k + round) % 2;
-                reset(&url).await;
-                let dir = tempfile::tempdir().unwrap();
-                let seconds = if i == 0 { copy(&url, n).await } else { exactly_once(&url, dir.path(), n).await };
-                assert_eq!(count(&url).await as u64, n, "{}: every row once", names[i]);
-                let rate = n as f64 / seconds;
-                eprintln!("round {round} {}: {rate:.0} rows/s ({seconds:.2} s)", names[i]);
-                if round > 0 {
-                    rates[i].push(rate);
-                    results.record(
-                        serde_json::json!({"kind": "rate", "variant": names[i], "round": round, "rows_per_s": rate}),
-                    );
+    let m = runtime.block_on(async {
+        let m = rounds::side_by_side(
+            rounds,
+            &names,
+            |i| {
+                let url = url.clone();
+                async move {
+                    reset(&url).await;
+                    let dir = tempfile::tempdir().unwrap();
+                    let seconds = if i == 0 { copy(&url, n).await } else { exactly_once(&url, dir.path(), n).await };
+                    assert_eq!(count(&url).await as u64, n, "every row once");
+                    n as f64 / seconds
                 }
-            }
-        }
+            },
+            |i, round, rate| {
+                results.record(
+                    serde_json::json!({"kind": "rate", "variant": names[i], "round": round, "rows_per_s": rate}),
+                );
+            },
+        )
+        .await;
         client(&url).await.batch_execute(&format!("DROP TABLE IF EXISTS {TABLE}")).await.unwrap();
+        m
     });
     if rounds == 0 {
         return;
     }
-    let m: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
     eprintln!("median: copy {:.0} rows/s, exactly-once {:.0} rows/s ({:.3}x)", m[0], m[1], m[1] / m[0]);
     results.record(serde_json::json!({"kind": "rate_summary", "copy_per_s": m[0], "exactly_once_per_s": m[1], "ratio": m[1] / m[0]}));
 }

@@ -25,6 +25,8 @@ use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
 
 #[path = "support/results.rs"]
 mod results;
+#[path = "support/rounds.rs"]
+mod rounds;
 
 const ROWS: u64 = 2_000_000;
 const BATCH: usize = 2_000;
@@ -126,45 +128,34 @@ async fn sink(dir: &std::path::Path, n: u64) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
     let n = rows();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut results = results::Results::create("table_sink", serde_json::json!({"rounds": rounds, "rows": n}));
     let names = ["parquet", "sink"];
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 2];
-    runtime.block_on(async {
-        for round in 0..=rounds {
-            for k in 0..2 {
-                let i = (k + round) % 2;
-                let dir = tempfile::tempdir().unwrap();
-                let seconds = if i == 0 {
-                    let (store, _) =
-                        shareflow::checkpoint::open_url(&format!("file://{}", dir.path().display()), &[]).unwrap();
-                    parquet_direct(store, n).await
-                } else {
-                    sink(dir.path(), n).await
-                };
-                let rate = n as f64 / seconds;
-                eprintln!("round {round} {}: {rate:.0} rows/s ({seconds:.2} s)", names[i]);
-                if round > 0 {
-                    rates[i].push(rate);
-                    results.record(
-                        serde_json::json!({"kind": "rate", "variant": names[i], "round": round, "rows_per_s": rate}),
-                    );
-                }
-            }
-        }
-    });
+    let m = runtime.block_on(rounds::side_by_side(
+        rounds,
+        &names,
+        |i| async move {
+            let dir = tempfile::tempdir().unwrap();
+            let seconds = if i == 0 {
+                let (store, _) =
+                    shareflow::checkpoint::open_url(&format!("file://{}", dir.path().display()), &[]).unwrap();
+                parquet_direct(store, n).await
+            } else {
+                sink(dir.path(), n).await
+            };
+            n as f64 / seconds
+        },
+        |i, round, rate| {
+            results
+                .record(serde_json::json!({"kind": "rate", "variant": names[i], "round": round, "rows_per_s": rate}));
+        },
+    ));
     if rounds == 0 {
         return;
     }
-    let m: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
     eprintln!("median: parquet {:.0} rows/s, sink {:.0} rows/s ({:.3}x)", m[0], m[1], m[1] / m[0]);
     results.record(
         serde_json::json!({"kind": "rate_summary", "parquet_per_s": m[0], "sink_per_s": m[1], "ratio": m[1] / m[0]}),
