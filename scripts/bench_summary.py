@@ -357,64 +357,58 @@ def stateful_sql(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
-def dead_letters(path: Path, header: dict, rows: list[dict]) -> list[dict]:
-    cmd = "cargo bench --bench dead_letters"
+def round_rates(path: Path, rows: list[dict], key: str) -> dict[str, dict[int, float]]:
+    """The `rate` rows of a side-by-side bench: each variant's rate (field `key`) by round."""
     rates: dict[str, dict[int, float]] = {}
     for r in rows:
         if r["kind"] == "rate":
-            variant, rnd, rate = need(path, r, "variant", "round", "records_per_s")
+            variant, rnd, rate = need(path, r, "variant", "round", key)
             rates.setdefault(variant, {})[int(rnd)] = float(rate)
+    return rates
+
+
+def same_round_ratio(what: str, cmd: str, header: dict, mine: dict[int, float], base: dict[int, float]) -> list[dict]:
+    """`mine` over `base`, round by round, as one ratio figure (none without common rounds)."""
+    rounds = sorted(set(mine) & set(base))
+    if not rounds:
+        return []
+    return [figure(f"{what}, same round", cmd, "ratio", [mine[n] / base[n] for n in rounds], header)]
+
+
+def dead_letters(path: Path, header: dict, rows: list[dict]) -> list[dict]:
+    cmd = "cargo bench --bench dead_letters"
+    rates = round_rates(path, rows, "records_per_s")
     plain = rates.get("plain", {})
     what = "exactly-once pipeline, 1,000,000 records, embedded broker"
     out = []
     if plain:
         out.append(figure(f"{what}, no dead letters", cmd, "records/s", list(plain.values()), header))
     for variant, label in (("dlq", "with dead letters, no poison"), ("dlq-1%", "with dead letters, 1 % poison")):
-        mine = rates.get(variant, {})
-        rounds = sorted(set(mine) & set(plain))
-        if rounds:
-            out.append(figure(f"{what}, {label} / without dead letters, same round", cmd, "ratio",
-                              [mine[n] / plain[n] for n in rounds], header))
+        out += same_round_ratio(f"{what}, {label} / without dead letters", cmd, header, rates.get(variant, {}), plain)
     return out
 
 
 def postgres_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     cmd = "cargo bench --bench postgres_sink"
-    rates: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r["kind"] == "rate":
-            variant, rnd, rate = need(path, r, "variant", "round", "rows_per_s")
-            rates.setdefault(variant, {})[int(rnd)] = float(rate)
+    rates = round_rates(path, rows, "rows_per_s")
     copy, eo = rates.get("copy", {}), rates.get("exactly-once", {})
     what = "1,000,000 rows into a PostgreSQL table, 2 writers"
     out = []
     if eo:
         out.append(figure(f"{what}, exactly-once sink (two-phase commit, 100 ms checkpoints)", cmd, "records/s",
                           list(eo.values()), header))
-    rounds = sorted(set(copy) & set(eo))
-    if rounds:
-        out.append(figure(f"{what}, exactly-once sink / at-least-once COPY per batch, same round", cmd, "ratio",
-                          [eo[n] / copy[n] for n in rounds], header))
-    return out
+    return out + same_round_ratio(f"{what}, exactly-once sink / at-least-once COPY per batch", cmd, header, eo, copy)
 
 
 def table_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
     cmd = "cargo bench --bench table_sink"
-    rates: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r["kind"] == "rate":
-            variant, rnd, rate = need(path, r, "variant", "round", "rows_per_s")
-            rates.setdefault(variant, {})[int(rnd)] = float(rate)
+    rates = round_rates(path, rows, "rows_per_s")
     direct, sink = rates.get("parquet", {}), rates.get("sink", {})
     what = "2,000,000 rows as Parquet on local disk, 2 writers"
     out = []
     if sink:
         out.append(figure(f"{what}, exactly-once table sink (1 s checkpoints)", cmd, "records/s", list(sink.values()), header))
-    rounds = sorted(set(direct) & set(sink))
-    if rounds:
-        out.append(figure(f"{what}, table sink / the parquet crate alone, same round", cmd, "ratio",
-                          [sink[n] / direct[n] for n in rounds], header))
-    return out
+    return out + same_round_ratio(f"{what}, table sink / the parquet crate alone", cmd, header, sink, direct)
 
 
 def flink_bench(path: Path, header: dict, rows: list[dict]) -> list[dict]:
