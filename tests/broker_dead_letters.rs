@@ -139,3 +139,25 @@ async fn a_missing_dead_letter_topic_is_refused_by_name() {
     fail_twice(&f).await;
     assert_eq!(reason(&f.broker, 1).await, Some(ArchiveReason::DeliveryLimit));
 }
+
+/// A run archived at once that is longer than one journal entry's letters (1,000) goes
+/// out in several entries, each record once.
+#[tokio::test]
+async fn a_long_archived_run_is_dead_lettered_in_entries_each_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ShareConfig::builder().delivery_count_limit(2).partition_max_record_locks(10_000).build().unwrap();
+    let f = Fixture::on_local_dir(dir.path(), 1, cfg).await;
+    f.broker.create_topic(DLQ, 1).await.unwrap();
+    f.produce(0, 2_500).await;
+    f.broker.dead_letter_archived(GROUP, target(true)).await.unwrap();
+    let mut c = f.consumer(Explicit).await;
+    for _ in 0..2 {
+        assert_eq!(poll(&mut c, 10_000).await.len(), 2_500);
+        f.advance(LOCK);
+        f.broker.tick().await.unwrap();
+    }
+    let got = letters(&f.broker).await;
+    assert_eq!(got.len(), 2_500);
+    assert!(got.values().all(|c| c.len() == 1), "each once");
+    assert_eq!(reason(&f.broker, 2_499).await, Some(ArchiveReason::DeadLettered));
+}

@@ -97,7 +97,14 @@ impl EmbeddedBroker {
             if ranges.is_empty() {
                 break;
             }
-            for (group, source, first, last) in std::mem::take(&mut ranges) {
+            // A window of at most one entry's letters at a time: an archived run of
+            // millions of records is never read into memory whole.
+            let windows = std::mem::take(&mut ranges).into_iter().flat_map(|(group, source, first, last)| {
+                (first..=last).step_by(LETTERS_PER_ENTRY).map(move |from| {
+                    (group.clone(), source.clone(), from, last.min(from + LETTERS_PER_ENTRY as i64 - 1))
+                })
+            });
+            for (group, source, first, last) in windows {
                 let target = &targets[&group];
                 for command in dead_letter_commands(st, &self.inner.journal, &group, &source, (first, last), target) {
                     let entry = Entry { now_ms, command };
@@ -132,8 +139,8 @@ impl EmbeddedBroker {
     }
 }
 
-/// The `DeadLetter` commands for `[first, last]` of `source`: its records as dead letters,
-/// cut into entries of at most [`LETTERS_PER_ENTRY`] records and about
+/// The `DeadLetter` commands for `[first, last]` of `source` (at most
+/// [`LETTERS_PER_ENTRY`] records): its records as dead letters, cut into entries of about
 /// [`BYTES_PER_ENTRY`] bytes. A batch that cannot be read is logged and left archived.
 fn dead_letter_commands(
     st: &BrokerState,
@@ -159,7 +166,7 @@ fn dead_letter_commands(
         let letter = letter(r, group, target.copy_record);
         bytes += letter.value.as_ref().map_or(0, Bytes::len) + letter.key.as_ref().map_or(0, Bytes::len);
         chunk.push(letter);
-        if chunk.len() >= LETTERS_PER_ENTRY || bytes >= BYTES_PER_ENTRY || i + 1 == records.len() {
+        if bytes >= BYTES_PER_ENTRY || i + 1 == records.len() {
             let batch = batch::encode(&chunk);
             commands.push(Command::DeadLetter {
                 group: group.to_string(),
