@@ -347,3 +347,79 @@ async fn an_adopted_instances_prepared_rows_are_decided_by_its_adopter_and_it_is
     assert_eq!(count(format!("SELECT count(*) FROM {table}")).await, N as i64, "the fenced instance wrote nothing");
     client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
 }
+
+/// A zombie: instance `a` prepares checkpoint 5's rows and then stalls, its manifest and
+/// its heartbeats held up, until `b` adopts it and rolls the prepared rows back. `a` then
+/// wakes and writes its (stale) manifest deciding checkpoint 5, but its commit is
+/// fenced: those rows are never committed. Every id lands once, from `b`'s replay, and
+/// nothing of the group is left prepared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_zombies_prepared_rows_are_never_committed() {
+    use object_store::ObjectStoreExt as _;
+    use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
+    let Some(url) = pg::url() else { return };
+    let client = pg::client(&url).await;
+    let table = pg::unique("zombie");
+    client.batch_execute(&format!("CREATE TABLE {table} (id bigint NOT NULL, body text)")).await.unwrap();
+    const N: u64 = 3_000;
+    let values: Vec<String> = (0..N).map(|i| i.to_string()).collect();
+    let broker = broker(&values, 2).await;
+    let group = format!("pgzombie{}", std::process::id());
+    let settings = PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Insert };
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 11));
+    let stale_manifest = "chk/a/chk-00000000000000000005/_metadata";
+    faulty.inject(FaultRule::once(StoreOp::Put, stale_manifest, Fault::Latency(Duration::from_secs(5))));
+    let store: Arc<dyn object_store::ObjectStore> = faulty.clone();
+    let a = pg_instance(&broker, &store, (&group, "a"), &settings, (0, Some(2_000), true));
+    let b = pg_instance(&broker, &store, (&group, "b"), &settings, (3, Some(2_000), false));
+    let stop_b = b.stop_handle();
+    let count = |sql: String| {
+        let client = &client;
+        async move { client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    let (ra, rb) = tokio::join!(
+        async {
+            let ra = tokio::time::timeout(Duration::from_secs(60), a.run()).await;
+            // b goes on until every row is in: a's held records return only with b's
+            // adoption.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while count(format!("SELECT count(*) FROM {table}")).await < N as i64
+                && std::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            stop_b.stop();
+            ra
+        },
+        async {
+            // Once a's manifest stalls, its heartbeats stall too: it goes silent.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while faulty.injected().is_empty() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            faulty.inject(FaultRule::always(
+                StoreOp::Put,
+                "_instances/a/heartbeat",
+                Fault::Latency(Duration::from_secs(8)),
+            ));
+            tokio::time::timeout(Duration::from_secs(60), b.run()).await
+        }
+    );
+    assert!(
+        faulty.injected().iter().any(|i| i.contains(stale_manifest)),
+        "a's manifest stalled: {:?}",
+        faulty.injected()
+    );
+    let err = ra.expect("a ends").expect_err("a is fenced");
+    assert_eq!(err.kind(), shareflow::runtime::ErrorKind::Fenced, "{err}");
+    let rb = rb.expect("b ends").expect("b ends well");
+    assert_eq!(rb.metrics.checkpoints.instances_adopted, 1, "{rb:?}");
+    assert!(
+        store.head(&object_store::path::Path::from(stale_manifest)).await.is_ok(),
+        "the zombie wrote its stale manifest"
+    );
+    assert_eq!(count(format!("SELECT count(*) FROM {table}")).await, N as i64, "the zombie's rows are not in");
+    assert_eq!(count(format!("SELECT count(DISTINCT id) FROM {table}")).await, N as i64);
+    assert!(pg::prepared(&client, &format!("{group}-")).await.is_empty(), "nothing left prepared");
+    client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
+}
