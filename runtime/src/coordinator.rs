@@ -16,7 +16,7 @@ use crate::error::{Result, RuntimeError};
 use crate::failpoint::Broken;
 use crate::failpoint::{points, Failpoints};
 use crate::instance::Instance;
-use crate::metrics::JobMetrics;
+use crate::metrics::{CheckpointOutcome, JobMetrics};
 use crate::operator::{Participant, PrepareOutcome, StateItems, TransactionTemplate};
 use crate::task::{Control, Report};
 
@@ -210,7 +210,17 @@ impl Coordinator<'_> {
             "checkpoint timed out; aborting it"
         );
         self.notify(Control::Aborted(n));
-        self.metrics.checkpoints(|c| c.aborted += 1);
+        let outcome = CheckpointOutcome {
+            id: n,
+            transaction: self.template.transaction(n).to_string(),
+            duration: f.started.elapsed(),
+            size_bytes: 0,
+            aborted: Some(format!("timed out with {} of {} acknowledgements", f.acks.len(), self.subtasks)),
+        };
+        self.metrics.checkpoints(|c| {
+            c.aborted += 1;
+            c.remember(outcome);
+        });
         if f.barrier.is_final {
             return Err(RuntimeError::Cancelled(format!("the final checkpoint {n} timed out")));
         }
@@ -315,7 +325,15 @@ impl Coordinator<'_> {
         }
         self.notify(Control::Complete(n));
         let elapsed = started.elapsed();
-        let committed = to_commit.len() as u64;
+        self.record_completion(n, to_commit.len() as u64, size, [elapsed, aligned, prepared, committed_in]);
+        tracing::info!(checkpoint = n, ?elapsed, size, "checkpoint complete");
+        Ok(())
+    }
+
+    /// Counts checkpoint n complete, with its `committed` transactions, state `size` and
+    /// times (whole, alignment, prepare, commit), in the job's metrics and history.
+    fn record_completion(&self, n: CheckpointId, committed: u64, size: u64, times: [std::time::Duration; 4]) {
+        let [elapsed, aligned, prepared, committed_in] = times;
         self.metrics.checkpoints(|c| {
             c.completed += 1;
             c.last_duration = elapsed;
@@ -328,9 +346,14 @@ impl Coordinator<'_> {
             c.last_size_bytes = size;
             c.last_completed_id = Some(n);
             c.transactions_committed += committed * self.participants.len() as u64;
+            c.remember(CheckpointOutcome {
+                id: n,
+                transaction: self.template.transaction(n).to_string(),
+                duration: elapsed,
+                size_bytes: size,
+                aborted: None,
+            });
         });
-        tracing::info!(checkpoint = n, ?elapsed, size, "checkpoint complete");
-        Ok(())
     }
 
     /// Phase two: commits every T(k) of `to_commit` on every participant. Returns how

@@ -146,6 +146,12 @@ impl Job {
         self.spec.nodes.iter().any(|n| n.keyed_state)
     }
 
+    /// The job graph as it runs: nodes with their parallelism, edges with their
+    /// partitioning.
+    pub fn graph(&self) -> crate::spec::JobGraph {
+        self.spec.graph(&self.parallelism, &self.partitioning)
+    }
+
     /// Live metrics.
     pub fn metrics(&self) -> JobMetricsSnapshot {
         self.metrics.snapshot()

@@ -74,7 +74,8 @@ pub use instance::{decide, resolve_pending, Decided, RecoveryMarks, Resolution};
 pub use job::{Job, JobReport, StopHandle};
 pub use keyed::KeyedItem;
 pub use metrics::{
-    CheckpointMetrics, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue, OperatorMetricsSnapshot,
+    CheckpointMetrics, CheckpointOutcome, Histogram, JobMetrics, JobMetricsSnapshot, Metric, MetricValue,
+    OperatorMetricsSnapshot, HISTORY,
 };
 pub use operator::{
     JobSettings, Operator, Participant, PendingTransaction, PrepareOutcome, Source, SourceEvent, StateItems,
@@ -83,5 +84,5 @@ pub use operator::{
 pub use partition::{key_group_of, key_groups_of_subtask, subtask_of_key_group, Partitioning, KEY_GROUPS};
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_checkpoint::CheckpointId;
-pub use spec::{OperatorFactory, SourceFactory};
+pub use spec::{GraphEdge, GraphNode, JobGraph, OperatorFactory, SourceFactory};
 pub use sql::{SqlOptions, WindowSpec};

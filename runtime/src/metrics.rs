@@ -207,6 +207,36 @@ pub struct CheckpointMetrics {
     pub commit: Histogram,
     /// Recovery before an attempt: read the latest checkpoint, decide and take over.
     pub recovery: Histogram,
+    /// The newest checkpoints' outcomes, oldest first, at most [`HISTORY`] of them.
+    pub history: std::collections::VecDeque<CheckpointOutcome>,
+}
+
+/// How many checkpoint outcomes [`CheckpointMetrics::history`] keeps.
+pub const HISTORY: usize = 64;
+
+/// How one checkpoint ended, for a dashboard's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointOutcome {
+    /// Its id, n.
+    pub id: CheckpointId,
+    /// The transaction it decided: T(n), `{group}-{prefix}-{n}`.
+    pub transaction: String,
+    /// Trigger to commit (completed) or to the abort.
+    pub duration: Duration,
+    /// State bytes (0 when aborted).
+    pub size_bytes: u64,
+    /// `None` if it completed; else why it was aborted.
+    pub aborted: Option<String>,
+}
+
+impl CheckpointMetrics {
+    /// Records how checkpoint `outcome.id` ended, forgetting the oldest past [`HISTORY`].
+    pub(crate) fn remember(&mut self, outcome: CheckpointOutcome) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(outcome);
+    }
 }
 
 /// A copy of every job metric.

@@ -52,3 +52,72 @@ pub(crate) struct GraphSpec {
     /// Where records the job cannot process go, if anywhere.
     pub(crate) dead_letters: Option<crate::DeadLetters>,
 }
+
+/// The job graph as it runs, for a dashboard: each node with its subtasks, each edge
+/// with how it partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobGraph {
+    /// Sources and operators, in the order they were added.
+    pub nodes: Vec<GraphNode>,
+    /// Edges, by node index.
+    pub edges: Vec<GraphEdge>,
+}
+
+/// One node of a [`JobGraph`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphNode {
+    /// Its name (the operator label of its metrics).
+    pub name: String,
+    /// Whether it is a source.
+    pub source: bool,
+    /// Its subtasks.
+    pub parallelism: u32,
+    /// Whether its state is keyed.
+    pub keyed_state: bool,
+}
+
+/// One edge of a [`JobGraph`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphEdge {
+    /// Index of the upstream node.
+    pub from: usize,
+    /// Index of the downstream node.
+    pub to: usize,
+    /// How rows are spread: `forward`, `round-robin`, or `hash(cols)`.
+    pub partitioning: String,
+}
+
+impl GraphSpec {
+    /// The graph as it runs, with each node's `parallelism` and each edge's
+    /// `partitioning` as the job resolved them.
+    pub(crate) fn graph(&self, parallelism: &[u32], partitioning: &[Partitioning]) -> JobGraph {
+        JobGraph {
+            nodes: self
+                .nodes
+                .iter()
+                .zip(parallelism)
+                .map(|(n, &p)| GraphNode {
+                    name: n.name.clone(),
+                    source: matches!(n.kind, NodeKind::Source(_)),
+                    parallelism: p,
+                    keyed_state: n.keyed_state,
+                })
+                .collect(),
+            edges: self
+                .edges
+                .iter()
+                .zip(partitioning)
+                .map(|(e, p)| GraphEdge {
+                    from: e.from,
+                    to: e.to,
+                    partitioning: match p {
+                        Partitioning::Forward => "forward".into(),
+                        Partitioning::RoundRobin => "round-robin".into(),
+                        Partitioning::Hash(c) => format!("hash({c})"),
+                        Partitioning::Keys(c) => format!("hash({})", c.join(", ")),
+                    },
+                })
+                .collect(),
+        }
+    }
+}
