@@ -1,7 +1,8 @@
 //! `shareflow run JOB.toml` on an embedded broker directory (`broker = "DIR"` in the
 //! file), and `shareflow produce --dir DIR --topic T`, which loads its input: a user's
 //! own pipeline with no server at all. The directory belongs to one process at a time
-//! (it is locked), so a job file on it runs as one instance.
+//! (it is locked), so a job file on it runs as one instance; `produce` appends through
+//! that process while it runs ([`crate::live`]).
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,8 @@ use shareflow_connector::share::{AcknowledgementMode, IsolationLevel, ProducerRe
 use shareflow_connector::{record_schema, FileCommitter, FileSink, PrintSink, SourceMetrics, SourceSettings};
 use shareflow_runtime::{JobConfig, JobSettings, RestartStrategy};
 
-use crate::demo::{run_job, stop_signal};
 use crate::job_file::{JobFile, SinkSpec};
+use crate::running::{run_job, stop_signal};
 
 /// Errors: what failed, with the path or value, and what to do.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -105,22 +106,44 @@ async fn open_broker(dir: &Path, config: ShareConfig) -> Result<EmbeddedBroker, 
 /// Runs the job file `file` on its broker directory `dir` until SIGTERM or Ctrl-C (a
 /// final checkpoint, then the broker closes). Checkpoints go to `checkpoints`, under the
 /// job id `instance`.
-pub(crate) async fn run(
-    file: &JobFile,
-    dir: &Path,
-    checkpoints: &str,
-    instance: &str,
-) -> Result<EmbeddedRunSummary, BoxError> {
+///
+/// While it runs, the process serves its metrics, its dashboard and produce requests
+/// ([`crate::live`]) at `options.metrics_addr`, or at a free port of 127.0.0.1, whose
+/// address it writes to `DIR/endpoint`.
+pub(crate) async fn run(file: &JobFile, dir: &Path, options: &RunOn<'_>) -> Result<EmbeddedRunSummary, BoxError> {
     // From here on a SIGTERM stops the run gracefully, also while it starts.
     let signal = stop_signal();
-    let storage = CheckpointStore::from_url(checkpoints, &[], instance)?;
+    let storage = CheckpointStore::from_url(options.checkpoints, &[], options.instance)?;
     let config = group_config(file)?;
+    let server = match options.metrics_addr {
+        Some(addr) => crate::running::metrics_endpoint(Some(addr)).await?,
+        None => Some(shareflow::prometheus::MetricsServer::bind("127.0.0.1:0").await?),
+    }
+    .ok_or("no endpoint")?;
     let broker = open_broker(dir, config.clone()).await?;
-    let result = run_on(file, &broker, storage, config, instance, signal).await;
+    let result = async {
+        let _endpoint = crate::live::serve(&server, &broker, dir)?;
+        run_on(file, &broker, storage, config, options, &server, signal).await
+    }
+    .await;
     broker.close();
     let mut summary = result?;
     summary.broker = dir.display().to_string();
     Ok(summary)
+}
+
+/// Where and how [`run`] runs a job file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunOn<'a> {
+    /// The checkpoint root.
+    pub(crate) checkpoints: &'a str,
+    /// The job id (instance name).
+    pub(crate) instance: &'a str,
+    /// Where to serve metrics, the dashboard and produce requests (default: any free
+    /// port of 127.0.0.1).
+    pub(crate) metrics_addr: Option<&'a str>,
+    /// Crashes to inject, for tests (`--crash-at`).
+    pub(crate) crashes: &'a [(String, u32)],
 }
 
 async fn run_on(
@@ -128,9 +151,11 @@ async fn run_on(
     broker: &EmbeddedBroker,
     storage: CheckpointStore,
     group: ShareConfig,
-    instance: &str,
+    options: &RunOn<'_>,
+    server: &shareflow::prometheus::MetricsServer,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<EmbeddedRunSummary, BoxError> {
+    let instance = options.instance;
     for topic in &file.topics {
         ensure_topic(broker, topic, file.partitions).await?;
     }
@@ -164,6 +189,9 @@ async fn run_on(
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = TOLERABLE_FAILURES;
     let job = job.build(config)?;
+    job.failpoints().schedule(options.crashes.to_vec());
+    server.add(shareflow::prometheus::job_source(&job));
+    shareflow::dashboard::Dashboard::new(&job).with_embedded_broker(broker, &topics).serve(server);
     let stopped = Arc::new(AtomicBool::new(false));
     let on_signal = tokio::spawn({
         let (stop, stopped) = (job.stop_handle(), stopped.clone());
@@ -175,7 +203,7 @@ async fn run_on(
     });
     let progress = {
         let metrics = metrics.clone();
-        move || -> crate::demo::ProgressLine {
+        move || -> crate::running::ProgressLine {
             let done = metrics.records_emitted.load(Ordering::Relaxed);
             let line = format!("progress: {done} records emitted");
             Box::pin(async move { Some(crate::progress::ProgressState { done, total: None, lag: None, line }) })
@@ -254,6 +282,9 @@ async fn add_sink(
 /// spread over its partitions in turn. Returns how many records went in.
 pub(crate) async fn produce(dir: &Path, topic: &str, partitions: u32, input: impl BufRead) -> Result<u64, BoxError> {
     const BATCH: usize = 10_000;
+    if let Some(addr) = crate::live::live_endpoint(dir).await {
+        return crate::live::produce_through(&addr, topic, partitions, input).await;
+    }
     let broker = open_broker(dir, ShareConfig::default()).await?;
     let result = async {
         let partitions = ensure_topic(&broker, topic, partitions).await?;

@@ -14,9 +14,14 @@ use shareflow_connector::kafka::{
 };
 use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
-use shareflow_runtime::{JobBuilder, JobConfig, JobSettings, RestartStrategy};
+use shareflow_runtime::{InstanceConfig, JobBuilder, JobConfig, JobSettings, RestartStrategy};
 
-use crate::demo::{identity, run_job, value_of, ProgressLine, DELIVERY_LIMIT, TRANSFORM_SQL};
+/// The demo's silence before adoption: it runs alone, so only a second start of its
+/// name could adopt it, after this long.
+const DEMO_ADOPTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+use crate::demo::{identity, value_of, DELIVERY_LIMIT, TRANSFORM_SQL};
+use crate::running::{run_job, ProgressLine};
 
 /// The fault points an in-process Kafka run can crash at (docs/design.md §4).
 pub(crate) const FAULT_POINTS: &[&str] = &[
@@ -95,6 +100,7 @@ pub(crate) fn serve_job_metrics(
     source: &Arc<SourceMetrics>,
 ) {
     server.add(shareflow::prometheus::job_source(job));
+    shareflow::dashboard::Dashboard::new(job).serve(server);
     let handle = job.metrics_handle();
     server.add(shareflow::prometheus::source(move || {
         shareflow_connector::kafka::seed_transaction_metrics(&handle.snapshot())
@@ -219,7 +225,7 @@ pub(crate) async fn run(
     // A checkpoint URL that cannot open fails before anything is produced.
     let checkpoints = options.checkpoints.clone().unwrap_or_else(|| default_checkpoints(&options.name));
     let storage = CheckpointStore::from_url(&checkpoints, &[], &options.name)?;
-    let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
+    let endpoint = crate::running::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let (input, output) = (input_topic(&options.name), output_topic(&options.name));
     cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
@@ -246,9 +252,15 @@ pub(crate) async fn run(
             // A slot per transaction one attempt keeps open.
             .slots(JobSettings::pending_for(crate::demo::TOLERABLE_FAILURES) as u16),
     );
-    let mut config = JobConfig::new(storage, &options.name, "demo").checkpoint_interval(options.interval).restart(
-        RestartStrategy::FixedDelay { attempts: options.crashes.len() as u32 + 3, delay: Duration::from_millis(100) },
-    );
+    // An instance of its name, so that a second start of the same --name fences this one
+    // for good (exit code 3) rather than into a restart that fences the other back.
+    let mut config = JobConfig::new(storage, &options.name, "demo")
+        .checkpoint_interval(options.interval)
+        .restart(RestartStrategy::FixedDelay {
+            attempts: options.crashes.len() as u32 + 3,
+            delay: Duration::from_millis(100),
+        })
+        .instance(InstanceConfig::new(DEMO_ADOPTION_TIMEOUT));
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = crate::demo::TOLERABLE_FAILURES;
 

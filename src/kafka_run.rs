@@ -14,8 +14,8 @@ use shareflow_connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransacti
 use shareflow_connector::SourceMetrics;
 use shareflow_runtime::{InstanceConfig, JobConfig, RestartStrategy};
 
-use crate::demo::{run_job, stop_signal};
 use crate::kafka_demo::{input_topic, output_topic, pipeline, progress_line, source_settings};
+use crate::running::{run_job, stop_signal};
 
 /// Settings of one instance.
 #[derive(Debug, Clone)]
@@ -132,7 +132,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     let signal = stop_signal();
     // The checkpoint root opens, and the endpoint binds, before the broker is touched.
     let storage = CheckpointStore::from_url(&options.checkpoints, &[], &options.instance)?;
-    let endpoint = crate::demo::metrics_endpoint(options.metrics_addr.as_deref()).await?;
+    let endpoint = crate::running::metrics_endpoint(options.metrics_addr.as_deref()).await?;
     let cluster = KafkaCluster::connect(&options.bootstrap).await?;
     let exactly_once = options.job.as_ref().is_none_or(|j| j.exactly_once);
     let restarts = options.job.as_ref().map_or(crate::job_file::DEFAULT_RESTARTS.into(), |j| j.restarts);

@@ -5,10 +5,12 @@
 //! - [`connector`]: the share-group contract, the embedded broker, sources and sinks;
 //! - [`runtime`]: the dataflow runtime;
 //! - [`checkpoint`]: checkpoint storage and its durable format;
-//! - [`prometheus`]: a metrics endpoint for a job, its sources and the embedded broker.
+//! - [`prometheus`]: a metrics endpoint for a job, its sources and the embedded broker;
+//! - [`dashboard`]: a job's web dashboard and its JSON endpoints, on that endpoint.
 
 #![forbid(missing_docs)]
 
+pub mod dashboard;
 pub mod prometheus;
 
 // The Rust examples of the documents under docs/ run as doctests, as the README's do.

@@ -7,8 +7,8 @@
 //! - `shareflow txn list`: lists the transactions of an embedded broker directory.
 //! - `shareflow checkpoints`: lists the checkpoints of a job.
 //!
-//! Each command is a module of [`cli`]; this file reads the options of every command,
-//! sets up logging and the async runtime, and dispatches on the command's name.
+//! The command line is declared in [`cli::line`]; each command is a module of [`cli`].
+//! This file parses it, sets up logging and the async runtime, and dispatches.
 
 use std::process::ExitCode;
 
@@ -24,11 +24,16 @@ mod kafka_demo;
 mod kafka_instances;
 #[cfg(feature = "kafka")]
 mod kafka_run;
+mod live;
 mod progress;
 mod run_options;
+mod running;
 
-use cli::args::{fail, Args};
-// run_options.rs takes these from here (`use super::*`), with `Args` and the modules.
+use clap::Parser;
+
+use cli::args::fail;
+use cli::line::{Cli, Command, LogFormat};
+// run_options.rs takes these from here (`use super::*`), with the modules.
 #[cfg(feature = "kafka")]
 use cli::demo::common_options;
 #[cfg(feature = "kafka")]
@@ -38,40 +43,34 @@ use std::time::Duration;
 #[cfg(not(feature = "kafka"))]
 pub(crate) use cli::WITHOUT_KAFKA;
 
-/// Reads the options of every command (`--log-format`), sets up logging and the async
-/// runtime, and runs the command.
+/// Parses the command line (clap prints help, or a usage error with exit code 2), sets
+/// up logging and the async runtime, and runs the command.
 fn main() -> ExitCode {
-    let mut args = Args(std::env::args().skip(1).collect());
-    if args.0.is_empty() {
-        return fail("no command given");
-    }
-    let command = args.0.remove(0);
+    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the async runtime: {e}")),
     };
-    let json_logs = match args.value("--log-format") {
-        Ok(None) => false,
-        Ok(Some(f)) if f == "text" => false,
-        Ok(Some(f)) if f == "json" => true,
-        Ok(Some(f)) => return fail(format!("--log-format {f:?}: give text (the default) or json")),
-        Err(e) => return fail(e),
-    };
     let filter = || tracing_subscriber::EnvFilter::try_from_env("SHAREFLOW_LOG").unwrap_or_else(|_| "error".into());
     let logs = tracing_subscriber::fmt().with_env_filter(filter()).with_writer(std::io::stderr);
-    let _ = if json_logs { logs.json().try_init() } else { logs.try_init() };
-    match command.as_str() {
-        "demo" => cli::demo::command(&mut args, &runtime),
-        "run" => cli::run::command(&mut args, &runtime),
-        "produce" => cli::produce::command(&mut args, &runtime),
-        "txn" => cli::txn::command(&mut args, &runtime),
-        "checkpoints" => cli::checkpoints::command(&mut args, &runtime),
-        "instances" => cli::instances::command(&mut args, &runtime),
-        "dlq" => cli::dlq::command(&mut args, &runtime),
-        "help" | "--help" | "-h" => {
-            println!("{}", cli::usage::USAGE);
+    let _ = if cli.log_format == LogFormat::Json { logs.json().try_init() } else { logs.try_init() };
+    match cli.command {
+        Command::Demo(args) => cli::demo::command(*args, &runtime),
+        Command::Run(args) => cli::run::command(*args, &runtime),
+        Command::Produce(args) => cli::produce::command(args, &runtime),
+        Command::Consume(args) => cli::consume::command(args, &runtime),
+        Command::Txn(command) => cli::txn::command(command, &runtime),
+        Command::Checkpoints(args) => cli::checkpoints::command(args, &runtime),
+        Command::Instances(args) => cli::instances::command(args, &runtime),
+        Command::Dlq(command) => cli::dlq::command(command, &runtime),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "shareflow",
+                &mut std::io::stdout(),
+            );
             ExitCode::SUCCESS
         }
-        other => fail(format!("unknown command {other:?}")),
     }
 }

@@ -26,8 +26,9 @@ pub(crate) struct ProgressState {
 /// The figures every run shares, from one sample to the next.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Shared {
-    /// Records per second moving through the job, over the last second or more.
-    pub(crate) rate: f64,
+    /// Records per second moving through the job, over the last second or more; `None`
+    /// until a second sample gives one (the line says "starting").
+    pub(crate) rate: Option<f64>,
     /// Checkpoints completed.
     pub(crate) checkpoints: u64,
     /// Checkpoints aborted.
@@ -38,7 +39,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The shared figures from the job's metrics and a rate.
-    pub(crate) fn new(metrics: &JobMetricsSnapshot, rate: f64) -> Self {
+    pub(crate) fn new(metrics: &JobMetricsSnapshot, rate: Option<f64>) -> Self {
         Self {
             rate,
             checkpoints: metrics.checkpoints.completed,
@@ -58,8 +59,12 @@ pub(crate) fn moved(metrics: &JobMetricsSnapshot) -> u64 {
 /// The plain line: the command's own, then the shared figures.
 pub(crate) fn plain_line(state: &ProgressState, shared: &Shared) -> String {
     let mut line = format!(
-        "{}; {:.0} records/s, {} checkpoints ({} aborted), {} restarts",
-        state.line, shared.rate, shared.checkpoints, shared.aborted, shared.restarts
+        "{}; {}, {} checkpoints ({} aborted), {} restarts",
+        state.line,
+        shared.rate.map_or_else(|| "starting".to_string(), |r| format!("{r:.0} records/s")),
+        shared.checkpoints,
+        shared.aborted,
+        shared.restarts
     );
     if let Some(lag) = state.lag {
         line.push_str(&format!(", lag {lag}"));
@@ -69,8 +74,8 @@ pub(crate) fn plain_line(state: &ProgressState, shared: &Shared) -> String {
 
 /// The message beside the terminal bar.
 pub(crate) fn bar_message(state: &ProgressState, shared: &Shared) -> String {
-    let mut msg =
-        format!("{:.0} rec/s · {} checkpoints · {} restarts", shared.rate, shared.checkpoints, shared.restarts);
+    let rate = shared.rate.map_or_else(|| "starting".to_string(), |r| format!("{r:.0} rec/s"));
+    let mut msg = format!("{rate} · {} checkpoints · {} restarts", shared.checkpoints, shared.restarts);
     if let Some(lag) = state.lag {
         msg.push_str(&format!(" · lag {lag}"));
     }
@@ -173,9 +178,9 @@ impl Sampler {
             Some(&(at, moved_then, done_then)) if now > at => {
                 let secs = (now - at).as_secs_f64();
                 let records = if moved > 0 { moved.saturating_sub(moved_then) } else { done.saturating_sub(done_then) };
-                records as f64 / secs
+                Some(records as f64 / secs)
             }
-            _ => 0.0,
+            _ => None,
         };
         Shared::new(metrics, rate)
     }
@@ -191,12 +196,17 @@ mod tests {
 
     #[test]
     fn the_plain_line_keeps_the_commands_own_words_first() {
-        let shared = Shared { rate: 1234.4, checkpoints: 7, aborted: 1, restarts: 2 };
+        let shared = Shared { rate: Some(1234.4), checkpoints: 7, aborted: 1, restarts: 2 };
         let line = plain_line(&state(None), &shared);
         assert_eq!(line, "progress: 500 records emitted; 1234 records/s, 7 checkpoints (1 aborted), 2 restarts");
         // What scripts read: the number after "progress: ".
         assert_eq!(line.strip_prefix("progress: ").and_then(|l| l.split(' ').next()), Some("500"));
         assert!(plain_line(&state(Some(40)), &shared).ends_with(", lag 40"));
+        let first = Shared { rate: None, ..shared };
+        assert_eq!(
+            plain_line(&state(None), &first),
+            "progress: 500 records emitted; starting, 7 checkpoints (1 aborted), 2 restarts"
+        );
         assert_eq!(bar_message(&state(Some(40)), &shared), "1234 rec/s · 7 checkpoints · 2 restarts · lag 40");
     }
 
@@ -224,8 +234,9 @@ mod tests {
             let done = (i / 6) * 150_000;
             rates.push(s.sample_at(now, &metrics(25_000 * i), done).rate);
         }
-        assert_eq!(rates[0], 0.0, "no rate from a first sample");
+        assert_eq!(rates[0], None, "no rate from a first sample");
         for (i, rate) in rates.iter().enumerate().skip(1) {
+            let rate = rate.expect("a rate from the second sample on");
             assert!((rate - 100_000.0).abs() < 1.0, "sample {i}: {rate} records/s while 100,000/s move");
         }
     }
@@ -238,12 +249,12 @@ mod tests {
         s.sample_at(start, &m, 0);
         // A commit of 1,000 records 300 ms in, nothing after: the rate over the last
         // second still counts it, so it does not read 0 at 500 ms.
-        assert_eq!(s.sample_at(start + Duration::from_millis(300), &m, 1_000).rate, 1_000.0 / 0.3);
-        assert_eq!(s.sample_at(start + Duration::from_millis(500), &m, 1_000).rate, 2_000.0);
+        assert_eq!(s.sample_at(start + Duration::from_millis(300), &m, 1_000).rate, Some(1_000.0 / 0.3));
+        assert_eq!(s.sample_at(start + Duration::from_millis(500), &m, 1_000).rate, Some(2_000.0));
         // Once a second has passed: from the newest sample at least a second old.
-        let r = s.sample_at(start + Duration::from_millis(1_500), &m, 4_000).rate;
+        let r = s.sample_at(start + Duration::from_millis(1_500), &m, 4_000).rate.unwrap();
         assert!((r - 3_000.0).abs() < 1e-6, "from the sample at 500 ms: {r}");
-        let r = s.sample_at(start + Duration::from_millis(2_600), &m, 5_000).rate;
+        let r = s.sample_at(start + Duration::from_millis(2_600), &m, 5_000).rate.unwrap();
         assert!((r - 1_000.0 / 1.1).abs() < 1e-6, "from the sample at 1,500 ms: {r}");
     }
 }

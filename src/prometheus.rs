@@ -96,10 +96,68 @@ pub enum MetricsError {
 /// The sources one endpoint reads.
 type Sources = Arc<RwLock<Vec<MetricSource>>>;
 
-/// A running endpoint; it stops when dropped.
+/// A request a [`Route`] answers, its body read whole.
+#[derive(Debug)]
+pub struct WebRequest {
+    /// GET, POST, ...
+    pub method: Method,
+    /// The path, from its `/`.
+    pub path: String,
+    /// The query string without its `?` (empty if none).
+    pub query: String,
+    /// The body (at most [`MAX_BODY_BYTES`]).
+    pub body: Bytes,
+}
+
+impl WebRequest {
+    /// The value of query parameter `name`, if given (not percent-decoded: the
+    /// parameters here are numbers and plain names).
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+}
+
+/// A [`Route`]'s answer.
+#[derive(Debug, Clone)]
+pub struct WebResponse {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// Its `Content-Type`.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl WebResponse {
+    /// 200 with `value` as JSON.
+    pub fn json(value: &impl serde::Serialize) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(body) => Self { status: StatusCode::OK, content_type: "application/json", body: body.into() },
+            Err(e) => Self::text(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the answer: {e}\n")),
+        }
+    }
+
+    /// `status` with a plain-text message.
+    pub fn text(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, content_type: "text/plain; charset=utf-8", body: Bytes::from(message.into()) }
+    }
+}
+
+/// Answers the requests under one path prefix ([`MetricsServer::route`]).
+pub type Route = Arc<dyn Fn(WebRequest) -> BoxFuture<'static, WebResponse> + Send + Sync>;
+
+/// The largest request body a route is given; a larger one gets 413.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// The routes of one endpoint, by path prefix.
+type Routes = Arc<RwLock<Vec<(String, Route)>>>;
+
+/// A running endpoint: `/metrics`, and the routes added to it (the dashboard, its
+/// `/api/`, an embedded job's produce endpoint). It stops when dropped.
 pub struct MetricsServer {
     addr: SocketAddr,
     sources: Sources,
+    routes: Routes,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -124,7 +182,8 @@ impl MetricsServer {
             .map_err(|source| MetricsError::Bind { addr: addr.into(), source })?;
         let local = listener.local_addr().map_err(|source| MetricsError::Bind { addr: addr.into(), source })?;
         let sources: Sources = Arc::default();
-        let served = sources.clone();
+        let routes: Routes = Arc::default();
+        let served = (sources.clone(), routes.clone());
         let task = tokio::spawn(async move {
             loop {
                 let stream = match listener.accept().await {
@@ -136,9 +195,9 @@ impl MetricsServer {
                         continue;
                     }
                 };
-                let sources = served.clone();
+                let (sources, routes) = served.clone();
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| respond(req, sources.clone()));
+                    let service = hyper::service::service_fn(move |req| respond(req, sources.clone(), routes.clone()));
                     let io = hyper_util::rt::TokioIo::new(stream);
                     if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
                         tracing::debug!(error = %e, "metrics endpoint: connection ended");
@@ -146,7 +205,16 @@ impl MetricsServer {
                 });
             }
         });
-        Ok(Self { addr: local, sources, task })
+        Ok(Self { addr: local, sources, routes, task })
+    }
+
+    /// Answers every request whose path starts with `prefix` with `route` (the longest
+    /// matching prefix wins; `/metrics` stays the metrics').
+    pub fn route(&self, prefix: &str, route: Route) {
+        let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+        routes.retain(|(p, _)| p != prefix);
+        routes.push((prefix.to_string(), route));
+        routes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     }
 
     /// Serves `source` too, from the next scrape on.
@@ -166,7 +234,40 @@ impl Drop for MetricsServer {
     }
 }
 
-async fn respond(req: Request<hyper::body::Incoming>, sources: Sources) -> Result<Response<Full<Bytes>>, Infallible> {
+/// `response` as hyper's.
+fn reply(response: WebResponse) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut r = Response::new(Full::new(response.body));
+    *r.status_mut() = response.status;
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(response.content_type));
+    r.headers_mut().insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-store"));
+    Ok(r)
+}
+
+/// Hands `req` to the route of the longest prefix it matches, its body read whole.
+async fn serve_route(req: Request<hyper::body::Incoming>, route: Route) -> Result<Response<Full<Bytes>>, Infallible> {
+    use http_body_util::BodyExt;
+    let (parts, body) = req.into_parts();
+    let body = match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let message = format!("the request body could not be read whole (at most {MAX_BODY_BYTES} bytes): {e}\n");
+            return reply(WebResponse::text(StatusCode::PAYLOAD_TOO_LARGE, message));
+        }
+    };
+    let request = WebRequest {
+        method: parts.method,
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().unwrap_or_default().to_string(),
+        body,
+    };
+    reply(route(request).await)
+}
+
+async fn respond(
+    req: Request<hyper::body::Incoming>,
+    sources: Sources,
+    routes: Routes,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status, content_type, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
@@ -176,7 +277,14 @@ async fn respond(req: Request<hyper::body::Incoming>, sources: Sources) -> Resul
         Ok(r)
     };
     if req.uri().path() != "/metrics" {
-        return reply(StatusCode::NOT_FOUND, "text/plain", "metrics are at /metrics\n".into());
+        let found = {
+            let routes = routes.read().unwrap_or_else(|p| p.into_inner());
+            routes.iter().find(|(p, _)| req.uri().path().starts_with(p.as_str())).map(|(_, r)| r.clone())
+        };
+        return match found {
+            Some(r) => serve_route(req, r).await,
+            None => reply(StatusCode::NOT_FOUND, "text/plain", "metrics are at /metrics\n".into()),
+        };
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET /metrics\n".into());

@@ -3,60 +3,71 @@
 
 use super::*;
 
+use cli::line::{DemoArgs, ProduceArgs, RunArgs};
+
 /// Whether `run` is given a job file that runs on an embedded broker directory
 /// (`broker = "DIR"`), or one that does not load (whose errors that path reports). A
 /// Kafka job file and the main job's options take the Kafka path.
-pub(super) fn embedded_job_file(args: &Args) -> bool {
-    let Some(path) = args.0.first().filter(|a| !a.starts_with("--")) else { return false };
+pub(super) fn embedded_job_file(args: &RunArgs) -> bool {
+    let Some(path) = &args.job else { return false };
     job_file::JobFile::load(std::path::Path::new(path))
         .map_or(true, |job| matches!(job.backend, job_file::Backend::Embedded(_)))
 }
 
-/// `run JOB.toml [--instance NAME] [--checkpoints URL] [--json]` on an embedded broker:
-/// the file, its broker directory, the checkpoint root (default `file://DIR/checkpoints`)
-/// and the job id (default the group's name).
-#[allow(clippy::type_complexity)]
-pub(super) fn embedded_run_options(
-    args: &mut Args,
-) -> Result<((job_file::JobFile, std::path::PathBuf, String, String), bool), String> {
-    let path = args.0.remove(0);
+/// `run JOB.toml` on an embedded broker, its options checked.
+pub(super) struct EmbeddedRun {
+    /// The job file.
+    pub(super) job: job_file::JobFile,
+    /// Its broker directory.
+    pub(super) dir: std::path::PathBuf,
+    /// The checkpoint root (default `file://DIR/checkpoints`).
+    pub(super) checkpoints: String,
+    /// The job id (default the group's name).
+    pub(super) instance: String,
+    /// `--metrics-addr`.
+    pub(super) metrics_addr: Option<String>,
+    /// `--crash-at`.
+    pub(super) crashes: Vec<(String, u32)>,
+    /// `--json`.
+    pub(super) json: bool,
+}
+
+/// `run JOB.toml [--instance NAME] [--checkpoints URL] [--json] ...` on an embedded
+/// broker.
+pub(super) fn embedded_run_options(args: RunArgs) -> Result<EmbeddedRun, String> {
+    let path = args.job.unwrap_or_default();
     let job = job_file::JobFile::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
     let job_file::Backend::Embedded(dir) = &job.backend else {
         return Err(format!("{path}: not a job file on an embedded broker (no broker = \"DIR\")"));
     };
     let dir = std::path::PathBuf::from(dir);
-    let instance = args.value("--instance")?.or_else(|| job.instance.clone()).unwrap_or_else(|| job.group.clone());
-    let checkpoints = args.value("--checkpoints")?.unwrap_or_else(|| job.checkpoints.clone());
-    if args.value("--kafka")?.is_some() {
+    let instance = args.instance.or_else(|| job.instance.clone()).unwrap_or_else(|| job.group.clone());
+    let checkpoints = args.checkpoints.unwrap_or_else(|| job.checkpoints.clone());
+    if args.kafka.is_some() {
         return Err(format!("{path}: --kafka does not apply to a job file with broker = \"DIR\""));
     }
-    Ok(((job, dir, checkpoints, instance), args.flag("--json")))
+    let crashes = cli::crash_at::crash_at(&args.crash_at, false)?.unwrap_or_default();
+    Ok(EmbeddedRun { job, dir, checkpoints, instance, metrics_addr: args.metrics_addr, crashes, json: args.json })
 }
 
 /// `produce --dir DIR --topic T [--partitions N]`.
-pub(super) fn produce_options(args: &mut Args) -> Result<embedded_run::ProduceOptions, String> {
-    let dir = args.value("--dir")?.ok_or("produce needs --dir DIR: the embedded broker's directory")?;
-    let topic = args.value("--topic")?.ok_or("produce needs --topic T: the topic to append to")?;
-    let partitions = match args.number::<u32>("--partitions")? {
-        Some(0) => return Err("--partitions must be >= 1".into()),
-        p => p.unwrap_or(4),
-    };
-    Ok(embedded_run::ProduceOptions { dir: dir.into(), topic, partitions })
+pub(super) fn produce_options(args: ProduceArgs) -> embedded_run::ProduceOptions {
+    embedded_run::ProduceOptions { dir: args.dir.into(), topic: args.topic, partitions: args.partitions }
 }
 
 /// `run job.toml [--instance NAME] [--metrics-addr A] [--json]`: a job file, checked
 /// whole before anything runs. `--instance` overrides the file's `instance`.
 #[cfg(feature = "kafka")]
-pub(super) fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String> {
+pub(super) fn job_file_options(path: &str, args: RunArgs) -> Result<(kafka_run::RunOptions, bool), String> {
     let job = job_file::JobFile::load(std::path::Path::new(path)).map_err(|e| e.to_string())?;
-    let instance = match (args.value("--instance")?, &job.instance) {
+    let instance = match (args.instance, &job.instance) {
         (Some(i), _) => i,
         (None, Some(i)) => i.clone(),
         (None, None) => {
             return Err(format!("{path}: give the instance's name: instance = \"...\" in the file, or --instance NAME"))
         }
     };
-    let kafka = match (args.value("--kafka")?, &job.backend) {
+    let kafka = match (args.kafka, &job.backend) {
         (Some(k), _) => k,
         (None, job_file::Backend::Kafka(k)) => k.clone(),
         (None, job_file::Backend::Embedded(dir)) => {
@@ -65,7 +76,7 @@ pub(super) fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run
             ))
         }
     };
-    let checkpoints = args.value("--checkpoints")?.unwrap_or_else(|| job.checkpoints.clone());
+    let checkpoints = args.checkpoints.unwrap_or_else(|| job.checkpoints.clone());
     let mut o = kafka_run::RunOptions::new(&kafka, &job.group, &instance, &checkpoints);
     o.interval = job.interval;
     o.checkpoint_timeout = job.checkpoint_timeout;
@@ -73,111 +84,88 @@ pub(super) fn job_file_options(path: &str, args: &mut Args) -> Result<(kafka_run
     o.parallelism = job.parallelism;
     o.partitions = job.partitions;
     o.max_rate = job.max_rate;
-    o.metrics_addr = args.value("--metrics-addr")?;
-    o.delete_ledger_on_retire = args.flag("--delete-ledger-on-retire");
+    o.metrics_addr = args.metrics_addr;
+    o.delete_ledger_on_retire = args.delete_ledger_on_retire;
     o.job = Some(job);
-    Ok((o, args.flag("--json")))
+    Ok((o, args.json))
 }
 
 #[cfg(feature = "kafka")]
-pub(super) fn run_options(args: &mut Args) -> Result<(kafka_run::RunOptions, bool), String> {
-    if let Some(path) = args.0.first().filter(|a| !a.starts_with("--")).cloned() {
-        args.0.remove(0);
+pub(super) fn run_options(args: RunArgs) -> Result<(kafka_run::RunOptions, bool), String> {
+    if let Some(path) = args.job.clone() {
         return job_file_options(&path, args);
     }
-    let mut required = |name: &str, what: &str| -> Result<String, String> {
-        args.value(name)?.ok_or_else(|| format!("{name} is required: {what}"))
+    let required = |v: Option<String>, name: &str, what: &str| -> Result<String, String> {
+        v.ok_or_else(|| format!("{name} is required: {what}"))
     };
-    let bootstrap = required("--kafka", "the broker, HOST:PORT")?;
-    let group = required("--group", "the share group every instance joins")?;
-    let instance = required("--instance", "this instance's name, unique in the group")?;
-    let checkpoints = required("--checkpoints", "the checkpoint root every instance shares (s3://..., file://...)")?;
+    let bootstrap = required(args.kafka, "--kafka", "the broker, HOST:PORT")?;
+    let group = required(args.group, "--group", "the share group every instance joins")?;
+    let instance = required(args.instance, "--instance", "this instance's name, unique in the group")?;
+    let checkpoints = required(
+        args.checkpoints,
+        "--checkpoints",
+        "the checkpoint root every instance shares (s3://..., file://...)",
+    )?;
+    if !args.crash_at.is_empty() {
+        return Err("--crash-at applies to a job file on an embedded broker".into());
+    }
     let mut o = kafka_run::RunOptions::new(&bootstrap, &group, &instance, &checkpoints);
-    o.input = args.value("--input")?;
-    o.output = args.value("--output")?;
-    let ms = |v: Option<u64>, name: &str| -> Result<Option<Duration>, String> {
-        match v {
-            Some(0) => Err(format!("{name} must be > 0 ms")),
-            v => Ok(v.map(Duration::from_millis)),
+    o.input = args.input;
+    o.output = args.output;
+    let ms = |v: Option<u64>, d: &mut Duration| {
+        if let Some(ms) = v {
+            *d = Duration::from_millis(ms);
         }
     };
-    if let Some(d) = ms(args.number("--interval")?, "--interval")? {
-        o.interval = d;
-    }
-    if let Some(d) = ms(args.number("--checkpoint-timeout")?, "--checkpoint-timeout")? {
-        o.checkpoint_timeout = d;
-    }
-    if let Some(d) = ms(args.number("--adoption-timeout")?, "--adoption-timeout")? {
-        o.adoption_timeout = d;
-    }
-    match args.number::<u32>("--parallelism")? {
-        Some(0) => return Err("--parallelism must be >= 1".into()),
-        Some(p) => o.parallelism = p,
-        None => {}
-    }
-    match args.number::<u32>("--partitions")? {
-        Some(0) => return Err("--partitions must be >= 1".into()),
-        Some(p) => o.partitions = p,
-        None => {}
-    }
-    o.max_rate = args.number("--max-rate")?;
-    o.metrics_addr = args.value("--metrics-addr")?;
-    o.delete_ledger_on_retire = args.flag("--delete-ledger-on-retire");
-    Ok((o, args.flag("--json")))
-}
-
-/// `--value-bytes B` of the Kafka demos: at least 16, the room a record's identity takes.
-#[cfg(feature = "kafka")]
-pub(super) fn value_bytes(args: &mut Args) -> Result<Option<usize>, String> {
-    match args.number::<usize>("--value-bytes")? {
-        Some(b) if b < 16 => Err("--value-bytes must be >= 16".into()),
-        b => Ok(b),
-    }
+    ms(args.interval, &mut o.interval);
+    ms(args.checkpoint_timeout, &mut o.checkpoint_timeout);
+    ms(args.adoption_timeout, &mut o.adoption_timeout);
+    o.parallelism = args.parallelism.unwrap_or(o.parallelism);
+    o.partitions = args.partitions.unwrap_or(o.partitions);
+    o.max_rate = args.max_rate;
+    o.metrics_addr = args.metrics_addr;
+    o.delete_ledger_on_retire = args.delete_ledger_on_retire;
+    Ok((o, args.json))
 }
 
 #[cfg(feature = "kafka")]
-pub(super) fn kafka_instances_options(args: &mut Args) -> Result<(kafka_instances::InstancesOptions, bool), String> {
-    let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
-    let instances = args.number::<u32>("--instances")?.ok_or("--instances needs a number")?;
-    let c = common_options(args)?;
+pub(super) fn kafka_instances_options(args: DemoArgs) -> Result<(kafka_instances::InstancesOptions, bool), String> {
+    let bootstrap = args.kafka.clone().unwrap_or_default();
+    let instances = args.instances.unwrap_or(1);
+    let c = common_options(&args.common)?;
     if c.crashes.is_some() || c.schedule.is_some() || c.at_least_once {
         return Err("--instances runs exactly-once with a schedule of SIGKILLs: use --kills and --seed, \
                     not --crashes, --crash-at or --at-least-once"
             .into());
     }
-    let name = match args.value("--name")? {
+    let name = match args.name {
         Some(n) => n,
         None => kafka_demo::KafkaDemoOptions::new(&bootstrap).name,
     };
     let mut o = kafka_instances::InstancesOptions::new(&bootstrap, &name, instances);
-    if let Some(b) = value_bytes(args)? {
-        o.value_len = b;
+    if let Some(b) = args.value_bytes {
+        o.value_len = b as usize;
     }
     o.records = c.records.unwrap_or(o.records);
     o.interval = c.interval.unwrap_or(o.interval);
     o.partitions = c.partitions.unwrap_or(o.partitions);
     o.parallelism = c.parallelism.unwrap_or(o.parallelism);
     o.checkpoints = c.checkpoints;
-    o.kills = args.number("--kills")?.unwrap_or(0);
+    o.kills = args.kills.unwrap_or(0);
     o.seed = c.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
     });
-    for (flag, field) in
-        [("--checkpoint-timeout", &mut o.checkpoint_timeout), ("--adoption-timeout", &mut o.adoption_timeout)]
+    for (ms, field) in
+        [(args.checkpoint_timeout, &mut o.checkpoint_timeout), (args.adoption_timeout, &mut o.adoption_timeout)]
     {
-        match args.number::<u64>(flag)? {
-            Some(0) => return Err(format!("{flag} must be > 0 ms")),
-            Some(ms) => *field = Duration::from_millis(ms),
-            None => {}
+        if let Some(ms) = ms {
+            *field = Duration::from_millis(ms);
         }
     }
-    o.max_rate = args.number("--max-rate")?;
-    if o.max_rate == Some(0) {
-        return Err("--max-rate must be >= 1".into());
-    }
+    o.max_rate = args.max_rate;
     o.progress = !c.json;
     o.validate()?;
-    if let Some(dir) = args.value("--logs")? {
+    if let Some(dir) = args.logs {
         // Made here, so that a directory that cannot be made fails before anything starts.
         std::fs::create_dir_all(&dir).map_err(|e| format!("--logs {dir}: cannot make the directory: {e}"))?;
         o.logs = Some(dir.into());
@@ -186,15 +174,16 @@ pub(super) fn kafka_instances_options(args: &mut Args) -> Result<(kafka_instance
 }
 
 #[cfg(feature = "kafka")]
-pub(super) fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDemoOptions, bool), String> {
-    let bootstrap = args.value("--kafka")?.ok_or("--kafka needs HOST:PORT")?;
-    let c = common_options(args)?;
+pub(super) fn kafka_demo_options(args: DemoArgs) -> Result<(kafka_demo::KafkaDemoOptions, bool), String> {
+    cli::demo::instances_only(&args, "--kafka --instances")?;
+    let bootstrap = args.kafka.clone().unwrap_or_default();
+    let c = common_options(&args.common)?;
     let mut o = kafka_demo::KafkaDemoOptions::new(&bootstrap);
-    if let Some(n) = args.value("--name")? {
+    if let Some(n) = args.name {
         o.name = n;
     }
-    if let Some(b) = value_bytes(args)? {
-        o.value_len = b;
+    if let Some(b) = args.value_bytes {
+        o.value_len = b as usize;
     }
     o.records = c.records.unwrap_or(o.records);
     o.interval = c.interval.unwrap_or(o.interval);
@@ -202,12 +191,9 @@ pub(super) fn kafka_demo_options(args: &mut Args) -> Result<(kafka_demo::KafkaDe
     o.parallelism = c.parallelism.unwrap_or(o.parallelism);
     o.checkpoints = c.checkpoints;
     o.exactly_once = !c.at_least_once;
-    o.verify = !args.flag("--no-verify");
-    o.metrics_addr = args.value("--metrics-addr")?;
-    o.max_rate = args.number("--max-rate")?;
-    if o.max_rate == Some(0) {
-        return Err("--max-rate must be >= 1".into());
-    }
+    o.verify = !args.no_verify;
+    o.metrics_addr = args.common.metrics_addr.clone();
+    o.max_rate = args.max_rate;
     let points = kafka_demo::FAULT_POINTS;
     let crashes = c.crashes.unwrap_or(0);
     if crashes > points.len() {

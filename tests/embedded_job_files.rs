@@ -211,7 +211,8 @@ fn produce_and_run_refuse_bad_input_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let out = shareflow().args(["produce", "--topic", "in"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--dir DIR"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dir <DIR>"), "{}", String::from_utf8_lossy(&out.stderr));
     // A job file with both backends names the line and key.
     let job = dir.path().join("job.toml");
     std::fs::write(

@@ -554,9 +554,9 @@ fn demo_instances_refuses_bad_settings_before_it_starts() {
     let table: [(&[&str], &str); 6] = [
         (&["--instances", "2", "--logs", "/dev/null/logs"], "--logs /dev/null/logs: cannot make the directory"),
         (&["--instances", "1", "--kills", "2"], "--kills 2 needs --instances >= 2"),
-        (&["--instances", "0"], "--instances must be >= 1"),
+        (&["--instances", "0"], "invalid value '0' for '--instances <N>'"),
         (&["--instances", "2", "--adoption-timeout", "1000"], "--adoption-timeout 1000 ms must be longer"),
-        (&["--instances", "2", "--value-bytes", "8"], "--value-bytes must be >= 16"),
+        (&["--instances", "2", "--value-bytes", "8"], "invalid value '8' for '--value-bytes <B>'"),
         (&["--instances", "2", "--crashes", "1"], "use --kills and --seed"),
     ];
     for (extra, message) in table {

@@ -5,51 +5,25 @@ use std::process::ExitCode;
 
 use tokio::runtime::Runtime;
 
-use super::args::{fail, Args};
 use super::demo_checkpoints;
 use super::exit::admin_exit;
+use super::line::{CheckpointsArgs, CheckpointsCommand};
 
 /// `shareflow checkpoints [inspect N] ...`.
-pub(crate) fn command(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    if args.0.first().map(String::as_str) == Some("inspect") {
-        args.0.remove(0);
-        return inspect(args, runtime);
+pub(crate) fn command(args: CheckpointsArgs, runtime: &Runtime) -> ExitCode {
+    let url = args.checkpoints.unwrap_or_else(demo_checkpoints);
+    match args.inspect {
+        Some(CheckpointsCommand::Inspect { id }) => admin_exit(
+            "checkpoints inspect",
+            runtime.block_on(crate::admin::inspect_checkpoint(&url, &args.job, id, args.json)),
+        ),
+        None => admin_exit("checkpoints", runtime.block_on(list(&url, &args.job))),
     }
-    admin_exit("checkpoints", runtime.block_on(list(args)))
-}
-
-/// `checkpoints inspect N`: one checkpoint, its manifest, transactions and state files.
-fn inspect(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    let (url, job, id, json) = match inspect_options(args) {
-        Ok(p) => p,
-        Err(e) => return fail(e),
-    };
-    admin_exit("checkpoints inspect", runtime.block_on(crate::admin::inspect_checkpoint(&url, &job, id, json)))
-}
-
-/// The options of `checkpoints inspect N`: the checkpoint root, the job, the checkpoint's
-/// id and whether `--json` was given.
-fn inspect_options(args: &mut Args) -> Result<(String, String, u64, bool), String> {
-    let id = match args.0.first() {
-        Some(n) if !n.starts_with("--") => {
-            let n = args.0.remove(0);
-            n.parse().map_err(|_| format!("checkpoints inspect {n:?}: not a checkpoint id"))?
-        }
-        _ => return Err("checkpoints inspect needs a checkpoint id: checkpoints inspect N".into()),
-    };
-    let url = args.value("--checkpoints")?.unwrap_or_else(demo_checkpoints);
-    let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
-    let json = args.flag("--json");
-    args.finish()?;
-    Ok((url, job, id, json))
 }
 
 /// `shareflow checkpoints`: a table of a job's checkpoints, or why there is none.
-async fn list(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let url = args.value("--checkpoints")?.unwrap_or_else(demo_checkpoints);
-    let job = args.value("--job")?.unwrap_or_else(|| "demo".into());
-    // Every option is checked before anything is read.
-    args.finish()?;
+async fn list(url: &str, job: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (url, job) = (url.to_string(), job.to_string());
     let store = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], &job)?;
     let list = store.list_checkpoints().await?;
     if list.is_empty() {

@@ -8,19 +8,20 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use super::args::{fail, Args};
+use super::args::fail;
 use super::crash_at::crash_at;
 use super::exit::report;
+use super::line::{CommonDemoArgs, DemoArgs};
 use crate::demo::DemoOptions;
 #[cfg(feature = "kafka")]
 use crate::run_options::{kafka_demo_options, kafka_instances_options};
 
 /// `shareflow demo ...`: on Kafka if `--kafka` is given, else on the embedded broker.
-pub(crate) fn command(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    if args.0.iter().any(|a| a == "--kafka") {
+pub(crate) fn command(args: DemoArgs, runtime: &Runtime) -> ExitCode {
+    if args.kafka.is_some() {
         return kafka(args, runtime);
     }
-    let (options, json) = match demo_options(args).and_then(|o| args.finish().map(|()| o)) {
+    let (options, json) = match demo_options(args) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -36,18 +37,18 @@ pub(crate) fn command(args: &mut Args, runtime: &Runtime) -> ExitCode {
 
 /// `demo --kafka ...` in a build without the `kafka` feature: refused.
 #[cfg(not(feature = "kafka"))]
-fn kafka(_args: &mut Args, _runtime: &Runtime) -> ExitCode {
+fn kafka(_args: DemoArgs, _runtime: &Runtime) -> ExitCode {
     fail(super::WITHOUT_KAFKA.to_string())
 }
 
 /// `demo --kafka HOST:PORT ...`: the job in this process, or with `--instances N` as N
 /// `shareflow run` processes.
 #[cfg(feature = "kafka")]
-fn kafka(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    if args.0.iter().any(|a| a == "--instances") {
+fn kafka(args: DemoArgs, runtime: &Runtime) -> ExitCode {
+    if args.instances.is_some() {
         return kafka_instances(args, runtime);
     }
-    let (options, json) = match kafka_demo_options(args).and_then(|o| args.finish().map(|()| o)) {
+    let (options, json) = match kafka_demo_options(args) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -65,8 +66,8 @@ fn kafka(args: &mut Args, runtime: &Runtime) -> ExitCode {
 /// `demo --kafka HOST:PORT --instances N ...`: N `shareflow run` processes in one share
 /// group, killed and restarted on a seeded schedule.
 #[cfg(feature = "kafka")]
-fn kafka_instances(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    let (options, json) = match kafka_instances_options(args).and_then(|o| args.finish().map(|()| o)) {
+fn kafka_instances(args: DemoArgs, runtime: &Runtime) -> ExitCode {
+    let (options, json) = match kafka_instances_options(args) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -100,39 +101,26 @@ pub(crate) struct Common {
     pub(crate) json: bool,
 }
 
-/// The options both demos take, checked; the rest are left in `args`.
-pub(crate) fn common_options(args: &mut Args) -> Result<Common, String> {
-    let interval = match args.number::<u64>("--interval")? {
-        Some(0) => return Err("--interval must be > 0 ms".into()),
-        ms => ms.map(Duration::from_millis),
-    };
-    let crashes = args.number("--crashes")?;
-    let seed = args.number("--seed")?;
-    let c = Common {
-        records: args.number("--records")?,
-        interval,
-        partitions: args.number("--partitions")?,
-        parallelism: args.number("--parallelism")?,
-        checkpoints: args.value("--checkpoints")?,
-        schedule: crash_at(args, crashes.is_some() || seed.is_some())?,
-        crashes,
-        seed,
-        at_least_once: args.flag("--at-least-once"),
-        json: args.flag("--json"),
-    };
-    if c.partitions == Some(0) || c.parallelism == Some(0) {
-        return Err("--partitions and --parallelism must be >= 1".into());
-    }
-    Ok(c)
+/// The options both demos take, checked.
+pub(crate) fn common_options(args: &CommonDemoArgs) -> Result<Common, String> {
+    Ok(Common {
+        records: args.records,
+        interval: args.interval.map(Duration::from_millis),
+        partitions: args.partitions,
+        parallelism: args.parallelism,
+        checkpoints: args.checkpoints.clone(),
+        schedule: crash_at(&args.crash_at, args.crashes.is_some() || args.seed.is_some())?,
+        crashes: args.crashes,
+        seed: args.seed,
+        at_least_once: args.at_least_once,
+        json: args.json,
+    })
 }
 
 /// The options of `demo` on the embedded broker, and whether `--json` was given.
-fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
-    let c = common_options(args)?;
-    let resume = args.flag("--resume");
-    if resume && (c.records.is_some() || c.partitions.is_some()) {
-        return Err("--resume continues the input of the run in --dir: drop --records and --partitions".into());
-    }
+fn demo_options(args: DemoArgs) -> Result<(DemoOptions, bool), String> {
+    instances_only(&args, "--kafka --instances")?;
+    let c = common_options(&args.common)?;
     let d = DemoOptions::default();
     let o = DemoOptions {
         records: c.records.unwrap_or(d.records),
@@ -140,18 +128,29 @@ fn demo_options(args: &mut Args) -> Result<(DemoOptions, bool), String> {
         crashes: c.crashes.unwrap_or(d.crashes),
         seed: c.seed.unwrap_or(d.seed),
         schedule: c.schedule,
-        dir: args.value("--dir")?.map_or(d.dir, Into::into),
+        dir: args.dir.map_or(d.dir, Into::into),
         checkpoints: c.checkpoints,
         partitions: c.partitions.unwrap_or(d.partitions),
         parallelism: c.parallelism.unwrap_or(d.parallelism),
         progress: !c.json,
         mode: if c.at_least_once { shareflow::connector::share::AcknowledgementMode::Explicit } else { d.mode },
-        resume,
-        instances: match args.number::<u32>("--instances")? {
-            Some(0) => return Err("--instances must be >= 1".into()),
-            n => n.unwrap_or(d.instances),
-        },
-        metrics_addr: args.value("--metrics-addr")?,
+        resume: args.resume,
+        instances: args.instances.unwrap_or(d.instances),
+        metrics_addr: args.common.metrics_addr,
     };
     Ok((o, c.json))
+}
+
+/// Refuses the options of `demo --kafka --instances` (the processes' schedule) elsewhere.
+pub(crate) fn instances_only(args: &DemoArgs, needs: &str) -> Result<(), String> {
+    let given = [
+        ("--kills", args.kills.is_some()),
+        ("--checkpoint-timeout", args.checkpoint_timeout.is_some()),
+        ("--adoption-timeout", args.adoption_timeout.is_some()),
+        ("--logs", args.logs.is_some()),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(format!("{flag} is an option of the processes of demo {needs}")),
+        None => Ok(()),
+    }
 }

@@ -5,33 +5,31 @@ use std::process::ExitCode;
 
 use tokio::runtime::Runtime;
 
-use super::args::{fail, Args};
+use super::args::fail;
 use super::exit::{admin_exit, report};
+use super::line::{DlqBroker, DlqCommand};
 use crate::job_file::Backend;
 
 /// `shareflow dlq list ...` or `shareflow dlq redrive ...`.
-pub(crate) fn command(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    let what = if args.0.is_empty() { String::new() } else { args.0.remove(0) };
-    let parsed = (|| {
-        let topic = args.value("--topic")?.ok_or("dlq: give --topic, the dead-letter topic")?;
-        let backend = match (args.value("--dir")?, args.value("--kafka")?) {
-            (Some(dir), None) => Backend::Embedded(dir),
-            (None, Some(kafka)) => Backend::Kafka(kafka),
-            _ => return Err("dlq: give --dir DIR (an embedded broker) or --kafka HOST:PORT, one of them".to_string()),
-        };
-        Ok::<_, String>((topic, backend, args.flag("--json")))
-    })();
-    let (topic, backend, json) = match parsed {
-        Ok(p) => p,
-        Err(e) => return fail(e),
+pub(crate) fn command(command: DlqCommand, runtime: &Runtime) -> ExitCode {
+    let backend = |b: DlqBroker| match (b.dir, b.kafka) {
+        (Some(dir), _) => Backend::Embedded(dir),
+        (None, kafka) => Backend::Kafka(kafka.unwrap_or_default()),
     };
-    match what.as_str() {
-        "list" => match args.finish() {
-            Ok(()) => list(runtime, &backend, &topic, json),
-            Err(e) => fail(e),
-        },
-        "redrive" => redrive(args, runtime, backend, &topic, json),
-        other => fail(format!("dlq {other:?}: give list or redrive")),
+    match command {
+        DlqCommand::List { topic, broker, json } => list(runtime, &backend(broker), &topic, json),
+        DlqCommand::Redrive { topic, to, broker, filter, max_rate, checkpoints, json } => {
+            let backend = backend(broker);
+            let checkpoints = match (checkpoints, &backend) {
+                (Some(c), _) => c,
+                (None, Backend::Embedded(dir)) => format!("file://{}/redrive-checkpoints", absolute(dir)),
+                (None, Backend::Kafka(_)) => format!("file://{}/target/shareflow-redrive/checkpoints", absolute(".")),
+            };
+            match crate::dlq::redrive_job(backend.clone(), &checkpoints, &topic, &to, filter.as_deref(), max_rate) {
+                Ok(job) => redrive(runtime, backend, job, json),
+                Err(e) => fail(e),
+            }
+        }
     }
 }
 
@@ -76,34 +74,16 @@ async fn read_kafka(
     Err(super::WITHOUT_KAFKA.into())
 }
 
-fn redrive(args: &mut Args, runtime: &Runtime, backend: Backend, topic: &str, json: bool) -> ExitCode {
-    let parsed = (|| {
-        let to = args.value("--to")?.ok_or("dlq redrive: give --to, the input topic to put the records back into")?;
-        let filter = args.value("--filter")?;
-        let max_rate = args.number::<u64>("--max-rate")?;
-        if max_rate == Some(0) {
-            return Err("--max-rate must be at least 1".to_string());
-        }
-        let checkpoints = match (args.value("--checkpoints")?, &backend) {
-            (Some(c), _) => c,
-            (None, Backend::Embedded(dir)) => format!("file://{}/redrive-checkpoints", absolute(dir)),
-            (None, Backend::Kafka(_)) => format!("file://{}/target/shareflow-redrive/checkpoints", absolute(".")),
-        };
-        args.finish()?;
-        crate::dlq::redrive_job(backend.clone(), &checkpoints, topic, &to, filter.as_deref(), max_rate)
-    })();
-    let job = match parsed {
-        Ok(j) => j,
-        Err(e) => return fail(e),
-    };
+fn redrive(runtime: &Runtime, backend: Backend, job: crate::job_file::JobFile, json: bool) -> ExitCode {
     match &backend {
         Backend::Embedded(dir) => {
-            let outcome = runtime.block_on(crate::embedded_run::run(
-                &job,
-                std::path::Path::new(dir),
-                &job.checkpoints,
-                "redrive",
-            ));
+            let on = crate::embedded_run::RunOn {
+                checkpoints: &job.checkpoints,
+                instance: "redrive",
+                metrics_addr: None,
+                crashes: &[],
+            };
+            let outcome = runtime.block_on(crate::embedded_run::run(&job, std::path::Path::new(dir), &on));
             report("dlq redrive", outcome, json, |s| s.to_json(), |s| s.to_text(), |_| true)
         }
         Backend::Kafka(bootstrap) => kafka_redrive(runtime, bootstrap, job, json),

@@ -5,42 +5,40 @@ use std::process::ExitCode;
 
 use tokio::runtime::Runtime;
 
-use shareflow::checkpoint::instances::Standing;
-
-use super::args::{fail, Args};
 use super::demo_checkpoints;
+use super::line::{InstancesArgs, InstancesCommand};
 
-/// `shareflow instances [--checkpoints URL]`; an unknown option fails after the table.
-/// `shareflow instances gc ...`: see [`gc`].
-pub(crate) fn command(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    if args.0.first().is_some_and(|a| a == "gc") {
-        args.0.remove(0);
-        return gc(args, runtime);
+/// `shareflow instances [--checkpoints URL] [--json]`, or `shareflow instances gc ...`
+/// (see [`gc`]).
+pub(crate) fn command(args: InstancesArgs, runtime: &Runtime) -> ExitCode {
+    let url = args.checkpoints.unwrap_or_else(demo_checkpoints);
+    if let Some(InstancesCommand::Gc { kafka, group, apply }) = args.gc {
+        return gc(&url, &kafka, &group, apply, runtime);
     }
-    match runtime.block_on(instances(args)).and_then(|()| args.finish().map_err(Into::into)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
-    }
+    super::exit::admin_exit("instances", runtime.block_on(instances(&url, args.json)))
 }
 
 /// `shareflow instances`: every instance registered under a checkpoint root (decision
 /// 0007), with its incarnation, last heartbeat and whether it retired or was adopted.
-async fn instances(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let url = args.value("--checkpoints")?.unwrap_or_else(demo_checkpoints);
+async fn instances(url: &str, json: bool) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Any job id opens the root; the registry lives beside every job's checkpoints.
-    let registry = shareflow::checkpoint::CheckpointStore::from_url(&url, &[], "instances")?.registry();
+    let registry = shareflow::checkpoint::CheckpointStore::from_url(url, &[], "instances")?.registry();
+    let rows = shareflow::dashboard::instance_views(registry.observe().await?);
+    if json {
+        println!("{}", serde_json::to_string(&rows)?);
+        return Ok(());
+    }
+    let dash = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     println!("{:<24} {:>11} {:>6} {:>10} state", "instance", "incarnation", "beats", "checkpoint");
-    for r in registry.observe().await? {
-        let state = match r.standing() {
-            Standing::Adopted { by } => format!("adopted by {by}"),
-            Standing::BeingAdopted { by } => format!("being adopted by {by}"),
-            Standing::Retired => "retired".to_string(),
-            Standing::Registered => "registered".to_string(),
-        };
-        let (beats, checkpoint) = r.heartbeat.map_or((String::from("-"), String::from("-")), |h| {
-            (h.beat.to_string(), h.checkpoint_id.map_or(String::from("-"), |c| c.to_string()))
-        });
-        println!("{:<24} {:>11} {:>6} {:>10} {state}", r.prefix, r.incarnation, beats, checkpoint);
+    for r in rows {
+        println!(
+            "{:<24} {:>11} {:>6} {:>10} {}",
+            r.instance,
+            r.incarnation,
+            dash(r.beats),
+            dash(r.checkpoint),
+            r.standing
+        );
     }
     Ok(())
 }
@@ -48,26 +46,8 @@ async fn instances(args: &mut Args) -> Result<(), Box<dyn std::error::Error + Se
 /// `shareflow instances gc --checkpoints URL --kafka HOST:PORT --group G [--apply]`: the
 /// ledger topics of retired and adopted instances, listed (dry run) or deleted.
 #[cfg(feature = "kafka")]
-fn gc(args: &mut Args, runtime: &Runtime) -> ExitCode {
-    let parsed = (|| -> Result<(String, String, String, bool), String> {
-        let url = args.value("--checkpoints")?.ok_or("instances gc: give --checkpoints URL, the instances' root")?;
-        let kafka = args.value("--kafka")?.ok_or("instances gc: give --kafka HOST:PORT, the cluster of the ledgers")?;
-        let group = args.value("--group")?.ok_or("instances gc: give --group G, the share group of the instances")?;
-        let apply = args.flag("--apply");
-        args.finish()?;
-        Ok((url, kafka, group, apply))
-    })();
-    let (url, kafka, group, apply) = match parsed {
-        Ok(p) => p,
-        Err(e) => return fail(e),
-    };
-    match runtime.block_on(collect_ledgers(&url, &kafka, &group, apply)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("shareflow instances gc failed: {e}");
-            ExitCode::from(1)
-        }
-    }
+fn gc(url: &str, kafka: &str, group: &str, apply: bool, runtime: &Runtime) -> ExitCode {
+    super::exit::admin_exit("instances gc", runtime.block_on(collect_ledgers(url, kafka, group, apply)))
 }
 
 /// Lists, and with `apply` deletes, the ledger topics that `plan_ledger_gc` lets go.
@@ -98,6 +78,6 @@ async fn collect_ledgers(
 
 /// `instances gc` in a build without the `kafka` feature: refused.
 #[cfg(not(feature = "kafka"))]
-fn gc(_args: &mut Args, _runtime: &Runtime) -> ExitCode {
+fn gc(_url: &str, _kafka: &str, _group: &str, _apply: bool, _runtime: &Runtime) -> ExitCode {
     fail(super::WITHOUT_KAFKA.to_string())
 }

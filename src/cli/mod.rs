@@ -1,19 +1,20 @@
 //! The commands of the `shareflow` binary, one module each (`main.rs` only dispatches
-//! on the command's name), and what they share: the argument parser ([`args`]), the
-//! usage text ([`usage`]), how an outcome becomes the exit code ([`exit`]) and the
-//! demo's checkpoint root.
+//! on the command), and what they share: the command line ([`line`]), the exit of one
+//! that makes no sense ([`args`]), how an outcome becomes the exit code ([`exit`]) and
+//! the demo's checkpoint root.
 
 pub(crate) mod args;
 pub(crate) mod checkpoints;
+pub(crate) mod consume;
 pub(crate) mod crash_at;
 pub(crate) mod demo;
 pub(crate) mod dlq;
 pub(crate) mod exit;
 pub(crate) mod instances;
+pub(crate) mod line;
 pub(crate) mod produce;
 pub(crate) mod run;
 pub(crate) mod txn;
-pub(crate) mod usage;
 
 /// What a command that needs Kafka says in a build without the `kafka` feature.
 #[cfg(not(feature = "kafka"))]

@@ -4,6 +4,7 @@
 use shareflow_runtime::{Job, JobReport};
 
 use super::*;
+use crate::running::{run_job, stop_signal, ProgressLine};
 
 /// The lone job of a demo run on `broker`, whose input topic holds `input`: builds it,
 /// serves its metrics at `endpoint` if any, runs it with the crash schedule armed, checks
@@ -93,7 +94,8 @@ fn build_job(
     Ok((job, metrics, schedule))
 }
 
-/// Serves the metrics of `job`, of its sources and of `broker` at `server`.
+/// Serves the metrics of `job`, of its sources and of `broker` at `server`, and the
+/// job's dashboard.
 fn serve_metrics(
     server: &shareflow::prometheus::MetricsServer,
     job: &Job,
@@ -101,6 +103,7 @@ fn serve_metrics(
     broker: &EmbeddedBroker,
 ) {
     server.add(shareflow::prometheus::job_source(job));
+    shareflow::dashboard::Dashboard::new(job).with_embedded_broker(broker, &[INPUT]).serve(server);
     let source = metrics.clone();
     server.add(shareflow::prometheus::source(move || source.metrics()));
     let b = broker.clone();
