@@ -16,9 +16,9 @@ use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
 use shareflow_runtime::failpoint::points as runtime_points;
 use shareflow_runtime::{InstanceConfig, JobBuilder, JobConfig, JobSettings, RestartStrategy};
 
-/// The demo's silence before adoption: it runs alone, so only a second start of its
-/// name could adopt it, after this long.
-const DEMO_ADOPTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// The demo's silence before adoption beyond a checkpoint's interval and timeout: it
+/// runs alone, so only a second start of its name could adopt it, after that long.
+const DEMO_ADOPTION_MARGIN: Duration = Duration::from_secs(30);
 
 use crate::demo::{identity, value_of, DELIVERY_LIMIT, TRANSFORM_SQL};
 use crate::running::{run_job, ProgressLine};
@@ -252,15 +252,17 @@ pub(crate) async fn run(
             // A slot per transaction one attempt keeps open.
             .slots(JobSettings::pending_for(crate::demo::TOLERABLE_FAILURES) as u16),
     );
-    // An instance of its name, so that a second start of the same --name fences this one
-    // for good (exit code 3) rather than into a restart that fences the other back.
-    let mut config = JobConfig::new(storage, &options.name, "demo")
+    // An instance of its name (its prefix, and its job id), so that a second start of the
+    // same --name fences this one for good (exit code 3) rather than into a restart that
+    // fences the other back.
+    let mut config = JobConfig::new(storage, &options.name, &options.name)
         .checkpoint_interval(options.interval)
         .restart(RestartStrategy::FixedDelay {
             attempts: options.crashes.len() as u32 + 3,
             delay: Duration::from_millis(100),
-        })
-        .instance(InstanceConfig::new(DEMO_ADOPTION_TIMEOUT));
+        });
+    let adoption = options.interval + config.checkpoint_timeout + DEMO_ADOPTION_MARGIN;
+    config = config.instance(InstanceConfig::new(adoption));
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = crate::demo::TOLERABLE_FAILURES;
 

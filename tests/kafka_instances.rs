@@ -291,6 +291,58 @@ async fn a_fenced_run_stops_with_its_own_exit_code_and_says_who_fenced_it() {
     second.sigkill();
 }
 
+/// `demo --kafka` started twice with one `--name`: the later start fences the earlier,
+/// which stops at once with exit code 3 (it used to fail four times with
+/// InvalidProducerEpoch and exit 1), while the later one finishes the input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_demo_of_one_name_fences_the_first_which_exits_3() {
+    let Some(Fresh { bootstrap, group, dir, checkpoints, .. }) = fresh("demo-twice").await else { return };
+    let demo = |records: &str, err: &str| {
+        Command::new(env!("CARGO_BIN_EXE_shareflow"))
+            .args([
+                "demo",
+                "--kafka",
+                &bootstrap,
+                "--name",
+                &group,
+                "--records",
+                records,
+                "--checkpoints",
+                &checkpoints,
+            ])
+            .args(["--max-rate", "5000", "--crashes", "0", "--no-verify", "--json"])
+            .env("SHAREFLOW_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(err)).expect("stderr file"))
+            .spawn()
+            .expect("start shareflow demo")
+    };
+    let mut first = Run(demo("60000", "first.err"), dir.path().join("first.err"));
+    // The first has committed some checkpoints (its summary counts them) before the
+    // second starts: wait until its checkpoint root has a manifest.
+    let root = dir.path().join("checkpoints").join(&group);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&root).is_ok_and(|d| d.flatten().any(|e| e.path().join("_metadata").exists())) {
+        assert!(first.exited().is_none(), "the first demo exited: {}", first.stderr());
+        assert!(tokio::time::Instant::now() < deadline, "the first demo completed no checkpoint in 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut second = Run(demo("0", "second.err"), dir.path().join("second.err"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = first.exited() {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the first demo still runs 90 s after the second started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let err = first.stderr();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("stopped, fenced"), "{err}");
+    assert!(!err.contains("failed 4 times"), "{err}");
+    second.sigkill();
+}
+
 /// The ledger topic of an adopted instance, deleted by `instances gc` once the adoption
 /// ended, is not needed again: its adopter, restarted, takes the adopted prefix over
 /// again from the commit notes, and the output stays exactly once. (It failed every
