@@ -327,7 +327,7 @@ async fn a_second_demo_of_one_name_fences_the_first_which_exits_3() {
         assert!(tokio::time::Instant::now() < deadline, "the first demo completed no checkpoint in 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut second = Run(demo("0", "second.err"), dir.path().join("second.err"));
+    let second = Run(demo("0", "second.err"), dir.path().join("second.err"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     let status = loop {
         if let Some(status) = first.exited() {
