@@ -144,6 +144,8 @@ pub(crate) struct RunOn<'a> {
     pub(crate) metrics_addr: Option<&'a str>,
     /// Crashes to inject, for tests (`--crash-at`).
     pub(crate) crashes: &'a [(String, u32)],
+    /// The savepoint to start from (`--from-savepoint`).
+    pub(crate) savepoint: Option<&'a str>,
 }
 
 async fn run_on(
@@ -188,8 +190,12 @@ async fn run_on(
         .restart(RestartStrategy::FixedDelay { attempts: file.restarts, delay: Duration::from_millis(500) });
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = TOLERABLE_FAILURES;
+    if let Some(url) = options.savepoint {
+        config = config.from_savepoint(url);
+    }
     let job = job.build(config)?;
     job.failpoints().schedule(options.crashes.to_vec());
+    shareflow::control::serve(server, &job, options.checkpoints);
     server.add(shareflow::prometheus::job_source(&job));
     shareflow::dashboard::Dashboard::new(&job).with_embedded_broker(broker, &topics).serve(server);
     let stopped = Arc::new(AtomicBool::new(false));

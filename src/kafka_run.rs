@@ -46,6 +46,8 @@ pub(crate) struct RunOptions {
     pub(crate) partitions: u32,
     /// Serve Prometheus metrics on this `HOST:PORT`.
     pub(crate) metrics_addr: Option<String>,
+    /// `--from-savepoint`: the savepoint to start from.
+    pub(crate) savepoint: Option<String>,
     /// The user's pipeline from a job file, instead of the main job.
     pub(crate) job: Option<crate::job_file::JobFile>,
     /// `--delete-ledger-on-retire`: after a graceful stop retired the instance, delete
@@ -70,6 +72,7 @@ impl RunOptions {
             max_rate: None,
             partitions: 4,
             metrics_addr: None,
+            savepoint: None,
             job: None,
             delete_ledger_on_retire: false,
         }
@@ -144,6 +147,9 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
         .instance(InstanceConfig::new(options.adoption_timeout));
     config.channel_capacity = 8;
     config.tolerable_checkpoint_failures = 2;
+    if let Some(url) = &options.savepoint {
+        config = config.from_savepoint(url.clone());
+    }
 
     let metrics = Arc::new(SourceMetrics::default());
     let job = match &options.job {
@@ -161,6 +167,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     let job = job.build(config)?;
     if let Some(server) = &endpoint {
         crate::kafka_demo::serve_job_metrics(server, &job, &metrics);
+        shareflow::control::serve(server, &job, &options.checkpoints);
     }
 
     let stopped = Arc::new(AtomicBool::new(false));

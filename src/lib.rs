@@ -6,10 +6,12 @@
 //! - [`runtime`]: the dataflow runtime;
 //! - [`checkpoint`]: checkpoint storage and its durable format;
 //! - [`prometheus`]: a metrics endpoint for a job, its sources and the embedded broker;
-//! - [`dashboard`]: a job's web dashboard and its JSON endpoints, on that endpoint.
+//! - [`dashboard`]: a job's web dashboard and its JSON endpoints, on that endpoint;
+//! - [`control`]: savepoints and stops of a running job, on that endpoint.
 
 #![forbid(missing_docs)]
 
+pub mod control;
 pub mod dashboard;
 pub mod prometheus;
 

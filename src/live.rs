@@ -153,31 +153,39 @@ pub(crate) async fn produce_through(
 
 /// One produce request; `before` records went in before it.
 async fn post(addr: &str, topic: &str, partitions: u32, body: Vec<u8>, before: u64) -> Result<u64, BoxError> {
-    use http_body_util::BodyExt;
-    let unsure = |e: &dyn std::fmt::Display| {
+    let path = format!("/api/topics/{topic}/records?partitions={partitions}");
+    let (status, body) = http_post(addr, &path, body).await.map_err(|e| {
         format!(
             "the job at {addr} did not answer a batch: {e}. The first {before} records are in {topic}; \
              from line {} on, a record may or may not be in",
             before + 1
         )
-    };
-    let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| unsure(&e))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| unsure(&e))?;
-    let driver = tokio::spawn(connection);
-    let request = hyper::Request::post(format!("/api/topics/{topic}/records?partitions={partitions}"))
-        .header(hyper::header::HOST, addr)
-        .body(http_body_util::Full::new(Bytes::from(body)))?;
-    let response = sender.send_request(request).await.map_err(|e| unsure(&e))?;
-    let status = response.status();
-    let body = response.into_body().collect().await.map_err(|e| unsure(&e))?.to_bytes();
-    driver.abort();
+    })?;
     if status != StatusCode::OK {
         return Err(
             format!("the job at {addr} refused a batch ({status}): {}", String::from_utf8_lossy(&body).trim()).into()
         );
     }
     Ok(serde_json::from_slice::<Produced>(&body)?.records)
+}
+
+/// `POST path` with `body` to the job serving `addr`: its status and body, or why there
+/// was no answer.
+pub(crate) async fn http_post(addr: &str, path: &str, body: Vec<u8>) -> Result<(StatusCode, Bytes), String> {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(connection);
+    let request = hyper::Request::post(path)
+        .header(hyper::header::HOST, addr)
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    driver.abort();
+    Ok((status, body))
 }
 
 #[cfg(test)]

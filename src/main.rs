@@ -57,6 +57,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(args) => cli::demo::command(*args, &runtime),
         Command::Run(args) => cli::run::command(*args, &runtime),
+        Command::Savepoint(args) => cli::savepoint::savepoint(args, &runtime),
+        Command::Stop(args) => cli::savepoint::stop(args, &runtime),
         Command::Produce(args) => cli::produce::command(args, &runtime),
         Command::Consume(args) => cli::consume::command(args, &runtime),
         Command::Txn(command) => cli::txn::command(command, &runtime),

@@ -28,6 +28,8 @@ pub(super) struct EmbeddedRun {
     pub(super) metrics_addr: Option<String>,
     /// `--crash-at`.
     pub(super) crashes: Vec<(String, u32)>,
+    /// `--from-savepoint`.
+    pub(super) savepoint: Option<String>,
     /// `--json`.
     pub(super) json: bool,
 }
@@ -47,7 +49,16 @@ pub(super) fn embedded_run_options(args: RunArgs) -> Result<EmbeddedRun, String>
         return Err(format!("{path}: --kafka does not apply to a job file with broker = \"DIR\""));
     }
     let crashes = cli::crash_at::crash_at(&args.crash_at, false)?.unwrap_or_default();
-    Ok(EmbeddedRun { job, dir, checkpoints, instance, metrics_addr: args.metrics_addr, crashes, json: args.json })
+    Ok(EmbeddedRun {
+        job,
+        dir,
+        checkpoints,
+        instance,
+        metrics_addr: args.metrics_addr,
+        crashes,
+        savepoint: args.from_savepoint,
+        json: args.json,
+    })
 }
 
 /// `produce --dir DIR --topic T [--partitions N]`.
@@ -86,6 +97,7 @@ pub(super) fn job_file_options(path: &str, args: RunArgs) -> Result<(kafka_run::
     o.max_rate = job.max_rate;
     o.metrics_addr = args.metrics_addr;
     o.delete_ledger_on_retire = args.delete_ledger_on_retire;
+    o.savepoint = args.from_savepoint;
     o.job = Some(job);
     Ok((o, args.json))
 }
@@ -125,6 +137,7 @@ pub(super) fn run_options(args: RunArgs) -> Result<(kafka_run::RunOptions, bool)
     o.max_rate = args.max_rate;
     o.metrics_addr = args.metrics_addr;
     o.delete_ledger_on_retire = args.delete_ledger_on_retire;
+    o.savepoint = args.from_savepoint;
     Ok((o, args.json))
 }
 

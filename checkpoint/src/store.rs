@@ -694,7 +694,25 @@ impl CheckpointStore {
 
     /// Reads and verifies savepoint `name`.
     pub async fn read_savepoint(&self, name: &str) -> Result<RestoredCheckpoint> {
-        let dir = self.paths.savepoint_dir(name)?;
+        self.read_savepoint_in(self.paths.savepoint_dir(name)?).await
+    }
+
+    /// Where savepoint `name` of this job is, under the store's root.
+    pub fn savepoint_path(&self, name: &str) -> Result<Path> {
+        self.paths.savepoint_dir(name)
+    }
+
+    /// Reads and verifies the savepoint at `url`: a directory holding its manifest and
+    /// its state files, wherever it was copied (a savepoint names its files relative to
+    /// its own directory, so a copy to another bucket or directory restores too).
+    pub async fn read_savepoint_url(url: &str, options: &[(&str, &str)]) -> Result<RestoredCheckpoint> {
+        let (store, dir) = crate::url::open_url(url, options)?;
+        // The job id only names paths this reader never uses.
+        let reader = Self::new(store, CheckpointPaths::new(dir.clone(), "savepoint")?);
+        reader.read_savepoint_in(dir).await
+    }
+
+    async fn read_savepoint_in(&self, dir: Path) -> Result<RestoredCheckpoint> {
         let path = dir.clone().join(MANIFEST_NAME);
         let manifest = Manifest::decode(path.as_ref(), &self.get(&path).await?)?;
         self.restore(&manifest, &dir).await

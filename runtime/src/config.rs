@@ -119,6 +119,9 @@ pub struct JobConfig {
     /// Run as one instance of several in the share group (decision 0007); `None`: a
     /// lone job that nobody adopts.
     pub instance: Option<InstanceConfig>,
+    /// Start from the savepoint at this URL ([`crate::savepoint`]): its state, unless the
+    /// job has a checkpoint of its own taken after it.
+    pub savepoint: Option<String>,
 }
 
 /// Settings of a job that runs as one of several instances of a share group, each with
@@ -173,7 +176,15 @@ impl JobConfig {
             channel_capacity: 4,
             default_parallelism: 1,
             instance: None,
+            savepoint: None,
         }
+    }
+
+    /// Starts from the savepoint at `url` (a directory with its manifest and state
+    /// files): its operator and keyed state, redistributed over this job's parallelism.
+    pub fn from_savepoint(mut self, url: impl Into<String>) -> Self {
+        self.savepoint = Some(url.into());
+        self
     }
 
     /// Runs the job as one instance of several in its share group: its job id (the

@@ -41,6 +41,8 @@ pub(crate) struct Coordinator<'a> {
     pub(crate) instance: Option<&'a mut Instance>,
     /// `true` once a graceful stop is asked for.
     pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+    /// Savepoints asked for, taken from the next checkpoint that completes.
+    pub(crate) savepoints: crate::savepoint::Requests,
 }
 
 struct InFlight {
@@ -141,6 +143,9 @@ impl Coordinator<'_> {
                             let Some(done) = in_flight.take() else { continue };
                             let (id, acks, started) = (done.barrier.checkpoint_id, done.acks, done.started);
                             self.complete_beating(id, acks, started).await?;
+                            // Before the collection below may delete the checkpoint.
+                            let storage = &self.config.storage;
+                            self.savepoints.serve(storage, id, done.barrier.is_final, &self.failpoints).await?;
                             last_completed = Some(done.barrier.checkpoint_id);
                             consecutive_failures = 0;
                             retained.push_back(done.barrier.checkpoint_id);

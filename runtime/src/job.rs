@@ -36,6 +36,7 @@ pub struct Job {
     partitioning: Vec<Partitioning>,
     /// Set by [`StopHandle::stop`]: take a final checkpoint and end.
     stop: tokio::sync::watch::Sender<bool>,
+    savepoints: crate::savepoint::Requests,
 }
 
 /// Stops a running job gracefully: it takes a final checkpoint, commits it, closes its
@@ -67,6 +68,9 @@ struct Wiring {
     out_edges: Vec<Vec<Vec<OutEdge>>>,
     input_edge: Vec<Vec<Vec<usize>>>,
 }
+
+/// Restored state: operator name -> (old subtask -> items).
+type SavedStates = BTreeMap<String, BTreeMap<u32, StateItems>>;
 
 /// What recovery found and did before an attempt.
 struct Recovered {
@@ -106,12 +110,18 @@ impl Job {
             parallelism,
             partitioning,
             stop: tokio::sync::watch::channel(false).0,
+            savepoints: Default::default(),
         })
     }
 
     /// A handle that stops this job gracefully, e.g. from a SIGTERM handler.
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(self.stop.clone())
+    }
+
+    /// A handle that asks the running job for savepoints ([`crate::savepoint`]).
+    pub fn savepoint_handle(&self) -> crate::SavepointHandle {
+        crate::SavepointHandle { requests: self.savepoints.clone(), stop: self.stop_handle() }
     }
 
     /// The failpoints of this job, for tests to arm.
@@ -172,7 +182,9 @@ impl Job {
     /// complete checkpoint as the restart strategy allows. However it ends, the
     /// participants are closed ([`TransactionParticipant::close`](crate::operator::TransactionParticipant::close)) before it returns.
     pub async fn run(&self) -> Result<JobReport> {
+        self.savepoints.open();
         let result = self.run_attempts().await;
+        self.savepoints.fail_all();
         for p in &self.spec.participants {
             if let Err(e) = p.close().await {
                 tracing::warn!(participant = p.name(), error = %e, "closing the participant failed");
@@ -370,8 +382,53 @@ impl Job {
                 states.entry(operator.clone()).or_default().insert(*subtask, items);
             }
         }
+        let own_ms = recovery.restored.as_ref().map(|r| r.manifest.created_at_ms);
+        if let Some((id, from)) = self.savepoint_states(own_ms).await? {
+            // Its transaction ids are used: the next checkpoint's comes after them.
+            highest = highest.max(id);
+            states = from;
+        }
         self.failpoints.hit(points::AFTER_RECOVERY)?;
         Ok(Recovered { restored_from: restored, states, first_checkpoint_id: highest + 1 })
+    }
+
+    /// The state of the savepoint the job starts from, if any and if it is newer than
+    /// the job's own newest checkpoint (taken at `own_ms`), checked against the graph: a
+    /// state of an operator the job does not have is refused by name.
+    async fn savepoint_states(&self, own_ms: Option<u64>) -> Result<Option<(CheckpointId, SavedStates)>> {
+        let Some(url) = &self.config.savepoint else { return Ok(None) };
+        let savepoint = shareflow_checkpoint::CheckpointStore::read_savepoint_url(url, &[]).await.map_err(|e| {
+            RuntimeError::InvalidConfig {
+                key: "savepoint".into(),
+                value: url.clone(),
+                rule: format!("cannot read it as a savepoint ({e}); give the directory `shareflow savepoint` printed"),
+            }
+        })?;
+        if !crate::savepoint::restore_savepoint(savepoint.manifest.created_at_ms, own_ms) {
+            tracing::info!(savepoint = %url, "the job checkpointed after its savepoint: restoring its own checkpoint");
+            return Ok(None);
+        }
+        let mut states: BTreeMap<String, BTreeMap<u32, StateItems>> = BTreeMap::new();
+        for ((operator, subtask), bytes) in &savepoint.states {
+            if !self.spec.nodes.iter().any(|n| &n.name == operator) {
+                return Err(RuntimeError::InvalidConfig {
+                    key: "savepoint".into(),
+                    value: url.clone(),
+                    rule: format!(
+                        "it holds state of operator {operator:?}, which this job does not have (renamed or removed?); \
+                         give the operator its old name, or start without the savepoint"
+                    ),
+                });
+            }
+            let items: Vec<Bytes> = postcard::from_bytes(bytes).map_err(|e| RuntimeError::InvalidConfig {
+                key: "savepoint".into(),
+                value: url.clone(),
+                rule: format!("the state of {operator}-{subtask} does not decode: {e}"),
+            })?;
+            states.entry(operator.clone()).or_default().insert(*subtask, items);
+        }
+        tracing::info!(savepoint = %url, checkpoint = savepoint.manifest.checkpoint_id, "restoring a savepoint");
+        Ok(Some((savepoint.manifest.checkpoint_id, states)))
     }
 
     /// Keyed state must be that of checkpoints whose transactions all committed
@@ -552,6 +609,7 @@ impl Job {
             uncommitted: BTreeSet::new(),
             instance,
             stop: self.stop.subscribe(),
+            savepoints: self.savepoints.clone(),
         };
         coordinator.uncommitted.insert(recovered.first_checkpoint_id);
         let result = coordinator.run().await;

@@ -53,6 +53,7 @@ mod keyed;
 mod metrics;
 mod operator;
 mod partition;
+mod savepoint;
 mod spec;
 pub mod sql;
 mod task;
@@ -82,6 +83,7 @@ pub use operator::{
     SubtaskContext, TransactionParticipant, TransactionTemplate,
 };
 pub use partition::{key_group_of, key_groups_of_subtask, subtask_of_key_group, Partitioning, KEY_GROUPS};
+pub use savepoint::{restore_savepoint, Savepoint, SavepointHandle, SAVEPOINT_MID};
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_checkpoint::CheckpointId;
 pub use spec::{GraphEdge, GraphNode, JobGraph, OperatorFactory, SourceFactory};

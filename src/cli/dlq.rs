@@ -82,6 +82,7 @@ fn redrive(runtime: &Runtime, backend: Backend, job: crate::job_file::JobFile, j
                 instance: "redrive",
                 metrics_addr: None,
                 crashes: &[],
+                savepoint: None,
             };
             let outcome = runtime.block_on(crate::embedded_run::run(&job, std::path::Path::new(dir), &on));
             report("dlq redrive", outcome, json, |s| s.to_json(), |s| s.to_text(), |_| true)

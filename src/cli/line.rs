@@ -44,6 +44,10 @@ pub(crate) enum Command {
     Demo(Box<DemoArgs>),
     /// Run one instance of a job file's pipeline (or, on Kafka, of the main job).
     Run(Box<RunArgs>),
+    /// Take a savepoint of a running job; the job goes on.
+    Savepoint(SavepointArgs),
+    /// Stop a running job gracefully, with a savepoint of its final checkpoint if asked.
+    Stop(StopArgs),
     /// Append each line of standard input as one record to a topic of an embedded broker.
     Produce(ProduceArgs),
     /// Print the records of a topic of an embedded broker.
@@ -181,6 +185,10 @@ pub(crate) struct RunArgs {
     /// Print the summary as one JSON object on the last line.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Start from this savepoint (the URL `shareflow savepoint` or `stop --savepoint`
+    /// printed, or a copy of it): its state, over this run's parallelism.
+    #[arg(long, value_name = "URL")]
+    pub(crate) from_savepoint: Option<String>,
     /// A job file on an embedded broker: crash at the (N+1)-th hit of fault point POINT
     /// and restart, as the job file's restarts allow (for tests; repeatable).
     #[arg(long = "crash-at", value_name = "POINT[:N]")]
@@ -215,6 +223,46 @@ pub(crate) struct RunArgs {
     /// The main job: at most R records per second through this instance.
     #[arg(long, value_name = "R", conflicts_with = "job", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_rate: Option<u64>,
+}
+
+/// Where a running job listens, for `savepoint` and `stop`.
+#[derive(Debug, Args)]
+pub(crate) struct JobAddress {
+    /// The running job's file.
+    #[arg(value_name = "JOB.toml")]
+    pub(crate) job: String,
+    /// The job's endpoint (its --metrics-addr). Default, on an embedded broker: the
+    /// address the job wrote to DIR/endpoint.
+    #[arg(long, value_name = "HOST:PORT", env = "SHAREFLOW_METRICS_ADDR")]
+    pub(crate) addr: Option<String>,
+    /// Print the answer as one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `shareflow savepoint`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The savepoint copies the first checkpoint that completes after the request.     The job goes on and acknowledges more input; a start from this savepoint does not read that input     again. For a restart from a savepoint (another parallelism, changed SQL), use `shareflow stop --savepoint`."
+)]
+pub(crate) struct SavepointArgs {
+    /// The job.
+    #[command(flatten)]
+    pub(crate) at: JobAddress,
+    /// The savepoint's name (default savepoint-{unix ms}).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) name: Option<String>,
+}
+
+/// `shareflow stop`.
+#[derive(Debug, Args)]
+pub(crate) struct StopArgs {
+    /// The job.
+    #[command(flatten)]
+    pub(crate) at: JobAddress,
+    /// Take a savepoint of the final checkpoint, named NAME (default savepoint-{unix ms}).
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) savepoint: Option<String>,
 }
 
 /// `shareflow produce`.

@@ -14,6 +14,7 @@ pub(crate) mod instances;
 pub(crate) mod line;
 pub(crate) mod produce;
 pub(crate) mod run;
+pub(crate) mod savepoint;
 pub(crate) mod txn;
 
 /// What a command that needs Kafka says in a build without the `kafka` feature.

@@ -31,6 +31,7 @@ fn embedded(args: RunArgs, runtime: &Runtime) -> ExitCode {
         instance: &o.instance,
         metrics_addr: o.metrics_addr.as_deref(),
         crashes: &o.crashes,
+        savepoint: o.savepoint.as_deref(),
     };
     report(
         "run",

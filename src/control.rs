@@ -1,0 +1,94 @@
+//! Control of a running job over its HTTP endpoint (beside `/metrics` and the
+//! dashboard): `POST /api/savepoint?name=N` takes a savepoint and lets the job go on;
+//! with `&stop=true` it stops the job gracefully with a savepoint of its final
+//! checkpoint. `POST /api/stop` stops it without one. `shareflow savepoint` and
+//! `shareflow stop` call them.
+
+use std::sync::Arc;
+
+use hyper::{Method, StatusCode};
+use shareflow_runtime::{Job, SavepointHandle, StopHandle};
+
+use crate::prometheus::{MetricsServer, Route, WebRequest, WebResponse};
+
+/// The answer to `POST /api/savepoint`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SavepointTaken {
+    /// Its name.
+    pub name: String,
+    /// The checkpoint it copies.
+    pub checkpoint_id: u64,
+    /// Where it is: give it to `shareflow run --from-savepoint`.
+    pub url: String,
+    /// Whether the job stopped with it.
+    pub stopped: bool,
+}
+
+/// Serves `/api/savepoint` and `/api/stop` for `job`, whose checkpoints are under
+/// `checkpoints` (a URL).
+pub fn serve(server: &MetricsServer, job: &Job, checkpoints: &str) {
+    let (savepoints, stop, checkpoints) = (job.savepoint_handle(), job.stop_handle(), checkpoints.to_string());
+    let route: Route = Arc::new(move |req: WebRequest| {
+        let (savepoints, stop, checkpoints) = (savepoints.clone(), stop.clone(), checkpoints.clone());
+        Box::pin(async move { control(req, &savepoints, &stop, &checkpoints).await })
+    });
+    server.route("/api/savepoint", route.clone());
+    server.route("/api/stop", route);
+}
+
+async fn control(req: WebRequest, savepoints: &SavepointHandle, stop: &StopHandle, root: &str) -> WebResponse {
+    if req.method != Method::POST {
+        return WebResponse::text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST /api/savepoint?name=N[&stop=true], POST /api/stop\n",
+        );
+    }
+    if req.path == "/api/stop" {
+        stop.stop();
+        return WebResponse::json(&serde_json::json!({ "stopping": true }));
+    }
+    let name = match req.param("name") {
+        Some(n) => n.to_string(),
+        None => format!("savepoint-{}", shareflow_checkpoint::now_ms()),
+    };
+    let stopping = req.param("stop").is_some_and(|s| s == "true" || s == "1");
+    let taken = if stopping { savepoints.stop_with(&name).await } else { savepoints.take(&name).await };
+    match taken {
+        Ok(s) => WebResponse::json(&SavepointTaken {
+            url: savepoint_url(root, &s.path),
+            name: s.name,
+            checkpoint_id: s.checkpoint_id,
+            stopped: stopping,
+        }),
+        Err(e) => WebResponse::text(StatusCode::SERVICE_UNAVAILABLE, format!("savepoint {name} failed: {e}\n")),
+    }
+}
+
+/// The URL of `path` (under the store's root, as the store names it) in the store of
+/// the checkpoint root `root`: the scheme and bucket of `root`, then `path`.
+pub fn savepoint_url(root: &str, path: &str) -> String {
+    match root.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority = rest.split('/').next().unwrap_or_default();
+            format!("{scheme}://{authority}/{path}")
+        }
+        None => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_savepoint_url_keeps_the_roots_scheme_and_bucket() {
+        let rows = [
+            ("file:///tmp/c", "tmp/c/job/savepoints/s", "file:///tmp/c/job/savepoints/s"),
+            ("s3://bucket/base", "base/job/savepoints/s", "s3://bucket/base/job/savepoints/s"),
+            ("s3://bucket", "job/savepoints/s", "s3://bucket/job/savepoints/s"),
+        ];
+        for (root, path, want) in rows {
+            assert_eq!(savepoint_url(root, path), want, "{root} {path}");
+        }
+    }
+}
