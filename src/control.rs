@@ -64,10 +64,12 @@ async fn control(req: WebRequest, savepoints: &SavepointHandle, stop: &StopHandl
     }
 }
 
-/// The URL of `path` (under the store's root, as the store names it) in the store of
-/// the checkpoint root `root`: the scheme and bucket of `root`, then `path`.
+/// The URL of `path` (as the checkpoint store of the root `root` names it) in that
+/// store. A `file://` store is rooted at the root's directory, so its paths are
+/// relative to it; the others are rooted at the bucket, so their paths hold the root's.
 pub fn savepoint_url(root: &str, path: &str) -> String {
     match root.split_once("://") {
+        Some(("file", _)) => format!("{}/{path}", root.trim_end_matches('/')),
         Some((scheme, rest)) => {
             let authority = rest.split('/').next().unwrap_or_default();
             format!("{scheme}://{authority}/{path}")
@@ -83,7 +85,9 @@ mod tests {
     #[test]
     fn a_savepoint_url_keeps_the_roots_scheme_and_bucket() {
         let rows = [
-            ("file:///tmp/c", "tmp/c/job/savepoints/s", "file:///tmp/c/job/savepoints/s"),
+            ("file:///tmp/c", "job/savepoints/s", "file:///tmp/c/job/savepoints/s"),
+            ("file:///tmp/c/", "job/savepoints/s", "file:///tmp/c/job/savepoints/s"),
+            ("memory://m/c", "c/job/savepoints/s", "memory://m/c/job/savepoints/s"),
             ("s3://bucket/base", "base/job/savepoints/s", "s3://bucket/base/job/savepoints/s"),
             ("s3://bucket", "job/savepoints/s", "s3://bucket/job/savepoints/s"),
         ];

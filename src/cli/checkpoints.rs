@@ -65,5 +65,17 @@ async fn list(url: &str, job: &str) -> Result<(), Box<dyn std::error::Error + Se
             c.state_files,
         );
     }
+    savepoints(&store, &url).await
+}
+
+/// The job's savepoints, after its checkpoints: each with the URL a start takes.
+async fn savepoints(
+    store: &shareflow::checkpoint::CheckpointStore,
+    url: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    for name in store.list_savepoints().await? {
+        let path = store.savepoint_path(&name)?.to_string();
+        println!("{:>12} {name}: {}", "savepoint", shareflow::control::savepoint_url(url, &path));
+    }
     Ok(())
 }

@@ -1,0 +1,190 @@
+//! Savepoints from the command line, on an embedded broker: the windowed example job is
+//! stopped with `shareflow stop --savepoint`, the savepoint is copied to another
+//! directory, and the job, changed to parallelism 3 and a checkpoint root of its own,
+//! starts from the copy with `run --from-savepoint`. Every window comes out once, with
+//! the batch answer's count.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/checkout.rs"]
+mod checkout;
+use checkout::checkout_file;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::share::{IsolationLevel, TopicPartition};
+
+const RECORDS: u64 = 20_000;
+const USERS: u64 = 50;
+const BASE: u64 = 1_700_000_000_000;
+
+fn shareflow() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
+    cmd.env("SHAREFLOW_LOG", "warn").env("SHAREFLOW_PROGRESS", "plain");
+    cmd
+}
+
+/// The windows example on `dir`, checkpoints under `checkpoints`, at `parallelism`.
+fn job_file(dir: &Path, name: &str, checkpoints: &str, parallelism: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(checkout_file("examples/jobs/windows_embedded.toml"))
+        .unwrap()
+        .replace("/tmp/shareflow-windows/broker", &dir.join("broker").display().to_string())
+        .replace("file:///tmp/shareflow-windows/checkpoints", &format!("file://{}", dir.join(checkpoints).display()))
+        .replace("checkpoint_interval_ms = 500", "checkpoint_interval_ms = 50")
+        .replace("parallelism = 2", &format!("parallelism = {parallelism}"))
+        .replace("mode = \"exactly-once\"", "mode = \"exactly-once\"\nmax_rate = 6000");
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn start(job: &Path, extra: &[&str], err: &Path) -> Child {
+    shareflow()
+        .arg("run")
+        .arg(job)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// The committed windows: (user, window start, count).
+fn windows(dir: &Path) -> Vec<(String, String, u64)> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let Ok(broker) = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
+        else {
+            return Vec::new();
+        };
+        let mut rows = Vec::new();
+        for p in 0..broker.partition_count("clicks-per-window").unwrap_or(0) as i32 {
+            let tp = TopicPartition::new("clicks-per-window", p);
+            for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
+                let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+                let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                let (start, count) = value.split_once(',').unwrap();
+                rows.push((key, start.to_string(), count.parse().unwrap()));
+            }
+        }
+        rows
+    })
+}
+
+/// Copies the directory `from` to `to`, files and subdirectories.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn stop_with_a_savepoint_then_start_from_a_copy_at_another_parallelism() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut produce = shareflow()
+        .args(["produce", "--dir"])
+        .arg(dir.join("broker"))
+        .args(["--topic", "clicks", "--partitions", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = produce.stdin.take().unwrap();
+        for i in 0..RECORDS {
+            writeln!(stdin, "user-{},{}", i % USERS, BASE + i * 10).unwrap();
+        }
+    }
+    assert!(produce.wait().unwrap().success());
+    let last = BASE + (RECORDS - 1) * 10;
+    let mut want = BTreeMap::<(String, String), u64>::new();
+    for i in 0..RECORDS {
+        let t = BASE + i * 10;
+        let start = t - t % 10_000;
+        if start + 10_000 <= last - 2_000 {
+            *want.entry((format!("user-{}", i % USERS), start.to_string())).or_default() += 1;
+        }
+    }
+
+    // The first run, at parallelism 1, until some windows are out.
+    let first = job_file(dir, "first.toml", "checkpoints-1", 1);
+    let mut child = start(&first, &[], &dir.join("first.err"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while windows(dir).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no window in 60 s: {}",
+            std::fs::read_to_string(dir.join("first.err")).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = shareflow().args(["stop"]).arg(&first).args(["--savepoint", "sp", "--json"]).output().unwrap();
+    assert!(out.status.success(), "stop: {}", String::from_utf8_lossy(&out.stderr));
+    let taken: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((taken["name"].as_str(), taken["stopped"].as_bool()), (Some("sp"), Some(true)), "{taken}");
+    let status = wait(&mut child, Duration::from_secs(30)).expect("the job stops");
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.join("first.err")).unwrap());
+    let partial = windows(dir).len();
+    assert!(partial < want.len(), "stopped mid-way: {partial} of {} windows", want.len());
+
+    // The savepoint, copied elsewhere; the job, changed, starts from the copy.
+    let url = taken["url"].as_str().unwrap();
+    let copy = dir.join("elsewhere").join("sp");
+    copy_dir(Path::new(url.strip_prefix("file://").unwrap()), &copy);
+    let second = job_file(dir, "second.toml", "checkpoints-2", 3);
+    let from = format!("file://{}", copy.display());
+    let mut child = start(&second, &["--from-savepoint", &from], &dir.join("second.err"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while windows(dir).len() < want.len() {
+        let err = std::fs::read_to_string(dir.join("second.err")).unwrap();
+        assert!(Instant::now() < deadline, "the windows did not all close in 120 s: {err}");
+        assert!(child.try_wait().unwrap().is_none(), "the second run ended: {err}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = shareflow().args(["stop"]).arg(&second).output().unwrap();
+    assert!(out.status.success(), "stop: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(wait(&mut child, Duration::from_secs(30)).expect("the job stops").success());
+    let mut got = BTreeMap::<(String, String), u64>::new();
+    for (key, start, count) in windows(dir) {
+        assert!(got.insert((key.clone(), start.clone()), count).is_none(), "window {key} {start} emitted twice");
+    }
+    assert_eq!(got, want);
+    // `checkpoints` lists the savepoint beside the retained checkpoints.
+    let root = format!("file://{}", dir.join("checkpoints-1").display());
+    let out = shareflow().args(["checkpoints", "--checkpoints", &root, "--job", "clicks"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(listing.contains(&format!("savepoint sp: {url}")), "{listing}");
+    // Nothing runs now: savepoint and stop say so.
+    let out = shareflow().args(["savepoint"]).arg(&second).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no job runs on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
