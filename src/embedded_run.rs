@@ -30,29 +30,22 @@ const TOLERABLE_FAILURES: u32 = 2;
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a run did before it stopped.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct EmbeddedRunSummary {
     pub(crate) broker: String,
     pub(crate) emitted: u64,
     pub(crate) attempts: u32,
     pub(crate) checkpoints_completed: u64,
     pub(crate) transactions_recovered: u64,
+    #[serde(rename = "stopped")]
     pub(crate) stopped_by_signal: bool,
     pub(crate) seconds: f64,
 }
 
 impl EmbeddedRunSummary {
+    /// One JSON object: the summary, serialized.
     pub(crate) fn to_json(&self) -> String {
-        serde_json::json!({
-            "broker": self.broker,
-            "emitted": self.emitted,
-            "attempts": self.attempts,
-            "checkpoints_completed": self.checkpoints_completed,
-            "transactions_recovered": self.transactions_recovered,
-            "stopped": self.stopped_by_signal,
-            "seconds": self.seconds,
-        })
-        .to_string()
+        serde_json::to_string(self).unwrap_or_default()
     }
 
     pub(crate) fn to_text(&self) -> String {

@@ -80,7 +80,7 @@ impl RunOptions {
 }
 
 /// What an instance did before it stopped.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct RunSummary {
     pub(crate) instance: String,
     pub(crate) emitted: u64,
@@ -95,20 +95,9 @@ pub(crate) struct RunSummary {
 }
 
 impl RunSummary {
+    /// One JSON object: the summary, serialized.
     pub(crate) fn to_json(&self) -> String {
-        serde_json::json!({
-            "instance": self.instance,
-            "emitted": self.emitted,
-            "replayed": self.replayed,
-            "skipped": self.skipped,
-            "attempts": self.attempts,
-            "checkpoints_completed": self.checkpoints_completed,
-            "adoptions": self.adoptions,
-            "transactions_recovered": self.transactions_recovered,
-            "stopped": self.stopped_by_signal,
-            "seconds": self.seconds,
-        })
-        .to_string()
+        serde_json::to_string(self).unwrap_or_default()
     }
 
     pub(crate) fn to_text(&self) -> String {

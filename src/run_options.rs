@@ -3,7 +3,9 @@
 
 use super::*;
 
-use cli::line::{DemoArgs, ProduceArgs, RunArgs};
+#[cfg(feature = "kafka")]
+use cli::line::DemoArgs;
+use cli::line::{ProduceArgs, RunArgs};
 
 /// Whether `run` is given a job file that runs on an embedded broker directory
 /// (`broker = "DIR"`), or one that does not load (whose errors that path reports). A

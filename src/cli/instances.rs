@@ -79,5 +79,5 @@ async fn collect_ledgers(
 /// `instances gc` in a build without the `kafka` feature: refused.
 #[cfg(not(feature = "kafka"))]
 fn gc(_url: &str, _kafka: &str, _group: &str, _apply: bool, _runtime: &Runtime) -> ExitCode {
-    fail(super::WITHOUT_KAFKA.to_string())
+    super::args::fail(super::WITHOUT_KAFKA.to_string())
 }
