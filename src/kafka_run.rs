@@ -90,6 +90,7 @@ pub(crate) struct RunSummary {
     pub(crate) checkpoints_completed: u64,
     pub(crate) adoptions: u64,
     pub(crate) transactions_recovered: u64,
+    #[serde(rename = "stopped")]
     pub(crate) stopped_by_signal: bool,
     pub(crate) seconds: f64,
 }

@@ -348,11 +348,11 @@ async fn an_adopted_instances_prepared_rows_are_decided_by_its_adopter_and_it_is
     client.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
 }
 
-/// A zombie: instance `a` prepares checkpoint 5's rows and then stalls, its manifest and
-/// its heartbeats held up, until `b` adopts it and rolls the prepared rows back. `a` then
-/// wakes and writes its (stale) manifest deciding checkpoint 5, but its commit is
-/// fenced: those rows are never committed. Every id lands once, from `b`'s replay, and
-/// nothing of the group is left prepared.
+/// A zombie: instance `a`, once it has committed rows, prepares its next checkpoint's
+/// rows and then stalls, its manifest and its heartbeats held up, until `b` adopts it
+/// and rolls the prepared rows back. `a` then wakes and writes its (stale) manifest
+/// deciding that checkpoint, but its commit is fenced: those rows are never committed.
+/// Every id lands once, from `b`'s replay, and nothing of the group is left prepared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_zombies_prepared_rows_are_never_committed() {
     use object_store::ObjectStoreExt as _;
@@ -367,8 +367,6 @@ async fn a_fenced_zombies_prepared_rows_are_never_committed() {
     let group = format!("pgzombie{}", std::process::id());
     let settings = PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Insert };
     let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 11));
-    let stale_manifest = "chk/a/chk-00000000000000000005/_metadata";
-    faulty.inject(FaultRule::once(StoreOp::Put, stale_manifest, Fault::Latency(Duration::from_secs(5))));
     let store: Arc<dyn object_store::ObjectStore> = faulty.clone();
     let a = pg_instance(&broker, &store, (&group, "a"), &settings, (0, Some(2_000), true));
     let b = pg_instance(&broker, &store, (&group, "b"), &settings, (3, Some(2_000), false));
@@ -392,8 +390,14 @@ async fn a_fenced_zombies_prepared_rows_are_never_committed() {
             ra
         },
         async {
-            // Once a's manifest stalls, its heartbeats stall too: it goes silent.
+            // Once a has committed rows, its next manifest stalls (b is not running yet:
+            // the only manifests written are a's)...
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while count(format!("SELECT count(*) FROM {table}")).await == 0 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            faulty.inject(FaultRule::once(StoreOp::Put, "/_metadata", Fault::Latency(Duration::from_secs(5))));
+            // ...and its heartbeats stall too: it goes silent.
             while faulty.injected().is_empty() && std::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -405,17 +409,15 @@ async fn a_fenced_zombies_prepared_rows_are_never_committed() {
             tokio::time::timeout(Duration::from_secs(60), b.run()).await
         }
     );
-    assert!(
-        faulty.injected().iter().any(|i| i.contains(stale_manifest)),
-        "a's manifest stalled: {:?}",
-        faulty.injected()
-    );
+    let injected = faulty.injected();
+    let stale_manifest = injected.first().and_then(|i| i.split(' ').next_back()).unwrap_or_default().to_string();
+    assert!(stale_manifest.starts_with("chk/a/chk-"), "a's manifest stalled: {injected:?}");
     let err = ra.expect("a ends").expect_err("a is fenced");
     assert_eq!(err.kind(), shareflow::runtime::ErrorKind::Fenced, "{err}");
     let rb = rb.expect("b ends").expect("b ends well");
     assert_eq!(rb.metrics.checkpoints.instances_adopted, 1, "{rb:?}");
     assert!(
-        store.head(&object_store::path::Path::from(stale_manifest)).await.is_ok(),
+        store.head(&object_store::path::Path::from(stale_manifest.as_str())).await.is_ok(),
         "the zombie wrote its stale manifest"
     );
     assert_eq!(count(format!("SELECT count(*) FROM {table}")).await, N as i64, "the zombie's rows are not in");
