@@ -20,6 +20,10 @@ use shareflow::connector::share::{IsolationLevel, RecordState, TopicPartition};
 #[path = "support/rng.rs"]
 mod rng;
 
+#[path = "support/processes.rs"]
+mod processes;
+use processes::{shareflow, wait};
+
 #[path = "support/postgres.rs"]
 mod pg;
 
@@ -28,12 +32,6 @@ mod kinds;
 
 const RECORDS: u64 = 20_000;
 const PARTITIONS: i32 = 2;
-
-fn shareflow() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
-    cmd.env("SHAREFLOW_LOG", "warn").env("SHAREFLOW_PROGRESS", "plain");
-    cmd
-}
 
 fn job_file(dir: &Path) -> std::path::PathBuf {
     // 20,000 records take 2 s or more, so every kill lands while records move.
@@ -66,36 +64,9 @@ fn start(job: &Path, log: &Path) -> Child {
         .expect("start shareflow run")
 }
 
-/// Waits up to `limit` for `child` to exit.
-fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 /// Loads `lines` into `topic` of the broker under `dir` with `shareflow produce`.
 fn produce_lines(dir: &Path, topic: &str, partitions: i32, lines: impl Iterator<Item = String>) {
-    let mut produce = shareflow()
-        .args(["produce", "--dir"])
-        .arg(dir.join("broker"))
-        .args(["--topic", topic, "--partitions", &partitions.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = produce.stdin.take().unwrap();
-        for line in lines {
-            writeln!(stdin, "{line}").unwrap();
-        }
-    }
-    let out = produce.wait_with_output().unwrap();
-    assert!(out.status.success(), "produce: {}", String::from_utf8_lossy(&out.stderr));
+    processes::produce_lines(&dir.join("broker"), topic, partitions, lines);
 }
 
 /// Output records read_committed, read beside the live job (read-only open).
@@ -249,27 +220,7 @@ fn the_windowed_job_file_is_exactly_once_through_kills() {
             *want.entry((format!("user-{}", i % USERS), start.to_string())).or_default() += 1;
         }
     }
-    let read = |dir: &Path| -> Vec<(String, String, u64)> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let Ok(broker) =
-                EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
-            else {
-                return Vec::new();
-            };
-            let mut rows = Vec::new();
-            for p in 0..broker.partition_count("clicks-per-window").unwrap_or(0) as i32 {
-                let tp = TopicPartition::new("clicks-per-window", p);
-                for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
-                    let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-                    let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                    let (start, count) = value.split_once(',').unwrap();
-                    rows.push((key, start.to_string(), count.parse().unwrap()));
-                }
-            }
-            rows
-        })
-    };
+    let read = |dir: &Path| processes::committed_windows(&dir.join("broker"));
     let mut rng = rng::Rng::new(11);
     let mut kills = 0;
     for run in 0..8 {

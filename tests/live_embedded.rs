@@ -8,20 +8,17 @@
 mod checkout;
 use checkout::checkout_file;
 
+#[path = "support/processes.rs"]
+mod processes;
+use processes::{shareflow, wait};
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BATCHES: u64 = 4;
 const PER_BATCH: u64 = 5_000;
-
-fn shareflow() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
-    cmd.env("SHAREFLOW_LOG", "warn").env("SHAREFLOW_PROGRESS", "plain");
-    cmd
-}
 
 /// The uppercase example on `dir`, checkpointing every 50 ms, restarting up to 5 times,
 /// at most 5,000 records a second.
@@ -38,43 +35,15 @@ fn job_file(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// `shareflow produce` of `lines` into `topic`: its stdout, or a panic with its stderr.
+/// `shareflow produce` of `lines` into `topic`: its stdout.
 fn produce(dir: &Path, topic: &str, lines: impl Iterator<Item = String>) -> String {
-    let mut child = shareflow()
-        .args(["produce", "--dir"])
-        .arg(dir.join("broker"))
-        .args(["--topic", topic, "--partitions", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for line in lines {
-            writeln!(stdin, "{line}").unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "produce: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    processes::produce_lines(&dir.join("broker"), topic, 2, lines)
 }
 
 /// `shareflow consume` with `args`: (exit code, stdout, stderr).
 fn consume(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = shareflow().args(["consume", "--dir"]).arg(dir.join("broker")).args(args).output().unwrap();
     (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-}
-
-fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
 }
 
 #[test]

@@ -10,24 +10,18 @@
 mod checkout;
 use checkout::checkout_file;
 
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "support/processes.rs"]
+mod processes;
+use processes::{shareflow, wait};
 
-use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
-use shareflow::connector::share::{IsolationLevel, TopicPartition};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 const RECORDS: u64 = 20_000;
 const USERS: u64 = 50;
 const BASE: u64 = 1_700_000_000_000;
-
-fn shareflow() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shareflow"));
-    cmd.env("SHAREFLOW_LOG", "warn").env("SHAREFLOW_PROGRESS", "plain");
-    cmd
-}
 
 /// The windows example on `dir`, checkpoints under `checkpoints`, at `parallelism`.
 fn job_file(dir: &Path, name: &str, checkpoints: &str, parallelism: u32) -> std::path::PathBuf {
@@ -55,37 +49,9 @@ fn start(job: &Path, extra: &[&str], err: &Path) -> Child {
         .unwrap()
 }
 
-fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
-/// The committed windows: (user, window start, count).
+/// The committed windows of the broker under `dir`.
 fn windows(dir: &Path) -> Vec<(String, String, u64)> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let Ok(broker) = EmbeddedBroker::open_read_only(BrokerOptions::local_dir(dir.join("broker")).unwrap()).await
-        else {
-            return Vec::new();
-        };
-        let mut rows = Vec::new();
-        for p in 0..broker.partition_count("clicks-per-window").unwrap_or(0) as i32 {
-            let tp = TopicPartition::new("clicks-per-window", p);
-            for r in broker.fetch_all(&tp, IsolationLevel::ReadCommitted).await.unwrap_or_default() {
-                let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-                let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                let (start, count) = value.split_once(',').unwrap();
-                rows.push((key, start.to_string(), count.parse().unwrap()));
-            }
-        }
-        rows
-    })
+    processes::committed_windows(&dir.join("broker"))
 }
 
 /// Copies the directory `from` to `to`, files and subdirectories.
@@ -105,21 +71,12 @@ fn copy_dir(from: &Path, to: &Path) {
 fn stop_with_a_savepoint_then_start_from_a_copy_at_another_parallelism() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut produce = shareflow()
-        .args(["produce", "--dir"])
-        .arg(dir.join("broker"))
-        .args(["--topic", "clicks", "--partitions", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = produce.stdin.take().unwrap();
-        for i in 0..RECORDS {
-            writeln!(stdin, "user-{},{}", i % USERS, BASE + i * 10).unwrap();
-        }
-    }
-    assert!(produce.wait().unwrap().success());
+    processes::produce_lines(
+        &dir.join("broker"),
+        "clicks",
+        2,
+        (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10)),
+    );
     let last = BASE + (RECORDS - 1) * 10;
     let mut want = BTreeMap::<(String, String), u64>::new();
     for i in 0..RECORDS {
