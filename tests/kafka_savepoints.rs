@@ -7,52 +7,31 @@
 #[path = "support/kafka.rs"]
 mod kafka;
 
+#[path = "support/kafka_counts.rs"]
+mod kafka_counts;
+use kafka_counts::{counting_job, Counts};
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use shareflow::checkpoint::CheckpointStore;
-use shareflow::connector::kafka::{
-    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig,
-};
-use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
-use shareflow::runtime::{Job, JobBuilder, JobConfig, RestartStrategy};
+use shareflow::connector::kafka::KafkaCluster;
+use shareflow::runtime::Job;
 
 const RECORDS: u64 = 3_000;
 const KEYS: u64 = 10;
 
-/// The keyed count of `group`, checkpoints under `root`, `parallelism` subtasks each,
-/// started from `savepoint` if given.
+/// The keyed count of `group`, checkpoints under `root`, `p` subtasks each, started
+/// from `savepoint` (and then to the end of the input) if given.
 fn job(cluster: &KafkaCluster, topics: (&str, &str), group: &str, root: &str, p: u32, savepoint: Option<&str>) -> Job {
-    let (input, output) = topics;
-    let txns = KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default());
-    let mut source = SourceSettings::new(group, &[input]);
-    source.from_earliest = true;
-    source.stop_when_drained = savepoint.is_some();
-    source.max_poll_records = 50;
-    source.max_records_per_second = Some(1_000);
-    let builder = JobBuilder::new();
-    builder
-        .source(
-            "share-source",
-            record_schema(),
-            KafkaShareSource::factory(cluster.clone(), txns.clone(), source, Arc::new(SourceMetrics::default())),
-        )
-        .sql("count", "SELECT CAST(key AS VARCHAR) AS key, CAST(count(*) AS VARCHAR) AS value FROM input GROUP BY key")
-        .sink("kafka-sink", KafkaSink::factory(txns.clone(), output))
-        .participant(txns);
-    let storage = CheckpointStore::from_url(root, &[], "counts").unwrap();
-    let mut config = JobConfig::new(storage, group, "counts")
-        .parallelism(p)
-        .checkpoint_interval(Duration::from_millis(300))
-        .checkpoint_timeout(Duration::from_secs(5))
-        .restart(RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(10) });
-    config.tolerable_checkpoint_failures = 2;
-    if let Some(url) = savepoint {
-        config = config.from_savepoint(url);
-    }
-    builder.build(config).unwrap()
+    let counts = Counts {
+        parallelism: p,
+        drain: savepoint.is_some(),
+        restarts: 2,
+        transaction_timeout: None,
+        savepoint: savepoint.map(str::to_string),
+    };
+    counting_job(cluster, (group, topics.0, topics.1), root, &counts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,51 +9,25 @@
 #[path = "support/kafka.rs"]
 mod kafka;
 
+#[path = "support/kafka_counts.rs"]
+mod kafka_counts;
+use kafka_counts::{counting_job, Counts};
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shareflow::checkpoint::CheckpointStore;
-use shareflow::connector::kafka::{
-    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig,
-};
-use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow::connector::kafka::KafkaCluster;
 use shareflow::runtime::failpoint::points;
-use shareflow::runtime::{Job, JobBuilder, JobConfig, RestartStrategy, RuntimeError};
+use shareflow::runtime::{Job, RuntimeError};
 
 const RECORDS: u64 = 3_000;
 const KEYS: u64 = 10;
 const TXN_TIMEOUT: Duration = Duration::from_secs(8);
 
 fn job(cluster: &KafkaCluster, group: &str, input: &str, output: &str, root: &str, drain: bool) -> Job {
-    let txns =
-        KafkaTransactions::new(cluster.clone(), KafkaTransactionsConfig::default().transaction_timeout(TXN_TIMEOUT));
-    let mut source = SourceSettings::new(group, &[input]);
-    source.from_earliest = true;
-    source.stop_when_drained = drain;
-    // Spread over a few seconds: the crash leaves part of the input in the lost
-    // checkpoint, and part for later.
-    source.max_poll_records = 50;
-    source.max_records_per_second = Some(1_000);
-    let builder = JobBuilder::new();
-    builder
-        .source(
-            "share-source",
-            record_schema(),
-            KafkaShareSource::factory(cluster.clone(), txns.clone(), source, Arc::new(SourceMetrics::default())),
-        )
-        .sql("count", "SELECT CAST(key AS VARCHAR) AS key, CAST(count(*) AS VARCHAR) AS value FROM input GROUP BY key")
-        .sink("kafka-sink", KafkaSink::factory(txns.clone(), output))
-        .participant(txns);
-    let storage = CheckpointStore::from_url(root, &[], "counts").unwrap();
-    let mut config = JobConfig::new(storage, group, "counts")
-        .checkpoint_interval(Duration::from_millis(300))
-        .checkpoint_timeout(Duration::from_secs(5))
-        .restart(RestartStrategy::FixedDelay { attempts: 0, delay: Duration::from_millis(10) });
-    // A cold broker may time the first checkpoints out while the group forms.
-    config.tolerable_checkpoint_failures = 2;
-    builder.build(config).unwrap()
+    let counts = Counts { parallelism: 1, drain, restarts: 0, transaction_timeout: Some(TXN_TIMEOUT), savepoint: None };
+    counting_job(cluster, (group, input, output), root, &counts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
