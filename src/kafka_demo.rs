@@ -9,19 +9,18 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shareflow_checkpoint::CheckpointStore;
-use shareflow_connector::kafka::{
-    KafkaCluster, KafkaShareSource, KafkaSink, KafkaTransactions, KafkaTransactionsConfig, WHOLE_FETCH_POLL_RECORDS,
-};
-use shareflow_connector::{record_schema, SourceMetrics, SourceSettings};
+use shareflow_connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransactionsConfig};
+use shareflow_connector::SourceMetrics;
 use shareflow_runtime::failpoint::points as runtime_points;
-use shareflow_runtime::{InstanceConfig, JobBuilder, JobConfig, JobSettings, RestartStrategy};
+use shareflow_runtime::{InstanceConfig, JobConfig, JobSettings, RestartStrategy};
+
+use crate::demo::{identity, value_of, DELIVERY_LIMIT};
+use crate::kafka_job::{input_topic, output_topic, pipeline, progress_line, serve_job_metrics, source_settings};
+use crate::running::run_job;
 
 /// The demo's silence before adoption beyond a checkpoint's interval and timeout: it
 /// runs alone, so only a second start of its name could adopt it, after that long.
 const DEMO_ADOPTION_MARGIN: Duration = Duration::from_secs(30);
-
-use crate::demo::{identity, value_of, DELIVERY_LIMIT, TRANSFORM_SQL};
-use crate::running::{run_job, ProgressLine};
 
 /// The fault points an in-process Kafka run can crash at (docs/design.md §4).
 pub(crate) const FAULT_POINTS: &[&str] = &[
@@ -92,23 +91,6 @@ impl KafkaDemoOptions {
     }
 }
 
-/// Serves a Kafka job's metrics, its source's, and KIP-1289's five as the job sees them
-/// ([`shareflow_connector::kafka::seed_transaction_metrics`]).
-pub(crate) fn serve_job_metrics(
-    server: &shareflow::prometheus::MetricsServer,
-    job: &shareflow_runtime::Job,
-    source: &Arc<SourceMetrics>,
-) {
-    server.add(shareflow::prometheus::job_source(job));
-    shareflow::dashboard::Dashboard::new(job).serve(server);
-    let handle = job.metrics_handle();
-    server.add(shareflow::prometheus::source(move || {
-        shareflow_connector::kafka::seed_transaction_metrics(&handle.snapshot())
-    }));
-    let source = source.clone();
-    server.add(shareflow::prometheus::source(move || source.metrics()));
-}
-
 /// What a run did and what the check found.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub(crate) struct KafkaDemoSummary {
@@ -168,16 +150,6 @@ impl KafkaDemoSummary {
             self.seconds
         )
     }
-}
-
-/// The input topic of a run.
-pub(crate) fn input_topic(name: &str) -> String {
-    format!("{name}-input")
-}
-
-/// The output topic of a run.
-pub(crate) fn output_topic(name: &str) -> String {
-    format!("{name}-output")
 }
 
 /// Counts duplicates and losses of output values against ids `0..input`.
@@ -297,60 +269,6 @@ pub(crate) async fn run(
 /// the head of a partition (Kafka's default limit is 5).
 pub(crate) async fn demo_group_limits(cluster: &KafkaCluster, group: &str) -> shareflow_connector::Result<()> {
     cluster.set_group_configs(group, &[("share.delivery.count.limit", &DELIVERY_LIMIT.to_string())]).await
-}
-
-/// The source settings of every job shareflow's binary runs on Kafka (the demo, `run`
-/// with or without a job file): group `group`, `topics`, at most `max_rate` records per
-/// second over `parallelism` subtasks, and polls that take a whole share fetch
-/// (decision 0026): a poll smaller than the fetch makes the client send the rest's
-/// acknowledgements in requests of their own, which cost the broker about half again.
-pub(crate) fn source_settings(group: &str, topics: &[&str], parallelism: u32, max_rate: Option<u64>) -> SourceSettings {
-    let mut source = SourceSettings::new(group, topics);
-    source.max_poll_records = WHOLE_FETCH_POLL_RECORDS;
-    source.max_records_per_second = max_rate.map(|r| (r / u64::from(parallelism)).max(1));
-    if let Some(rate) = source.max_records_per_second {
-        source.max_poll_records = source.max_poll_records.min(rate.max(10) as usize / 10);
-    }
-    source
-}
-
-/// The main job on Kafka: share source -> SQL -> transactional Kafka sink into `output`,
-/// every operator at `parallelism`, `txns` its participant.
-pub(crate) fn pipeline(
-    cluster: &KafkaCluster,
-    txns: &Arc<KafkaTransactions>,
-    source: SourceSettings,
-    output: &str,
-    parallelism: u32,
-    metrics: &Arc<SourceMetrics>,
-) -> JobBuilder {
-    let job = JobBuilder::new();
-    job.source(
-        "share-source",
-        record_schema(),
-        KafkaShareSource::factory(cluster.clone(), txns.clone(), source, metrics.clone()),
-    )
-    .parallelism(parallelism)
-    .sql("transform", TRANSFORM_SQL)
-    .parallelism(parallelism)
-    .sink("kafka-sink", KafkaSink::factory(txns.clone(), output))
-    .parallelism(parallelism);
-    job.participant(txns.clone());
-    job
-}
-
-/// The progress line of a Kafka run, from its source metrics.
-pub(crate) fn progress_line(metrics: &Arc<SourceMetrics>) -> impl Fn() -> ProgressLine + Send + 'static {
-    let metrics = metrics.clone();
-    move || -> ProgressLine {
-        let done = metrics.records_emitted.load(Ordering::Relaxed);
-        let line = format!(
-            "progress: {done} records emitted ({} replayed, {} redeliveries skipped)",
-            metrics.records_replayed.load(Ordering::Relaxed),
-            metrics.records_skipped.load(Ordering::Relaxed)
-        );
-        Box::pin(async move { Some(crate::progress::ProgressState { done, total: None, lag: None, line }) })
-    }
 }
 
 /// The checkpoint root of a Kafka demo named `name` without `--checkpoints`.

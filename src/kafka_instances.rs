@@ -20,7 +20,8 @@ use shareflow_checkpoint::CheckpointStore;
 use shareflow_connector::kafka::KafkaCluster;
 
 use crate::demo::{identity, value_of};
-use crate::kafka_demo::{check, input_topic, output_topic};
+use crate::kafka_demo::check;
+use crate::kafka_job::{input_topic, output_topic};
 
 /// Settings of a multi-instance run.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use shareflow_connector::kafka::{KafkaCluster, KafkaTransactions, KafkaTransacti
 use shareflow_connector::SourceMetrics;
 use shareflow_runtime::{InstanceConfig, JobConfig, RestartStrategy};
 
-use crate::kafka_demo::{input_topic, output_topic, pipeline, progress_line, source_settings};
+use crate::kafka_job::{input_topic, output_topic, pipeline, progress_line, serve_job_metrics, source_settings};
 use crate::running::{run_job, stop_signal};
 
 /// Settings of one instance.
@@ -156,7 +156,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     };
     let job = job.build(config)?;
     if let Some(server) = &endpoint {
-        crate::kafka_demo::serve_job_metrics(server, &job, &metrics);
+        serve_job_metrics(server, &job, &metrics);
         shareflow::control::serve(server, &job, &options.checkpoints);
     }
 

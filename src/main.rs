@@ -23,6 +23,8 @@ mod kafka_demo;
 #[cfg(feature = "kafka")]
 mod kafka_instances;
 #[cfg(feature = "kafka")]
+mod kafka_job;
+#[cfg(feature = "kafka")]
 mod kafka_run;
 mod live;
 mod progress;
