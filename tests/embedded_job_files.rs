@@ -520,10 +520,25 @@ fn the_dead_letters_job_file_is_exactly_once_through_kills() {
 /// `delivery-limit`), each once, instead of letting them vanish, and says so at warn.
 #[test]
 fn records_a_failing_run_burns_to_the_delivery_limit_are_dead_lettered_once() {
+    // A checkpoint timeout of 1 ms fails nearly every checkpoint; one that meets it while
+    // the job is idle commits what it holds. A run where such a checkpoint committed
+    // every record before any reached the limit shows nothing: it is run again, at most
+    // 3 times in all.
+    for round in 1..=3 {
+        let dir = tempfile::tempdir().unwrap();
+        if burn_to_the_delivery_limit(dir.path(), round == 3) {
+            return;
+        }
+        eprintln!("round {round}: a checkpoint committed every record before the limit; again");
+    }
+}
+
+/// One run of [`records_a_failing_run_burns_to_the_delivery_limit_are_dead_lettered_once`]
+/// in `dir`: `false` if a checkpoint committed every record (unless `last`, when that
+/// fails the test), else `true` once every check passed.
+fn burn_to_the_delivery_limit(dir: &Path, last: bool) -> bool {
     use shareflow::connector::dead_letters::{header, HEADER_CAUSE, HEADER_DELIVERY_COUNT};
     const N: u64 = 400;
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
     produce_lines(dir, "numbers", PARTITIONS, (0..N).map(|i| i.to_string()));
     let job = example_job(dir, "dead_letters_embedded.toml", "/tmp/shareflow-dlq", 100_000);
     let text =
@@ -533,8 +548,6 @@ fn records_a_failing_run_burns_to_the_delivery_limit_are_dead_lettered_once() {
     let mut child = start(&job, &log);
     let status = wait(&mut child, Duration::from_secs(120)).expect("the run gives up within 120 s");
     let err = std::fs::read_to_string(log.with_extension("err")).unwrap();
-    assert!(!status.success(), "{err}");
-    assert!(err.contains("records archived at the group's delivery limit"), "{err}");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (out, dead) = runtime.block_on(async {
         let broker =
@@ -557,10 +570,16 @@ fn records_a_failing_run_burns_to_the_delivery_limit_are_dead_lettered_once() {
         }
         (out, dead)
     });
+    if !last && dead.is_empty() && out.len() as u64 == N {
+        return false;
+    }
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("records archived at the group's delivery limit"), "{err}");
     assert!(!dead.is_empty(), "nothing reached the delivery limit: {err}");
     let mut all: Vec<u64> = out.iter().chain(&dead).copied().collect();
     all.sort();
     assert_eq!(all, (0..N).collect::<Vec<_>>(), "every record once: {} out, {} dead", out.len(), dead.len());
+    true
 }
 
 /// `examples/jobs/postgres_embedded.toml` into a real PostgreSQL table through SIGKILLs.
