@@ -136,6 +136,27 @@ fn three_states(id: u64) -> Vec<(String, u32, bytes::Bytes)> {
     ]
 }
 
+/// A savepoint's name is never taken twice: a second savepoint of that name (of another
+/// checkpoint) is refused before any of its files is copied, so the first still reads
+/// back whole; a copy that crashed before its manifest is taken again.
+#[tokio::test]
+async fn a_savepoint_is_never_overwritten() {
+    let (_, store) = faulty();
+    store.commit_checkpoint(1, &three_states(1), vec![], 1024).await.unwrap();
+    store.commit_checkpoint(2, &three_states(2), vec![], 1024).await.unwrap();
+    store.create_savepoint("sp", 1).await.unwrap();
+    let err = store.create_savepoint("sp", 2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    assert!(err.to_string().contains("savepoint \"sp\" already exists at c/job/savepoints/sp/"), "{err}");
+    let sp = store.read_savepoint("sp").await.unwrap();
+    assert_eq!((sp.manifest.checkpoint_id, sp.states[&("agg".to_string(), 1)].clone()), (1, three_states(1)[1].2.clone()));
+    // State copied, no manifest (a crash between the two): the name is free.
+    store.copy_savepoint_state("half", 1).await.unwrap();
+    assert!(store.read_savepoint("half").await.is_err());
+    store.create_savepoint("half", 2).await.unwrap();
+    assert_eq!(store.read_savepoint("half").await.unwrap().states[&("agg".to_string(), 0)], three_states(2)[0].2);
+}
+
 async fn keys_of(store: &dyn ObjectStore, checkpoint: u64) -> Vec<String> {
     use futures::TryStreamExt;
     let dir = object_store::path::Path::from(format!("c/job/chk-{checkpoint:020}"));

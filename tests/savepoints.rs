@@ -1,7 +1,7 @@
 //! Savepoints on the runtime: a job stopped with a savepoint restarts from it at another
 //! parallelism (1 -> 3, 3 -> 1), from a copy in another store too, and every row of the
 //! input counts once across the whole sequence, through a crash while the savepoint is
-//! taken. A changed query whose state does not fit, and a savepoint of an operator the
+//! taken, at each of its steps. A changed query whose state does not fit, and a savepoint of an operator the
 //! job lacks, are refused by name.
 
 #![allow(clippy::unwrap_used)]
@@ -9,8 +9,11 @@
 use std::time::Duration;
 
 use shareflow::checkpoint::CheckpointStore;
+use shareflow::runtime::failpoint::points;
 use shareflow::runtime::testing::{CollectSink, SequenceSource};
-use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy, RuntimeError, SqlOptions, SAVEPOINT_MID};
+use shareflow::runtime::{
+    JobBuilder, JobConfig, RestartStrategy, RuntimeError, SqlOptions, SAVEPOINT_MID, SAVEPOINT_STEPS,
+};
 
 const SPLITS: u32 = 4;
 const ROWS: u64 = 1000;
@@ -106,6 +109,55 @@ async fn a_stop_with_savepoint_restarts_at_another_parallelism_exactly_once() {
         job.run().await.unwrap();
         assert_eq!(sink.committed_sorted(), oracle(), "{before} -> {after}: every row once");
     }
+}
+
+/// A crash at each step of a stop with a savepoint: while its final checkpoint is
+/// written and committed (the restart's final checkpoint serves the request), and while
+/// the savepoint is copied (the request fails, and a second stop takes it). Restored at
+/// another parallelism, every row of the input counts once.
+#[tokio::test(start_paused = true)]
+async fn a_crash_at_each_step_of_a_savepoint_leaves_every_row_once() {
+    let checkpoint_steps = [points::AFTER_STATE_BEFORE_MANIFEST, points::AFTER_MANIFEST, points::COMMIT_MID];
+    let steps = checkpoint_steps.iter().chain(SAVEPOINT_STEPS).copied();
+    for (i, step) in steps.enumerate() {
+        let (before, after) = if i % 2 == 0 { (1, 3) } else { (3, 1) };
+        let sink = CollectSink::new();
+        let first = url("steps");
+        // No periodic checkpoint: the first one is the stop's, where the crash fires.
+        let config = || config(&first).checkpoint_interval(Duration::from_secs(3600));
+        let job = pipeline(&sink, COUNTS, "agg", before).build(config()).unwrap();
+        job.failpoints().arm(step, 0);
+        let failpoints = job.failpoints().clone();
+        let (taken, ran) = stop_with_savepoint(job, "sp", Duration::from_millis(15)).await;
+        ran.unwrap();
+        assert_eq!(failpoints.fired(), vec![step.to_string()], "the crash fired");
+        let taken = if checkpoint_steps.contains(&step) {
+            taken.unwrap_or_else(|e| panic!("{step}: the restart's final checkpoint serves it: {e}"))
+        } else {
+            assert!(matches!(taken, Err(RuntimeError::InjectedCrash(_))), "{step}: {taken:?}");
+            if step == shareflow::runtime::SAVEPOINT_AFTER_MANIFEST {
+                // That savepoint is complete: its name is not taken again.
+                let job = pipeline(&sink, COUNTS, "agg", before).build(config()).unwrap();
+                let (again, ran) = stop_with_savepoint(job, "sp", Duration::from_millis(15)).await;
+                ran.unwrap();
+                let msg = again.unwrap_err().to_string();
+                assert!(msg.contains("savepoint \"sp\" already exists"), "{msg}");
+            }
+            let job = pipeline(&sink, COUNTS, "agg", before).build(config()).unwrap();
+            let (taken, ran) = stop_with_savepoint(job, "sp-2", Duration::from_millis(15)).await;
+            ran.unwrap();
+            taken.unwrap()
+        };
+        assert!(sink.committed_rows() < oracle().len(), "{step}: stopped mid-way");
+        let from = shareflow::control::savepoint_url(&first, &taken.path);
+        let job = pipeline(&sink, COUNTS, "agg", after).build(config_from(&url("after"), &from)).unwrap();
+        job.run().await.unwrap();
+        assert_eq!(sink.committed_sorted(), oracle(), "{step}, {before} -> {after}: every row once");
+    }
+}
+
+fn config_from(root: &str, savepoint: &str) -> JobConfig {
+    config(root).from_savepoint(savepoint)
 }
 
 /// Copies every object of the savepoint at `from` under `to`; returns the copy's URL.

@@ -83,6 +83,14 @@ pub enum CheckpointError {
         /// The checkpoint id.
         checkpoint_id: crate::CheckpointId,
     },
+    /// A savepoint of that name exists: savepoints are never overwritten.
+    #[error("savepoint {name:?} already exists at {path}: take it under another name, or delete that directory first")]
+    SavepointExists {
+        /// The savepoint's name.
+        name: String,
+        /// Its manifest.
+        path: String,
+    },
     /// The instance was adopted by another one after it fell silent; its transactions
     /// are decided by the adopter, so it may never start again under this prefix.
     #[error(
@@ -127,6 +135,7 @@ impl CheckpointError {
             CheckpointError::InvalidUrl { .. }
             | CheckpointError::InvalidName { .. }
             | CheckpointError::InvalidTransactionId { .. }
+            | CheckpointError::SavepointExists { .. }
             | CheckpointError::NotFound { .. } => ErrorKind::Invalid,
             CheckpointError::Corrupt { .. } => ErrorKind::Data,
             CheckpointError::ManifestConflict { .. }

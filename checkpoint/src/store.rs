@@ -653,10 +653,26 @@ impl CheckpointStore {
             .collect())
     }
 
-    /// Copies complete checkpoint `n` to the savepoint `name`. Savepoints are never
-    /// deleted automatically.
+    /// Copies complete checkpoint `n` to the savepoint `name`: its state files, then
+    /// its manifest. Savepoints are never deleted automatically, nor overwritten.
     pub async fn create_savepoint(&self, name: &str, checkpoint_id: CheckpointId) -> Result<Manifest> {
+        let manifest = self.copy_savepoint_state(name, checkpoint_id).await?;
+        self.publish_savepoint(name, &manifest).await?;
+        Ok(manifest)
+    }
+
+    /// The first step of [`create_savepoint`](Self::create_savepoint): copies the state
+    /// files of complete checkpoint `n` into savepoint `name`'s directory, and returns
+    /// the manifest to publish. Refuses a name a savepoint already has (its files would
+    /// be overwritten); the files of a copy that never got its manifest are replaced.
+    pub async fn copy_savepoint_state(&self, name: &str, checkpoint_id: CheckpointId) -> Result<Manifest> {
         let dir = self.paths.savepoint_dir(name)?;
+        let published = dir.clone().join(MANIFEST_NAME);
+        match self.store.head(&published).await {
+            Ok(_) => return Err(CheckpointError::SavepointExists { name: name.into(), path: published.to_string() }),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(CheckpointError::store("head", &published, e)),
+        }
         let manifest = self.read_manifest(checkpoint_id).await?;
         let from = self.paths.checkpoint_dir(checkpoint_id);
         let mut files: Vec<String> = Vec::new();
@@ -673,9 +689,15 @@ impl CheckpointStore {
             let (src, dst) = (from.clone().join(file.as_str()), dir.clone().join(file.as_str()));
             with_retry("copy", &src, || self.store.copy(&src, &dst)).await?;
         }
-        let path = dir.join(MANIFEST_NAME);
-        self.put_create(&path, Bytes::from(manifest.encode()?), checkpoint_id).await?;
         Ok(manifest)
+    }
+
+    /// The last step of [`create_savepoint`](Self::create_savepoint): writes savepoint
+    /// `name`'s manifest, which makes it complete.
+    pub async fn publish_savepoint(&self, name: &str, manifest: &Manifest) -> Result<()> {
+        let path = self.paths.savepoint_dir(name)?.join(MANIFEST_NAME);
+        self.put_create(&path, Bytes::from(manifest.encode()?), manifest.checkpoint_id).await?;
+        Ok(())
     }
 
     /// Names of the job's savepoints.

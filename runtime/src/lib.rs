@@ -83,7 +83,10 @@ pub use operator::{
     SubtaskContext, TransactionParticipant, TransactionTemplate,
 };
 pub use partition::{key_group_of, key_groups_of_subtask, subtask_of_key_group, Partitioning, KEY_GROUPS};
-pub use savepoint::{restore_savepoint, Savepoint, SavepointHandle, SAVEPOINT_MID};
+pub use savepoint::{
+    restore_savepoint, Savepoint, SavepointHandle, SAVEPOINT_AFTER_MANIFEST, SAVEPOINT_BEFORE_COPY, SAVEPOINT_MID,
+    SAVEPOINT_STEPS,
+};
 pub use shareflow_checkpoint as checkpoint;
 pub use shareflow_checkpoint::CheckpointId;
 pub use spec::{GraphEdge, GraphNode, JobGraph, OperatorFactory, SourceFactory};

@@ -23,8 +23,16 @@ use tokio::sync::oneshot;
 use crate::error::{Result, RuntimeError};
 use crate::failpoint::Failpoints;
 
+/// The failpoint where the checkpoint a savepoint copies is complete and committed, and
+/// nothing is copied yet.
+pub const SAVEPOINT_BEFORE_COPY: &str = "savepoint.before_copy";
 /// The failpoint between copying a savepoint's state files and writing its manifest.
 pub const SAVEPOINT_MID: &str = "savepoint.mid";
+/// The failpoint where the savepoint's manifest is written (it is complete) and the
+/// request is not answered yet.
+pub const SAVEPOINT_AFTER_MANIFEST: &str = "savepoint.after_manifest";
+/// The failpoints of taking a savepoint, in the order it reaches them.
+pub const SAVEPOINT_STEPS: &[&str] = &[SAVEPOINT_BEFORE_COPY, SAVEPOINT_MID, SAVEPOINT_AFTER_MANIFEST];
 
 /// A savepoint the job took.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,8 +107,11 @@ impl Requests {
 /// Copies checkpoint `n` to savepoint `name`.
 async fn take(storage: &CheckpointStore, name: &str, n: CheckpointId, f: &Failpoints) -> Result<Savepoint> {
     let path = storage.savepoint_path(name)?.to_string();
+    f.hit(SAVEPOINT_BEFORE_COPY)?;
+    let manifest = storage.copy_savepoint_state(name, n).await?;
     f.hit(SAVEPOINT_MID)?;
-    storage.create_savepoint(name, n).await?;
+    storage.publish_savepoint(name, &manifest).await?;
+    f.hit(SAVEPOINT_AFTER_MANIFEST)?;
     Ok(Savepoint { name: name.to_string(), checkpoint_id: n, path })
 }
 
