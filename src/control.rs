@@ -2,7 +2,7 @@
 //! dashboard): `POST /api/savepoint?name=N` takes a savepoint and lets the job go on;
 //! with `&stop=true` it stops the job gracefully with a savepoint of its final
 //! checkpoint. `POST /api/stop` stops it without one. `shareflow savepoint` and
-//! `shareflow stop` call them.
+//! `shareflow stop` call them. SIGUSR1 takes a savepoint too ([`savepoint_on_signal`]).
 
 use std::sync::Arc;
 
@@ -36,6 +36,37 @@ pub fn serve(server: &MetricsServer, job: &Job, checkpoints: &str) {
     server.route("/api/stop", route);
 }
 
+/// Takes a savepoint of `job` (checkpoints under the URL `checkpoints`) on each
+/// SIGUSR1, named `savepoint-{unix ms}`, and says on stderr where it is or why it
+/// failed; the job goes on. Stops listening when the returned task is aborted. Must be
+/// called inside the runtime; does nothing where there are no such signals.
+pub fn savepoint_on_signal(job: &Job, checkpoints: &str) -> tokio::task::JoinHandle<()> {
+    let (savepoints, root) = (job.savepoint_handle(), checkpoints.to_string());
+    #[cfg(unix)]
+    let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1());
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        match signal {
+            Ok(mut signal) => {
+                while signal.recv().await.is_some() {
+                    let name = format!("savepoint-{}", shareflow_checkpoint::now_ms());
+                    match savepoints.take(&name).await {
+                        Ok(s) => eprintln!(
+                            "savepoint {name} of checkpoint {} taken: {}",
+                            s.checkpoint_id,
+                            savepoint_url(&root, &s.path)
+                        ),
+                        Err(e) => eprintln!("savepoint {name} (asked for by SIGUSR1) failed: {e}"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGUSR1: no savepoints by signal"),
+        }
+        #[cfg(not(unix))]
+        let _ = (savepoints, root);
+    })
+}
+
 async fn control(req: WebRequest, savepoints: &SavepointHandle, stop: &StopHandle, root: &str) -> WebResponse {
     if req.method != Method::POST {
         return WebResponse::text(
@@ -45,7 +76,11 @@ async fn control(req: WebRequest, savepoints: &SavepointHandle, stop: &StopHandl
     }
     if req.path == "/api/stop" {
         stop.stop();
-        return WebResponse::json(&serde_json::json!({ "stopping": true }));
+        #[derive(serde::Serialize)]
+        struct Stopping {
+            stopping: bool,
+        }
+        return WebResponse::json(&Stopping { stopping: true });
     }
     let name = match req.param("name") {
         Some(n) => n.to_string(),

@@ -189,6 +189,7 @@ async fn run_on(
     let job = job.build(config)?;
     job.failpoints().schedule(options.crashes.to_vec());
     shareflow::control::serve(server, &job, options.checkpoints);
+    let on_usr1 = shareflow::control::savepoint_on_signal(&job, options.checkpoints);
     server.add(shareflow::prometheus::job_source(&job));
     shareflow::dashboard::Dashboard::new(&job).with_embedded_broker(broker, &topics).serve(server);
     let stopped = Arc::new(AtomicBool::new(false));
@@ -210,6 +211,7 @@ async fn run_on(
     };
     let result = run_job(&job, Some(progress)).await;
     on_signal.abort();
+    on_usr1.abort();
     let (report, seconds) = result?;
     Ok(EmbeddedRunSummary {
         broker: String::new(),

@@ -159,6 +159,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
         serve_job_metrics(server, &job, &metrics);
         shareflow::control::serve(server, &job, &options.checkpoints);
     }
+    let on_usr1 = shareflow::control::savepoint_on_signal(&job, &options.checkpoints);
 
     let stopped = Arc::new(AtomicBool::new(false));
     let on_signal = tokio::spawn({
@@ -171,6 +172,7 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     });
     let result = run_job(&job, Some(progress_line(&metrics))).await;
     on_signal.abort();
+    on_usr1.abort();
     let (report, seconds) = result?;
     if options.delete_ledger_on_retire && stopped.load(Ordering::SeqCst) {
         // Retired: it committed everything and keeps nothing pending; nobody reads its

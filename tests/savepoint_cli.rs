@@ -145,3 +145,47 @@ fn stop_with_a_savepoint_then_start_from_a_copy_at_another_parallelism() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// SIGUSR1 takes a savepoint of a running job, which says where it is and goes on; the
+/// savepoint is listed beside the checkpoints.
+#[cfg(unix)]
+#[test]
+fn sigusr1_takes_a_savepoint_and_the_job_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    processes::produce_lines(
+        &dir.join("broker"),
+        "clicks",
+        2,
+        (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10)),
+    );
+    let job = job_file(dir, "job.toml", "checkpoints", 1);
+    let err = dir.join("job.err");
+    let mut child = start(&job, &[], &err);
+    let stderr = || std::fs::read_to_string(&err).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stderr().contains("progress") {
+        assert!(Instant::now() < deadline, "no progress in 60 s: {}", stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kill = std::process::Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let taken = loop {
+        if let Some(line) = stderr().lines().find(|l| l.starts_with("savepoint savepoint-")) {
+            break line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no savepoint in 60 s: {}", stderr());
+        assert!(child.try_wait().unwrap().is_none(), "the job ended: {}", stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let url = taken.rsplit_once(" taken: ").expect("where it is").1;
+    let root = format!("file://{}", dir.join("checkpoints").display());
+    assert!(url.starts_with(&format!("{root}/clicks/savepoints/savepoint-")), "{taken}");
+    let out = shareflow().args(["checkpoints", "--checkpoints", &root, "--job", "clicks"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(listing.contains(url), "{listing}");
+    assert!(child.try_wait().unwrap().is_none(), "the job goes on: {}", stderr());
+    let out = shareflow().args(["stop"]).arg(&job).output().unwrap();
+    assert!(out.status.success(), "stop: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(wait(&mut child, Duration::from_secs(30)).expect("the job stops").success(), "{}", stderr());
+}
