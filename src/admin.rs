@@ -132,7 +132,7 @@ impl TxnList {
             TxnSource::Kafka(bootstrap) => self.kafka(bootstrap).await?,
         };
         if self.json {
-            println!("{}", serde_json::Value::Array(rows.iter().map(Row::to_json).collect()));
+            println!("{}", serde_json::to_string(&rows.iter().map(Row::to_json).collect::<Vec<_>>())?);
             return Ok(());
         }
         println!(
@@ -267,23 +267,38 @@ struct Row {
     producer: Option<(i64, i16, usize)>,
 }
 
+/// A listed transaction's JSON form; the producer's fields only on Kafka.
+#[derive(serde::Serialize)]
+struct RowJson<'a> {
+    id: &'a str,
+    state: &'a str,
+    age_seconds: Option<f64>,
+    timeout_seconds: f64,
+    pending_acks: Option<u64>,
+    produced: Option<u64>,
+    decided_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    producer_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    producer_epoch: Option<i16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partitions: Option<usize>,
+}
+
 impl Row {
-    fn to_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "id": self.id,
-            "state": self.state,
-            "age_seconds": self.age.map(|a| a.as_secs_f64()),
-            "timeout_seconds": self.timeout.as_secs_f64(),
-            "pending_acks": self.pending_acks,
-            "produced": self.produced,
-            "decided_by": self.decided_by,
-        });
-        if let Some((id, epoch, partitions)) = self.producer {
-            v["producer_id"] = id.into();
-            v["producer_epoch"] = epoch.into();
-            v["partitions"] = partitions.into();
+    fn to_json(&self) -> RowJson<'_> {
+        RowJson {
+            id: &self.id,
+            state: &self.state,
+            age_seconds: self.age.map(|a| a.as_secs_f64()),
+            timeout_seconds: self.timeout.as_secs_f64(),
+            pending_acks: self.pending_acks,
+            produced: self.produced,
+            decided_by: self.decided_by.as_deref(),
+            producer_id: self.producer.map(|p| p.0),
+            producer_epoch: self.producer.map(|p| p.1),
+            partitions: self.producer.map(|p| p.2),
         }
-        v
     }
 }
 
@@ -397,10 +412,7 @@ impl TxnResolve {
         close();
         let done = done?;
         if self.json {
-            let rows = done.iter().map(
-                |r| serde_json::json!({"transaction": r.transaction, "participant": r.participant, "action": r.action}),
-            );
-            println!("{}", serde_json::Value::Array(rows.collect()));
+            println!("{}", serde_json::to_string(&done)?);
             return Ok(());
         }
         let verb = if self.dry_run { "would" } else { "did" };
@@ -412,6 +424,36 @@ impl TxnResolve {
         }
         Ok(())
     }
+}
+
+/// `checkpoints inspect N --json`: the manifest and the verdict on each state file.
+#[derive(serde::Serialize)]
+struct InspectJson<'a> {
+    job: &'a str,
+    checkpoint: CheckpointId,
+    created_at_ms: u64,
+    transactions: Vec<TransactionJson<'a>>,
+    state_files: Vec<StateFileJson<'a>>,
+}
+
+/// A transaction a manifest names.
+#[derive(serde::Serialize)]
+struct TransactionJson<'a> {
+    participant: &'a str,
+    transaction: &'a str,
+    state: String,
+}
+
+/// A state file a manifest names, read back and checked.
+#[derive(serde::Serialize)]
+struct StateFileJson<'a> {
+    operator: &'a str,
+    subtask: u32,
+    part: u32,
+    bytes: u64,
+    inline: bool,
+    shared_offset: Option<u64>,
+    check: &'a str,
 }
 
 /// `checkpoints inspect N`: one checkpoint's manifest, its transactions and state files,
@@ -432,19 +474,28 @@ pub(crate) async fn inspect_checkpoint(url: &str, job: &str, id: CheckpointId, j
     }
     let failed = files.iter().filter(|(_, v)| v != "verified").count();
     if json {
-        let v = serde_json::json!({
-            "job": manifest.job_id,
-            "checkpoint": manifest.checkpoint_id,
-            "created_at_ms": manifest.created_at_ms,
-            "transactions": manifest.transactions.iter().map(|t| serde_json::json!({
-                "participant": t.participant, "transaction": t.transaction_id, "state": format!("{:?}", t.state),
-            })).collect::<Vec<_>>(),
-            "state_files": files.iter().map(|(f, v)| serde_json::json!({
-                "operator": f.operator, "subtask": f.subtask, "part": f.part, "bytes": f.size, "inline": f.inline.is_some(),
-                "shared_offset": f.offset, "check": v,
-            })).collect::<Vec<_>>(),
+        let transactions = manifest.transactions.iter().map(|t| TransactionJson {
+            participant: &t.participant,
+            transaction: &t.transaction_id,
+            state: format!("{:?}", t.state),
         });
-        println!("{v}");
+        let state_files = files.iter().map(|(f, check)| StateFileJson {
+            operator: &f.operator,
+            subtask: f.subtask,
+            part: f.part,
+            bytes: f.size,
+            inline: f.inline.is_some(),
+            shared_offset: f.offset,
+            check,
+        });
+        let inspected = InspectJson {
+            job: &manifest.job_id,
+            checkpoint: manifest.checkpoint_id,
+            created_at_ms: manifest.created_at_ms,
+            transactions: transactions.collect(),
+            state_files: state_files.collect(),
+        };
+        println!("{}", serde_json::to_string(&inspected)?);
     } else {
         let age = shareflow::checkpoint::now_ms().saturating_sub(manifest.created_at_ms);
         println!(
@@ -633,10 +684,16 @@ impl TxnDecide {
         };
         close();
         if self.json {
-            println!(
-                "{}",
-                serde_json::json!({"transaction": self.id, "action": action, "forced": self.force, "participant": participant.name()})
-            );
+            #[derive(serde::Serialize)]
+            struct Decided<'a> {
+                transaction: &'a str,
+                action: &'a str,
+                forced: bool,
+                participant: &'a str,
+            }
+            let decided =
+                Decided { transaction: &self.id, action, forced: self.force, participant: participant.name() };
+            println!("{}", serde_json::to_string(&decided)?);
         } else {
             println!("{action} {} ({})", self.id, participant.name());
         }

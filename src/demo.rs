@@ -180,18 +180,22 @@ pub(crate) struct DemoInput {
     pub(crate) mode: AcknowledgementMode,
 }
 
+/// The marker file's JSON form.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Marker {
+    records: u64,
+    partitions: u32,
+    mode: String,
+}
+
 impl DemoInput {
     /// Writes the marker into `dir` durably: a temporary file, fsynced, renamed into
     /// place, and the directory fsynced.
     pub(crate) fn save(&self, dir: &Path) -> Result<(), DemoError> {
         let path = dir.join(INPUT_MARKER);
         let tmp = dir.join(format!("{INPUT_MARKER}.tmp"));
-        let text = serde_json::json!({
-            "records": self.records,
-            "partitions": self.partitions,
-            "mode": self.mode.to_string(),
-        })
-        .to_string();
+        let marker = Marker { records: self.records, partitions: self.partitions, mode: self.mode.to_string() };
+        let text = serde_json::to_string(&marker).unwrap_or_default();
         fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DemoError + 'a {
             move |source| DemoError::Io { action, path: path.to_path_buf(), source }
         }
@@ -213,21 +217,12 @@ impl DemoInput {
             Err(source) => return Err(DemoError::Io { action: "read", path, source }),
         };
         let bad = |reason: String| DemoError::BadMarker { path: path.clone(), reason };
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let number = |key: &str| {
-            json.get(key).and_then(serde_json::Value::as_u64).ok_or_else(|| bad(format!("no number {key:?}")))
-        };
-        let records = number("records")?;
-        let partitions = u32::try_from(number("partitions")?)
-            .ok()
+        let marker: Marker = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let records = marker.records;
+        let partitions = Some(marker.partitions)
             .filter(|p| *p >= 1)
             .ok_or_else(|| bad("\"partitions\" must be 1..=4294967295".into()))?;
-        let mode = json
-            .get("mode")
-            .and_then(serde_json::Value::as_str)
-            .ok_or_else(|| bad("no string \"mode\"".into()))?
-            .parse()
-            .map_err(|e| bad(format!("bad \"mode\": {e}")))?;
+        let mode = marker.mode.parse().map_err(|e| bad(format!("bad \"mode\": {e}")))?;
         Ok(Self { records, partitions, mode })
     }
 

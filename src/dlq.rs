@@ -95,20 +95,26 @@ pub(crate) fn list_line(r: &Record) -> String {
     )
 }
 
-/// `dlq list --json`: one object per dead letter.
-pub(crate) fn list_json(r: &Record) -> serde_json::Value {
-    let headers: serde_json::Map<String, serde_json::Value> = r
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into())))
-        .collect();
-    serde_json::json!({
-        "partition": r.partition,
-        "offset": r.offset,
-        "key": r.key.as_deref().map(|k| String::from_utf8_lossy(k).to_string()),
-        "value": r.value.as_deref().map(|v| String::from_utf8_lossy(v).to_string()),
-        "headers": headers,
-    })
+/// `dlq list --json`: one object per dead letter, its bytes read as UTF-8 (lossily).
+#[derive(serde::Serialize)]
+pub(crate) struct DeadLetterJson {
+    partition: i32,
+    offset: i64,
+    key: Option<String>,
+    value: Option<String>,
+    headers: std::collections::BTreeMap<String, String>,
+}
+
+/// The JSON form of dead letter `r`.
+pub(crate) fn list_json(r: &Record) -> DeadLetterJson {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    DeadLetterJson {
+        partition: r.partition,
+        offset: r.offset,
+        key: r.key.as_deref().map(text),
+        value: r.value.as_deref().map(text),
+        headers: r.headers.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
+    }
 }
 
 /// Every record of `topic` read_committed on the embedded broker in `dir`.

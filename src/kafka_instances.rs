@@ -127,7 +127,7 @@ pub(crate) struct InstanceCounts {
 }
 
 /// What a multi-instance run did and what the check found.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub(crate) struct InstancesSummary {
     /// The schedule's seed.
     pub(crate) seed: u64,
@@ -140,8 +140,10 @@ pub(crate) struct InstancesSummary {
     /// Input records missing from the output.
     pub(crate) lost: u64,
     /// Per instance name.
+    #[serde(serialize_with = "instances_json")]
     pub(crate) instances: BTreeMap<String, InstanceCounts>,
     /// `(adopted, adopter)` as the instance registry records them at the end.
+    #[serde(serialize_with = "adoptions_json")]
     pub(crate) adoptions: Vec<(String, String)>,
     /// Processes that stopped because another fenced them.
     pub(crate) fenced: u32,
@@ -165,6 +167,42 @@ pub(crate) struct InstancesSummary {
     pub(crate) seconds: f64,
 }
 
+/// Each instance's counts as JSON, with its rate.
+fn instances_json<S: serde::Serializer>(instances: &BTreeMap<String, InstanceCounts>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Counts<'a> {
+        processes: u32,
+        killed: u32,
+        emitted: u64,
+        seconds: f64,
+        records_per_second: f64,
+        end: &'a str,
+        adoptions: u64,
+    }
+    s.collect_map(instances.iter().map(|(name, c)| {
+        let counts = Counts {
+            processes: c.processes,
+            killed: c.killed,
+            emitted: c.emitted,
+            seconds: c.seconds,
+            records_per_second: c.records_per_second(),
+            end: &c.end,
+            adoptions: c.adoptions,
+        };
+        (name, counts)
+    }))
+}
+
+/// Adoptions as `{"adopted", "by"}` objects.
+fn adoptions_json<S: serde::Serializer>(adoptions: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Adoption<'a> {
+        adopted: &'a str,
+        by: &'a str,
+    }
+    s.collect_seq(adoptions.iter().map(|(adopted, by)| Adoption { adopted, by }))
+}
+
 impl InstanceCounts {
     /// Records per second while its processes ran.
     pub(crate) fn records_per_second(&self) -> f64 {
@@ -182,44 +220,9 @@ impl InstancesSummary {
         self.duplicates == 0 && self.lost == 0 && self.open_transactions.is_empty()
     }
 
-    /// One JSON object.
+    /// One JSON object: the summary, serialized.
     pub(crate) fn to_json(&self) -> String {
-        let instances: serde_json::Map<String, serde_json::Value> = self
-            .instances
-            .iter()
-            .map(|(name, c)| {
-                let v = serde_json::json!({
-                    "processes": c.processes,
-                    "killed": c.killed,
-                    "emitted": c.emitted,
-                    "seconds": c.seconds,
-                    "records_per_second": c.records_per_second(),
-                    "end": c.end,
-                    "adoptions": c.adoptions,
-                });
-                (name.clone(), v)
-            })
-            .collect();
-        serde_json::json!({
-            "seed": self.seed,
-            "input_records": self.input_records,
-            "output_records": self.output_records,
-            "duplicates": self.duplicates,
-            "lost": self.lost,
-            "instances": instances,
-            "adoptions": self.adoptions.iter().map(|(a, by)| serde_json::json!({"adopted": a, "by": by})).collect::<Vec<_>>(),
-            "fenced": self.fenced,
-            "sigkills": self.sigkills,
-            "paused": self.paused,
-            "adoption_seconds": self.adoption_seconds,
-            "adopted_output_seconds": self.adopted_output_seconds,
-            "adopted_uncommitted": self.adopted_uncommitted,
-            "transactional_ids": self.transactional_ids,
-            "open_transactions": self.open_transactions,
-            "records_per_second": self.records_per_second,
-            "seconds": self.seconds,
-        })
-        .to_string()
+        serde_json::to_string(self).unwrap_or_default()
     }
 
     /// Human-readable lines.

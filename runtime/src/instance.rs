@@ -230,7 +230,7 @@ fn adoption_error(prefix: &str, e: shareflow_checkpoint::CheckpointError) -> Run
 }
 
 /// One decision [`resolve_pending`] took (or, in a dry run, would take).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Resolution {
     /// The transaction, `{groupId}-{prefix}-{checkpointId}`.
     pub transaction: String,

@@ -42,10 +42,10 @@ fn list(runtime: &Runtime, backend: &Backend, topic: &str, json: bool) -> ExitCo
     });
     admin_exit(
         "dlq list",
-        records.map(|records| {
+        records.and_then(|records| {
             for r in &records {
                 if json {
-                    println!("{}", crate::dlq::list_json(r));
+                    println!("{}", serde_json::to_string(&crate::dlq::list_json(r))?);
                 } else {
                     println!("{}", crate::dlq::list_line(r));
                 }
@@ -53,6 +53,7 @@ fn list(runtime: &Runtime, backend: &Backend, topic: &str, json: bool) -> ExitCo
             if !json {
                 println!("{} dead letters in {topic}", records.len());
             }
+            Ok(())
         }),
     )
 }

@@ -95,7 +95,7 @@ impl CrashCost {
 }
 
 /// What one instance of `--instances N` did.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub(crate) struct InstanceSummary {
     /// Its prefix (and job id).
     pub(crate) prefix: String,
@@ -114,6 +114,42 @@ pub(crate) struct InstanceSummary {
     pub(crate) outcome: String,
 }
 
+/// The JSON form of [`DemoSummary`]: one object, its figures rounded for reading.
+#[derive(serde::Serialize)]
+struct SummaryJson<'a> {
+    records_produced: u64,
+    records_committed: u64,
+    duplicates: u64,
+    lost: u64,
+    archived: u64,
+    crashes: usize,
+    crashes_scheduled: usize,
+    crash_points: &'a [String],
+    checkpoints_completed: u64,
+    checkpoints_aborted: u64,
+    transactions_committed: u64,
+    transactions_aborted: u64,
+    transactions_recovered: u64,
+    attempts: u32,
+    records_emitted: u64,
+    /// What the sources emitted beyond the input: the work crashes made them redo;
+    /// null where this run did not see the whole input (resumed, or stopped).
+    records_emitted_again: Option<u64>,
+    restart_delay_seconds: f64,
+    recovery_seconds: f64,
+    resumed: bool,
+    stopped: bool,
+    left_for_resume: u64,
+    records_per_second: f64,
+    seconds: f64,
+    processed_seconds: Option<f64>,
+    /// The input over that time (records_per_second * seconds is the input).
+    processed_per_second: Option<f64>,
+    violations: usize,
+    adoptions: u64,
+    instances: &'a [InstanceSummary],
+}
+
 impl DemoSummary {
     /// Records the sources emitted beyond the input, the work crashes made them redo;
     /// `None` for a run that did not see the whole input from its start (a resumed or a
@@ -124,51 +160,41 @@ impl DemoSummary {
 
     /// One JSON object.
     pub(crate) fn to_json(&self) -> String {
-        serde_json::json!({
-            "records_produced": self.records_produced,
-            "records_committed": self.records_committed,
-            "duplicates": self.duplicates,
-            "lost": self.lost,
-            "archived": self.archived,
-            "crashes": self.crashes,
-            "crashes_scheduled": self.crashes_scheduled,
-            "crash_points": self.crash_points,
-            "checkpoints_completed": self.checkpoints_completed,
-            "checkpoints_aborted": self.checkpoints_aborted,
-            "transactions_committed": self.transactions_committed,
-            "transactions_aborted": self.transactions_aborted,
-            "transactions_recovered": self.transactions_recovered,
-            "attempts": self.attempts,
-            "records_emitted": self.crash_cost.records_emitted,
-            // What the sources emitted beyond the input: the work crashes made them redo;
-            // null where this run did not see the whole input (resumed, or stopped).
-            "records_emitted_again": self.records_emitted_again(),
-            "restart_delay_seconds": (self.crash_cost.restart_delay_seconds * 1e6).round() / 1e6,
-            "recovery_seconds": (self.crash_cost.recovery_seconds * 1e6).round() / 1e6,
-            "resumed": self.resumed,
-            "stopped": self.stopped,
-            "left_for_resume": self.left_for_resume,
-            "records_per_second": self.records_per_second.round(),
-            "seconds": (self.seconds * 1000.0).round() / 1000.0,
-            "processed_seconds": self.processed_seconds.map(|s| (s * 1000.0).round() / 1000.0),
-            // The input over that time (records_per_second * seconds is the input).
-            "processed_per_second": self
+        let round = |x: f64, scale: f64| (x * scale).round() / scale;
+        let json = SummaryJson {
+            records_produced: self.records_produced,
+            records_committed: self.records_committed,
+            duplicates: self.duplicates,
+            lost: self.lost,
+            archived: self.archived,
+            crashes: self.crashes,
+            crashes_scheduled: self.crashes_scheduled,
+            crash_points: &self.crash_points,
+            checkpoints_completed: self.checkpoints_completed,
+            checkpoints_aborted: self.checkpoints_aborted,
+            transactions_committed: self.transactions_committed,
+            transactions_aborted: self.transactions_aborted,
+            transactions_recovered: self.transactions_recovered,
+            attempts: self.attempts,
+            records_emitted: self.crash_cost.records_emitted,
+            records_emitted_again: self.records_emitted_again(),
+            restart_delay_seconds: round(self.crash_cost.restart_delay_seconds, 1e6),
+            recovery_seconds: round(self.crash_cost.recovery_seconds, 1e6),
+            resumed: self.resumed,
+            stopped: self.stopped,
+            left_for_resume: self.left_for_resume,
+            records_per_second: self.records_per_second.round(),
+            seconds: round(self.seconds, 1e3),
+            processed_seconds: self.processed_seconds.map(|s| round(s, 1e3)),
+            processed_per_second: self
                 .processed_seconds
                 .filter(|s| *s > 0.0)
                 .map(|s| (self.records_per_second * self.seconds / s).round()),
-            "violations": self.violations.len(),
-            "adoptions": self.instances.iter().map(|i| i.adoptions).sum::<u64>(),
-            "instances": self.instances.iter().map(|i| serde_json::json!({
-                "prefix": i.prefix,
-                "role": i.role,
-                "records_emitted": i.records_emitted,
-                "crashes": i.crashes,
-                "attempts": i.attempts,
-                "adoptions": i.adoptions,
-                "outcome": i.outcome,
-            })).collect::<Vec<_>>(),
-        })
-        .to_string()
+            violations: self.violations.len(),
+            adoptions: self.instances.iter().map(|i| i.adoptions).sum(),
+            instances: &self.instances,
+        };
+        serde_json::to_string(&json).unwrap_or_default()
     }
 
     /// A human summary.
