@@ -149,7 +149,10 @@ async fn a_savepoint_is_never_overwritten() {
     assert_eq!(err.kind(), ErrorKind::Invalid);
     assert!(err.to_string().contains("savepoint \"sp\" already exists at c/job/savepoints/sp/"), "{err}");
     let sp = store.read_savepoint("sp").await.unwrap();
-    assert_eq!((sp.manifest.checkpoint_id, sp.states[&("agg".to_string(), 1)].clone()), (1, three_states(1)[1].2.clone()));
+    assert_eq!(
+        (sp.manifest.checkpoint_id, sp.states[&("agg".to_string(), 1)].clone()),
+        (1, three_states(1)[1].2.clone())
+    );
     // State copied, no manifest (a crash between the two): the name is free.
     store.copy_savepoint_state("half", 1).await.unwrap();
     assert!(store.read_savepoint("half").await.is_err());
