@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `/api/job` | the job graph, each operator's rows in and out and backpressure time, restarts |
 //! | `/api/checkpoints` | counts, and the newest checkpoints: id, duration, size, transaction, outcome |
-//! | `/api/partitions` | records of each input partition by state (embedded broker) |
+//! | `/api/partitions` | each input partition: records by state (embedded broker), start offset and lag (Kafka) |
 //! | `/api/transactions` | pending transactions (embedded broker) |
 //! | `/api/instances` | the instances under the job's checkpoint root and their standing |
 //! | `/api/dead-letters` | dead letters by cause |
@@ -49,6 +49,8 @@ pub struct Dashboard {
     dead_letters: Option<DeadLetters>,
     registry: InstanceRegistry,
     broker: Option<(EmbeddedBroker, Vec<String>)>,
+    #[cfg(feature = "kafka")]
+    kafka: Option<(shareflow_connector::kafka::KafkaCluster, Vec<String>)>,
     started: Instant,
 }
 
@@ -136,7 +138,9 @@ pub struct CheckpointView {
     pub reason: Option<String>,
 }
 
-/// One partition of `/api/partitions`: its records for the job's group, by state.
+/// One partition of `/api/partitions`: where the job's group stands on it. The
+/// embedded broker tells the state of each record; Kafka tells only the share
+/// partition's start offset and lag, so there the states are `None`.
 #[derive(Debug, Default, Serialize)]
 pub struct PartitionView {
     /// Topic.
@@ -145,16 +149,21 @@ pub struct PartitionView {
     pub partition: i32,
     /// One past its last offset.
     pub end_offset: i64,
+    /// The share-partition start offset (Kafka; `None` until the group initialised it,
+    /// and on the embedded broker).
+    pub start_offset: Option<i64>,
+    /// Records the group has not finished (not yet acknowledged or archived).
+    pub unfinished: Option<u64>,
     /// AVAILABLE (never delivered included).
-    pub available: u64,
+    pub available: Option<u64>,
     /// ACQUIRED by a member.
-    pub acquired: u64,
+    pub acquired: Option<u64>,
     /// LOCKED in an undecided transaction.
-    pub locked: u64,
+    pub locked: Option<u64>,
     /// ACKNOWLEDGED.
-    pub acknowledged: u64,
+    pub acknowledged: Option<u64>,
     /// ARCHIVED.
-    pub archived: u64,
+    pub archived: Option<u64>,
 }
 
 /// One transaction of `/api/transactions`.
@@ -210,6 +219,8 @@ impl Dashboard {
             dead_letters: job.dead_letters().cloned(),
             registry: config.storage.registry(),
             broker: None,
+            #[cfg(feature = "kafka")]
+            kafka: None,
             started: Instant::now(),
         }
     }
@@ -218,6 +229,14 @@ impl Dashboard {
     /// embedded `broker` the job reads.
     pub fn with_embedded_broker(mut self, broker: &EmbeddedBroker, topics: &[&str]) -> Self {
         self.broker = Some((broker.clone(), topics.iter().map(|t| t.to_string()).collect()));
+        self
+    }
+
+    /// Shows the share partitions of `topics` on Kafka `cluster` (start offset and lag:
+    /// Kafka does not tell the state of each record).
+    #[cfg(feature = "kafka")]
+    pub fn with_kafka(mut self, cluster: &shareflow_connector::kafka::KafkaCluster, topics: &[&str]) -> Self {
+        self.kafka = Some((cluster.clone(), topics.iter().map(|t| t.to_string()).collect()));
         self
     }
 
@@ -332,30 +351,59 @@ impl Dashboard {
         }
     }
 
-    /// `/api/partitions`: empty unless the job reads an embedded broker.
+    /// `/api/partitions`: empty unless the job reads an embedded broker or Kafka.
     pub async fn partitions(&self) -> Result<Vec<PartitionView>, shareflow_connector::Error> {
+        #[cfg(feature = "kafka")]
+        if let Some((cluster, topics)) = &self.kafka {
+            let mut out = Vec::new();
+            for topic in topics {
+                for p in cluster.share_group_partitions(&self.group, topic).await? {
+                    out.push(PartitionView {
+                        topic: topic.clone(),
+                        partition: p.partition,
+                        end_offset: p.end_offset,
+                        start_offset: p.start_offset,
+                        unfinished: p.unfinished(),
+                        ..Default::default()
+                    });
+                }
+            }
+            return Ok(out);
+        }
         let Some((broker, topics)) = &self.broker else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for topic in topics {
             for p in 0..broker.partition_count(topic)? as i32 {
                 let tp = TopicPartition::new(topic.as_str(), p);
-                let mut v = PartitionView { topic: topic.clone(), partition: p, ..Default::default() };
-                v.end_offset = broker.end_offset(&tp).await?;
+                let mut counts = [0u64; 5]; // available, acquired, locked, acknowledged, archived
                 let mut covered = 0;
                 for (first, last, state) in broker.share_partition_runs(&self.group, &tp).await? {
                     let n = (last - first + 1) as u64;
                     covered += n;
-                    *match state {
-                        RecordState::Available => &mut v.available,
-                        RecordState::Acquired => &mut v.acquired,
-                        RecordState::Locked => &mut v.locked,
-                        RecordState::Acknowledged => &mut v.acknowledged,
-                        RecordState::Archived => &mut v.archived,
-                    } += n;
+                    counts[match state {
+                        RecordState::Available => 0,
+                        RecordState::Acquired => 1,
+                        RecordState::Locked => 2,
+                        RecordState::Acknowledged => 3,
+                        RecordState::Archived => 4,
+                    }] += n;
                 }
+                let end_offset = broker.end_offset(&tp).await?;
                 let start = broker.start_offset(&tp).await?;
-                v.available += ((v.end_offset - start).max(0) as u64).saturating_sub(covered);
-                out.push(v);
+                counts[0] += ((end_offset - start).max(0) as u64).saturating_sub(covered);
+                let [available, acquired, locked, acknowledged, archived] = counts.map(Some);
+                out.push(PartitionView {
+                    topic: topic.clone(),
+                    partition: p,
+                    end_offset,
+                    start_offset: None,
+                    unfinished: Some(counts[0] + counts[1] + counts[2]),
+                    available,
+                    acquired,
+                    locked,
+                    acknowledged,
+                    archived,
+                });
             }
         }
         Ok(out)

@@ -230,7 +230,7 @@ pub(crate) async fn run(
     let job = job.build(config)?;
     job.failpoints().schedule(options.crashes.clone());
     if let Some(server) = &endpoint {
-        serve_job_metrics(server, &job, &metrics);
+        serve_job_metrics(server, &job, &metrics, &cluster, &[&input]);
     }
 
     let progress = options.progress.then(|| progress_line(&metrics));

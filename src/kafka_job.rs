@@ -15,14 +15,17 @@ use crate::demo::TRANSFORM_SQL;
 use crate::running::ProgressLine;
 
 /// Serves a Kafka job's metrics, its source's, and KIP-1289's five as the job sees them
-/// ([`shareflow_connector::kafka::seed_transaction_metrics`]).
+/// ([`shareflow_connector::kafka::seed_transaction_metrics`]), and its dashboard, with
+/// the share partitions of its input `topics` on `cluster`.
 pub(crate) fn serve_job_metrics(
     server: &shareflow::prometheus::MetricsServer,
     job: &shareflow_runtime::Job,
     source: &Arc<SourceMetrics>,
+    cluster: &KafkaCluster,
+    topics: &[&str],
 ) {
     server.add(shareflow::prometheus::job_source(job));
-    shareflow::dashboard::Dashboard::new(job).serve(server);
+    shareflow::dashboard::Dashboard::new(job).with_kafka(cluster, topics).serve(server);
     let handle = job.metrics_handle();
     server.add(shareflow::prometheus::source(move || {
         shareflow_connector::kafka::seed_transaction_metrics(&handle.snapshot())

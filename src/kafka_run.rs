@@ -142,10 +142,14 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     }
 
     let metrics = Arc::new(SourceMetrics::default());
+    let topics: Vec<String> = match &options.job {
+        Some(file) => file.topics.clone(),
+        None => vec![options.input.clone().unwrap_or_else(|| input_topic(&options.group))],
+    };
     let job = match &options.job {
         Some(file) => file_pipeline(file, &cluster, &txns, &metrics, options.parallelism).await?,
         None => {
-            let input = options.input.clone().unwrap_or_else(|| input_topic(&options.group));
+            let input = topics[0].clone();
             let output = options.output.clone().unwrap_or_else(|| output_topic(&options.group));
             cluster.ensure_topic(&input, options.partitions as i32, &[]).await?;
             cluster.ensure_topic(&output, options.partitions as i32, &[]).await?;
@@ -156,7 +160,8 @@ pub(crate) async fn run(options: &RunOptions) -> Result<RunSummary, Box<dyn std:
     };
     let job = job.build(config)?;
     if let Some(server) = &endpoint {
-        serve_job_metrics(server, &job, &metrics);
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+        serve_job_metrics(server, &job, &metrics, &cluster, &topics);
         shareflow::control::serve(server, &job, &options.checkpoints);
     }
     let on_usr1 = shareflow::control::savepoint_on_signal(&job, &options.checkpoints);

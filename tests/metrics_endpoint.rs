@@ -30,9 +30,14 @@ fn free_port() -> u16 {
 }
 
 /// Scrapes `addr` every 300 ms while `child` runs, until two scrapes after the first
-/// completed checkpoint show every name of `moving` grown (or 120 s pass); then kills
-/// it. Returns those scrapes and the content type.
-async fn scrape_while(mut child: Child, addr: &str, moving: &[&str]) -> (Vec<BTreeMap<String, f64>>, String) {
+/// completed checkpoint show every name of `moving` grown (or 120 s pass); then reads
+/// the dashboard's `/api/partitions` and kills it. Returns those scrapes, the content
+/// type and the partitions.
+async fn scrape_while(
+    mut child: Child,
+    addr: &str,
+    moving: &[&str],
+) -> (Vec<BTreeMap<String, f64>>, String, serde_json::Value) {
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/metrics");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -54,8 +59,13 @@ async fn scrape_while(mut child: Child, addr: &str, moving: &[&str]) -> (Vec<BTr
             }
         }
     }
+    let partitions = match client.get(format!("http://{addr}/api/partitions")).send().await {
+        Ok(r) => r.text().await.expect("body"),
+        Err(e) => format!("{e}"),
+    };
     let _ = child.kill();
     let _ = child.wait();
+    let partitions = serde_json::from_str(&partitions).unwrap_or_else(|e| panic!("{e}: {partitions}"));
     assert!(scrapes.len() >= 2, "no two scrapes with a completed checkpoint: {} scrapes", scrapes.len());
     assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
     let (first, last) = (&scrapes[0], &scrapes[scrapes.len() - 1]);
@@ -67,7 +77,7 @@ async fn scrape_while(mut child: Child, addr: &str, moving: &[&str]) -> (Vec<BTr
             total(last, name)
         );
     }
-    (scrapes, content_type)
+    (scrapes, content_type, partitions)
 }
 
 /// KIP-1289's five metrics, under their names, and the runtime's checkpoint histogram
@@ -106,11 +116,20 @@ async fn a_running_demo_serves_metrics_that_move() {
         "shareflow_records_in_total",
         "shareflow_source_records_emitted_total",
     ];
-    let (scrapes, _) = scrape_while(child, &addr, &moving).await;
+    let (scrapes, _, partitions) = scrape_while(child, &addr, &moving).await;
     let last = &scrapes[scrapes.len() - 1];
     check_seed_names_and_checkpoints(last);
     // The embedded broker's own record counters.
     assert!(total(last, "share_records_acquired_total") >= total(last, "shareflow_source_records_emitted_total"));
+    // The dashboard's share partitions: the embedded broker tells each record's state.
+    let partitions = partitions.as_array().expect("an array");
+    assert!(!partitions.is_empty());
+    for p in partitions {
+        let n = |state: &str| p[state].as_u64().unwrap_or_else(|| panic!("{state}: {p}"));
+        assert_eq!(n("unfinished"), n("available") + n("acquired") + n("locked"), "{p}");
+        let all: u64 = ["available", "acquired", "locked", "acknowledged", "archived"].iter().map(|s| n(s)).sum();
+        assert_eq!(all, p["end_offset"].as_u64().expect("end_offset"), "{p}");
+    }
 }
 
 /// `shareflow run` on the real Kafka broker: the seed's five come from the job's
@@ -141,8 +160,22 @@ async fn a_kafka_instance_serves_metrics_that_move() {
         "shareflow_source_intent_wait_ms_total",
         "share_transaction_commit_time_ms_count",
     ];
-    let (scrapes, _) = scrape_while(child, &addr, &moving).await;
+    let (scrapes, _, partitions) = scrape_while(child, &addr, &moving).await;
     check_seed_names_and_checkpoints(&scrapes[scrapes.len() - 1]);
+    // The dashboard's share partitions: what Kafka tells (offsets and lag), no states.
+    let partitions = partitions.as_array().expect("an array");
+    assert_eq!(partitions.len(), 2, "{partitions:?}");
+    let mut ends = 0;
+    for p in partitions {
+        assert_eq!(p["topic"], input.as_str(), "{p}");
+        let (end, start, unfinished) = (p["end_offset"].as_i64(), p["start_offset"].as_i64(), p["unfinished"].as_u64());
+        let (end, unfinished) = (end.expect("end_offset"), unfinished.expect("unfinished"));
+        assert!(start.is_some_and(|s| (0..=end).contains(&s)), "{p}");
+        assert!(unfinished <= end as u64, "{p}");
+        assert!(p["acknowledged"].is_null() && p["available"].is_null(), "Kafka tells no states: {p}");
+        ends += end;
+    }
+    assert_eq!(ends, 60_000, "{partitions:?}");
 }
 
 #[test]

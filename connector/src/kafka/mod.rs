@@ -36,7 +36,7 @@ mod txn_config;
 
 pub use client::{
     GatePassed, JoinGate, KafkaCluster, KafkaShareConsumer, KafkaShareConsumerConfig, KafkaTransactionInfo,
-    ShareGroupBacklog, TopicWriter, WHOLE_FETCH_POLL_RECORDS,
+    ShareGroupBacklog, SharePartitionOffsets, TopicWriter, WHOLE_FETCH_POLL_RECORDS,
 };
 pub use dead_letters::KafkaDeadLetters;
 pub use ledger::{ledger_topic, plan_ledger_gc, Claimant, GroupIntent, LedgerRange, LedgerTopicFate};

@@ -55,6 +55,35 @@ pub struct ShareGroupBacklog {
     pub uninitialised_partitions: u32,
 }
 
+/// One partition of a topic as a share group stands on it, as far as Kafka tells: the
+/// share partition's start offset and lag, not the state of each record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharePartitionOffsets {
+    /// The partition.
+    pub partition: i32,
+    /// The share-partition start offset; `None` until the group initialised it.
+    pub start_offset: Option<i64>,
+    /// One past the partition's last offset.
+    pub end_offset: i64,
+    /// Records at or after the start offset not yet acknowledged or archived (KIP-1226),
+    /// if the broker tells.
+    pub lag: Option<i64>,
+}
+
+impl SharePartitionOffsets {
+    /// Records the group has not finished: the lag, or without it every record from the
+    /// start offset on (which the coordinator persists lazily, so it lags behind);
+    /// `None` while the start offset is not initialised.
+    pub fn unfinished(&self) -> Option<u64> {
+        match (self.lag, self.start_offset) {
+            (Some(lag), _) => Some(lag as u64),
+            (None, Some(start)) => Some((self.end_offset - start).max(0) as u64),
+            (None, None) => None,
+        }
+    }
+}
+
 impl ShareGroupBacklog {
     /// True when every record of every partition is acknowledged or archived.
     pub fn drained(&self) -> bool {
@@ -294,6 +323,20 @@ impl KafkaCluster {
 
     /// How many records of `topic` the share group `group` has not finished yet.
     pub async fn share_group_backlog(&self, group: &str, topic: &str) -> Result<ShareGroupBacklog> {
+        let mut backlog = ShareGroupBacklog::default();
+        for p in self.share_group_partitions(group, topic).await? {
+            match p.unfinished() {
+                Some(n) => backlog.records += n,
+                None if p.end_offset == 0 => {}
+                None => backlog.uninitialised_partitions += 1,
+            }
+        }
+        Ok(backlog)
+    }
+
+    /// Each partition of `topic` as the share group `group` stands on it: what the broker
+    /// tells of a share partition (its start offset and lag), beside the log's end.
+    pub async fn share_group_partitions(&self, group: &str, topic: &str) -> Result<Vec<SharePartitionOffsets>> {
         let ends = self.end_offsets(topic, false).await?;
         let options = DescribeShareGroupOffsetsOptions::default()
             .partitions((0..ends.len() as i32).map(|p| TopicPartition::new(topic, p)).collect());
@@ -302,22 +345,23 @@ impl KafkaCluster {
             .describe_share_group_offsets(group, options)
             .await
             .map_err(|e| kafka_error(format!("describe offsets of share group {group}"), e))?;
-        // The lag (KIP-1226) counts records not yet acknowledged or archived; the start
-        // offset alone lags behind, as the share coordinator persists it lazily.
         let by_partition: HashMap<i32, (i64, Option<i64>)> = described
             .into_iter()
             .filter_map(|(tp, r)| r.ok().map(|o| (tp.partition, (o.start_offset, o.lag))))
             .collect();
-        let mut backlog = ShareGroupBacklog::default();
-        for (p, end) in ends.iter().enumerate() {
-            match by_partition.get(&(p as i32)) {
-                Some(&(_, Some(lag))) if lag >= 0 => backlog.records += lag as u64,
-                Some(&(start, _)) if start >= 0 => backlog.records += (*end - start).max(0) as u64,
-                _ if *end == 0 => {}
-                _ => backlog.uninitialised_partitions += 1,
-            }
-        }
-        Ok(backlog)
+        Ok(ends
+            .iter()
+            .enumerate()
+            .map(|(p, &end_offset)| {
+                let (start, lag) = by_partition.get(&(p as i32)).copied().unwrap_or((-1, None));
+                SharePartitionOffsets {
+                    partition: p as i32,
+                    start_offset: (start >= 0).then_some(start),
+                    end_offset,
+                    lag: lag.filter(|l| *l >= 0),
+                }
+            })
+            .collect())
     }
 
     /// Produces `(key, value)` records to `topic` with an idempotent producer and waits

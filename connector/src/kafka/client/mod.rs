@@ -12,7 +12,7 @@ mod txn_admin;
 pub(crate) use cluster::{
     await_all, enqueue_all, CachedProducer, BOUNDED_READ_WAIT, OUTPUT_BATCH_BYTES, OUTPUT_LINGER,
 };
-pub use cluster::{KafkaCluster, ShareGroupBacklog, TopicWriter};
+pub use cluster::{KafkaCluster, ShareGroupBacklog, SharePartitionOffsets, TopicWriter};
 pub(crate) use consumer::to_record;
 pub use consumer::{KafkaShareConsumer, KafkaShareConsumerConfig, WHOLE_FETCH_POLL_RECORDS};
 pub(crate) use error::kafka_error;
