@@ -9,7 +9,7 @@
 //!   (target >= 0.8x copy).
 //!
 //! Rounds take turns after one unmeasured round; medians are compared.
-//! `SHAREFLOW_POSTGRES=postgres://... cargo bench --bench postgres_sink [-- ROUNDS]`;
+//! `SHAREFLOW_POSTGRES=postgres://... cargo bench --features postgres --bench postgres_sink [-- ROUNDS]`;
 //! results in `docs/results/postgres_sink.jsonl`.
 
 #![allow(clippy::unwrap_used, missing_docs)]

@@ -8,7 +8,7 @@
 //!   (target >= 0.9x parquet).
 //!
 //! Rounds take turns after one unmeasured round; medians are compared.
-//! `cargo bench --bench table_sink [-- ROUNDS]`; results in `docs/results/table_sink.jsonl`.
+//! `cargo bench --features tables --bench table_sink [-- ROUNDS]`; results in `docs/results/table_sink.jsonl`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

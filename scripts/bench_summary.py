@@ -389,7 +389,7 @@ def dead_letters(path: Path, header: dict, rows: list[dict]) -> list[dict]:
 
 
 def postgres_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
-    cmd = "cargo bench --bench postgres_sink"
+    cmd = "cargo bench --features postgres --bench postgres_sink"
     rates = round_rates(path, rows, "rows_per_s")
     copy, eo = rates.get("copy", {}), rates.get("exactly-once", {})
     what = "1,000,000 rows into a PostgreSQL table, 2 writers"
@@ -401,7 +401,7 @@ def postgres_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
 
 
 def table_sink(path: Path, header: dict, rows: list[dict]) -> list[dict]:
-    cmd = "cargo bench --bench table_sink"
+    cmd = "cargo bench --features tables --bench table_sink"
     rates = round_rates(path, rows, "rows_per_s")
     direct, sink = rates.get("parquet", {}), rates.get("sink", {})
     what = "2,000,000 rows as Parquet on local disk, 2 writers"

@@ -246,12 +246,14 @@ async fn add_sink(
             stream.sink("file-sink", FileSink::factory(files.clone())).parallelism(file.parallelism);
             job.participant(files);
         }
+        #[cfg(feature = "tables")]
         SinkSpec::Table(settings) => {
             use shareflow_connector::table::{TableCommitter, TableSink};
             let committer = TableCommitter::new(settings.clone())?;
             stream.sink("table-sink", TableSink::factory(committer.clone())).parallelism(file.parallelism);
             job.participant(committer);
         }
+        #[cfg(feature = "postgres")]
         SinkSpec::Postgres(settings) => {
             use shareflow_connector::postgres::{PostgresCommitter, PostgresSink};
             stream.sink("postgres-sink", PostgresSink::factory(settings.clone())).parallelism(file.parallelism);

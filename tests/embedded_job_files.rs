@@ -24,6 +24,7 @@ mod rng;
 mod processes;
 use processes::{shareflow, wait};
 
+#[cfg(feature = "postgres")]
 #[path = "support/postgres.rs"]
 mod pg;
 
@@ -586,6 +587,7 @@ fn burn_to_the_delivery_limit(dir: &Path, last: bool) -> bool {
 /// The table has no key and the sink inserts (the example upserts), so that a row
 /// written twice would show: every number lands once, and after SIGTERM no transaction
 /// of the job is left prepared.
+#[cfg(feature = "postgres")]
 #[test]
 fn the_postgres_job_file_is_exactly_once_through_kills() {
     const N: u64 = 3_000;
@@ -651,6 +653,7 @@ fn the_postgres_job_file_is_exactly_once_through_kills() {
 /// `examples/jobs/delta_embedded.toml` into a Delta table through SIGKILLs, read back by
 /// delta-rs (`scripts/delta-check`, the format's own reader): every number once, in the
 /// partition of its last digit, and nothing left staged after SIGTERM.
+#[cfg(feature = "tables")]
 #[test]
 fn the_delta_job_file_is_exactly_once_through_kills() {
     const N: u64 = 3_000;
@@ -719,6 +722,7 @@ fn the_delta_job_file_is_exactly_once_through_kills() {
 }
 
 /// Every file under `dir`, if it exists.
+#[cfg(feature = "tables")]
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()

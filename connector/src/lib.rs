@@ -71,4 +71,8 @@ pub use common::{
     DEFAULT_POLL_TIMEOUT,
 };
 pub use shareflow_share::{Error, ErrorKind, Result};
-pub use sinks::{postgres, table, FileCommitter, FileSink, PrintSink};
+#[cfg(feature = "postgres")]
+pub use sinks::postgres;
+#[cfg(feature = "tables")]
+pub use sinks::table;
+pub use sinks::{FileCommitter, FileSink, PrintSink};

@@ -1,12 +1,16 @@
 //! The `[sink]` kinds with settings of their own: tables on object storage and
-//! PostgreSQL.
+//! PostgreSQL. Each needs its feature (`tables`, `postgres`: decision 0046); a build
+//! without it refuses the kind, naming the build that has it.
 
-use super::{Checker, JobFileError, RawSink, SinkSpec};
+#[cfg(any(feature = "tables", feature = "postgres"))]
+use super::SinkSpec;
+use super::{Checker, JobFileError, RawSink};
 use toml::Spanned;
 
 impl Checker<'_> {
     /// `[sink] kind = "parquet"` or `"delta"`: url, and optionally `partition_by` and
     /// `target_file_mb`.
+    #[cfg(feature = "tables")]
     pub(super) fn table_sink(&self, raw: &Spanned<RawSink>) -> Result<SinkSpec, JobFileError> {
         use shareflow::connector::table::{TableFormat, TableSettings};
         let sink = raw.get_ref();
@@ -30,6 +34,7 @@ impl Checker<'_> {
     }
 
     /// `[sink] kind = "postgres"`: url, table, and `mode` with its `key`.
+    #[cfg(feature = "postgres")]
     pub(super) fn postgres_sink(&self, raw: &Spanned<RawSink>) -> Result<SinkSpec, JobFileError> {
         use shareflow::connector::postgres::{PostgresSettings, WriteMode};
         let sink = raw.get_ref();
@@ -74,5 +79,19 @@ impl Checker<'_> {
             }
         };
         Ok(SinkSpec::Postgres(PostgresSettings { url: u, table, mode }))
+    }
+
+    /// A sink kind this build leaves out: refused, naming the feature that has it.
+    #[cfg(not(all(feature = "tables", feature = "postgres")))]
+    pub(super) fn sink_not_built(&self, raw: &Spanned<RawSink>, feature: &str) -> JobFileError {
+        let kind = raw.get_ref().kind.get_ref();
+        self.err(
+            raw.get_ref().kind.span(),
+            "sink.kind",
+            format!(
+                "{kind:?}: this shareflow was built without the `{feature}` feature; build it with \
+                 `cargo build --release --features {feature}` (or `cargo run --release --features {feature} -- run ...`)"
+            ),
+        )
     }
 }
