@@ -258,6 +258,45 @@ async fn a_restore_refuses_state_of_another_query() {
     assert!(msg.contains("operator agg") && msg.contains("does not match its query") && msg.contains("max"), "{msg}");
 }
 
+/// One source subtask reads two splits (as a share source reads several partitions),
+/// split 1's event time far ahead of split 0's (a second per record against a
+/// millisecond). The watermark follows the slower split: none of split 0's rows is late,
+/// and the counts are the batch answer. (Held at the subtask's newest row, as before
+/// streams, split 1 made most of split 0 late.)
+#[tokio::test(start_paused = true)]
+async fn a_partition_behind_another_on_one_subtask_holds_the_watermark_back() {
+    let query = r#"SELECT split AS k, CAST(tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END,
+        INTERVAL '0.05 seconds') AS BIGINT) AS w, count(*) AS c FROM input
+        GROUP BY split, tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END, INTERVAL '0.05 seconds')"#;
+    let sink = CollectSink::new();
+    let job = JobBuilder::new();
+    let options =
+        SqlOptions { allowed_lateness: Duration::from_millis(100), stream_column: "split", ..SqlOptions::default() };
+    job.source(
+        "numbers",
+        SequenceSource::schema(),
+        SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(1)),
+    )
+    .parallelism(1)
+    .sql_with("agg", query, options)
+    .sink("collect", sink.factory())
+    .participant(sink.participant());
+    let config = JobConfig::new(storage("streams"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let job = job.build(config).unwrap();
+    job.run().await.unwrap();
+    assert_eq!(job.late_rows(), 0, "rows dropped as late");
+    let mut windows: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for split in 0..2i64 {
+        for offset in 0..300i64 {
+            let t = if split == 1 { offset * 1000 } else { offset };
+            *windows.entry((split, t - t % 50)).or_default() += 1;
+        }
+    }
+    let mut want: Vec<String> = windows.into_iter().map(|((k, w), c)| format!("{k}|{w}|{c}")).collect();
+    want.sort();
+    assert_eq!(sink.committed_sorted(), want);
+}
+
 /// Two sources whose event times part ways: split 1 runs a second of event time per
 /// record, split 0 a millisecond. Split 0's source pauses 20 ms between batches, longer
 /// than the 3 ms checkpoint interval, so it often has no rows in a checkpoint's period

@@ -33,11 +33,22 @@ pub struct SqlOptions {
     /// is idle and stops holding the watermark back (Flink's `withIdleness`). Until
     /// then it holds the watermark at its last value, however briefly it paused.
     pub idle_timeout: std::time::Duration,
+    /// The input column whose values name independent streams of event time: a share
+    /// source's `partition` (the default). A subtask of the key stage holds the
+    /// watermark at the slowest stream it had rows of within the idle timeout, not at
+    /// its newest row: a share group hands one subtask the records of several
+    /// partitions, one of them possibly far behind the others (after a restart, say).
+    /// An input without the column is one stream.
+    pub stream_column: &'static str,
 }
 
 impl Default for SqlOptions {
     fn default() -> Self {
-        Self { allowed_lateness: std::time::Duration::from_secs(5), idle_timeout: std::time::Duration::from_secs(10) }
+        Self {
+            allowed_lateness: std::time::Duration::from_secs(5),
+            idle_timeout: std::time::Duration::from_secs(10),
+            stream_column: "partition",
+        }
     }
 }
 
@@ -67,6 +78,7 @@ pub struct AggregatePlan {
     pub(crate) output: SchemaRef,
     pub(crate) lateness_ms: i64,
     pub(crate) idle_timeout: std::time::Duration,
+    pub(crate) stream_column: &'static str,
 }
 
 /// The name of the exchange's i-th key column.
@@ -195,6 +207,7 @@ impl AggregatePlan {
             output,
             lateness_ms,
             idle_timeout: options.idle_timeout,
+            stream_column: options.stream_column,
         })
     }
 }

@@ -51,9 +51,9 @@ impl LateRows {
 pub struct KeyStage {
     plan: Arc<AggregatePlan>,
     task: String,
-    newest: Option<i64>,
-    /// When this subtask last had rows.
-    last_rows: Option<std::time::Instant>,
+    /// Per stream (a value of the plan's stream column): its newest event time, and
+    /// when it last had rows.
+    streams: HashMap<i64, (i64, std::time::Instant)>,
     dead_letters: Option<crate::DeadLetters>,
     /// Dead letters of the open checkpoint, written at its barrier (or once many).
     pending: Vec<crate::DeadLetter>,
@@ -67,8 +67,7 @@ impl KeyStage {
         Self {
             plan,
             task: ctx.task_name(),
-            newest: None,
-            last_rows: None,
+            streams: HashMap::new(),
             dead_letters: ctx.dead_letters.clone(),
             pending: Vec::new(),
             isolator: crate::Isolator::default(),
@@ -105,6 +104,30 @@ impl KeyStage {
     }
 }
 
+impl KeyStage {
+    /// `batch` split by the values of the plan's stream column (the partition), each
+    /// part with its stream; the whole batch as stream 0 without that column.
+    fn streams_of(&self, batch: RecordBatch) -> Result<Vec<(i64, RecordBatch)>> {
+        let Ok(column) = batch.schema().index_of(self.plan.stream_column) else { return Ok(vec![(0, batch)]) };
+        let ids = cast(batch.column(column), &DataType::Int64).map_err(|e| RuntimeError::arrow(&self.task, e))?;
+        let ids = ids.as_primitive::<Int64Type>();
+        let mut values: Vec<i64> = ids.iter().map(|v| v.unwrap_or(-1)).collect();
+        values.sort_unstable();
+        values.dedup();
+        if values.len() <= 1 {
+            return Ok(vec![(values.first().copied().unwrap_or(0), batch)]);
+        }
+        values
+            .into_iter()
+            .map(|v| {
+                let mask: arrow::array::BooleanArray = ids.iter().map(|id| Some(id.unwrap_or(-1) == v)).collect();
+                let part = filter_record_batch(&batch, &mask).map_err(|e| RuntimeError::arrow(&self.task, e))?;
+                Ok((v, part))
+            })
+            .collect()
+    }
+}
+
 /// Event times in ms since the Unix epoch from a timestamp, date or BIGINT column.
 fn event_times(array: &ArrayRef) -> std::result::Result<ArrayRef, arrow::error::ArrowError> {
     match array.data_type() {
@@ -116,20 +139,26 @@ fn event_times(array: &ArrayRef) -> std::result::Result<ArrayRef, arrow::error::
 #[async_trait]
 impl Operator for KeyStage {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Collector) -> Result<()> {
-        let mut parts = match &self.dead_letters {
-            None => vec![self.exchange(&batch)?],
-            Some(letters) => {
-                let mut isolator = self.isolator;
-                let (parts, bad) = isolator.run(&batch, &mut |b| self.exchange(b))?;
-                self.isolator = isolator;
-                let id = out.checkpoint_id();
-                crate::sql::dead_letter_rows(letters, &mut self.pending, &batch, bad, &self.task, id).await?;
-                parts
+        let mut parts = Vec::new();
+        for (stream, batch) in self.streams_of(batch)? {
+            let stream_parts = match &self.dead_letters {
+                None => vec![self.exchange(&batch)?],
+                Some(letters) => {
+                    let mut isolator = self.isolator;
+                    let (parts, bad) = isolator.run(&batch, &mut |b| self.exchange(b))?;
+                    self.isolator = isolator;
+                    let id = out.checkpoint_id();
+                    crate::sql::dead_letter_rows(letters, &mut self.pending, &batch, bad, &self.task, id).await?;
+                    parts
+                }
+            };
+            let rows = stream_parts.iter().any(|(b, _)| b.num_rows() > 0);
+            if let (true, Some(max)) = (rows, stream_parts.iter().filter_map(|(_, n)| *n).max()) {
+                let now = std::time::Instant::now();
+                let seen = self.streams.entry(stream).or_insert((max, now));
+                *seen = (seen.0.max(max), now);
             }
-        };
-        let newest = parts.iter().filter_map(|(_, n)| *n).max();
-        if let Some(max) = newest {
-            self.newest = Some(self.newest.map_or(max, |n| n.max(max)));
+            parts.extend(stream_parts);
         }
         // One batch downstream, as without poison.
         let exchange = match parts.len() {
@@ -137,21 +166,24 @@ impl Operator for KeyStage {
             _ => arrow::compute::concat_batches(&self.plan.exchange, parts.iter().map(|(b, _)| b))
                 .map_err(|e| RuntimeError::arrow(&self.task, e))?,
         };
-        if exchange.num_rows() > 0 {
-            self.last_rows = Some(std::time::Instant::now());
-        }
         out.emit(exchange).await
     }
 
     async fn snapshot_state(&mut self, checkpoint_id: CheckpointId, out: &mut Collector) -> Result<StateItems> {
         crate::sql::flush_dead_letters(self.dead_letters.as_ref(), &mut self.pending, checkpoint_id).await?;
         if self.plan.time.is_some() {
-            // A subtask that had rows within the idle timeout holds the watermark at its
-            // own (a share group may give it the older records of a partition while
-            // another subtask runs ahead); one idle longer holds nothing back.
-            let live = self.last_rows.is_some_and(|at| at.elapsed() < self.plan.idle_timeout);
-            let watermark = if live { self.newest.map(|n| n.saturating_sub(self.plan.lateness_ms)) } else { None };
-            out.watermark(watermark).await?;
+            // A subtask holds the watermark at the slowest stream (partition) it had
+            // rows of within the idle timeout: a share group may give it the older
+            // records of one partition beside the newer ones of another, or while
+            // another subtask runs ahead. Streams idle longer hold nothing back. When
+            // the last ones go idle together (the input ended), the newest row of any
+            // counts once (the aggregate keeps the highest watermark), then nothing.
+            let timeout = self.plan.idle_timeout;
+            let newest = self.streams.values().map(|(newest, _)| *newest).max();
+            self.streams.retain(|_, (_, at)| at.elapsed() < timeout);
+            let slowest = self.streams.values().map(|(newest, _)| *newest).min();
+            let watermark = slowest.or(newest);
+            out.watermark(watermark.map(|n| n.saturating_sub(self.plan.lateness_ms))).await?;
         }
         Ok(Vec::new())
     }
