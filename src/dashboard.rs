@@ -8,7 +8,7 @@
 //! | `/api/job` | the job graph, each operator's rows in and out and backpressure time, restarts |
 //! | `/api/checkpoints` | counts, and the newest checkpoints: id, duration, size, transaction, outcome |
 //! | `/api/partitions` | each input partition: records by state (embedded broker), start offset and lag (Kafka) |
-//! | `/api/transactions` | pending transactions (embedded broker) |
+//! | `/api/transactions` | pending transactions (on Kafka: the instance's open ones, without counts) |
 //! | `/api/instances` | the instances under the job's checkpoint root and their standing |
 //! | `/api/dead-letters` | dead letters by cause |
 //!
@@ -171,12 +171,12 @@ pub struct PartitionView {
 pub struct TransactionView {
     /// Its id.
     pub id: String,
-    /// ONGOING, PREPARE, ...
+    /// ONGOING, PREPARE, ... (Kafka's names on Kafka: ONGOING, PREPARECOMMIT, ...)
     pub state: String,
-    /// Acknowledgements it holds.
-    pub acknowledgements: u64,
-    /// Records it produced.
-    pub produced: u64,
+    /// Acknowledgements it holds (embedded broker; Kafka does not tell).
+    pub acknowledgements: Option<u64>,
+    /// Records it produced (embedded broker; Kafka does not tell).
+    pub produced: Option<u64>,
     /// Milliseconds since it began.
     pub age_ms: u64,
 }
@@ -411,8 +411,29 @@ impl Dashboard {
 
     /// `/api/transactions`: the embedded broker's pending transactions.
     pub async fn transactions(&self) -> Result<Vec<TransactionView>, shareflow_connector::Error> {
-        let Some((broker, _)) = &self.broker else { return Ok(Vec::new()) };
         let now = shareflow_checkpoint::now_ms();
+        #[cfg(feature = "kafka")]
+        if let Some((cluster, _)) = &self.kafka {
+            // The instance's transactional ids, `{group}-{prefix}-g{generation}-s{slot}`,
+            // each with an open transaction.
+            let ids = format!("{}-{}-", self.group, self.prefix);
+            return Ok(cluster
+                .describe_transactions(&ids)
+                .await?
+                .into_iter()
+                .filter_map(|t| {
+                    let started = t.started_at_ms?;
+                    Some(TransactionView {
+                        id: t.id,
+                        state: t.state.to_uppercase(),
+                        acknowledgements: None,
+                        produced: None,
+                        age_ms: now.saturating_sub(started),
+                    })
+                })
+                .collect());
+        }
+        let Some((broker, _)) = &self.broker else { return Ok(Vec::new()) };
         Ok(broker
             .pending_transactions()
             .await?
@@ -420,8 +441,8 @@ impl Dashboard {
             .map(|t| TransactionView {
                 id: t.id.to_string(),
                 state: format!("{:?}", t.state).to_uppercase(),
-                acknowledgements: t.pending_ack_records,
-                produced: t.produced_records,
+                acknowledgements: Some(t.pending_ack_records),
+                produced: Some(t.produced_records),
                 age_ms: now.saturating_sub(t.created_at_ms),
             })
             .collect())

@@ -37,7 +37,7 @@ async fn scrape_while(
     mut child: Child,
     addr: &str,
     moving: &[&str],
-) -> (Vec<BTreeMap<String, f64>>, String, serde_json::Value) {
+) -> (Vec<BTreeMap<String, f64>>, String, serde_json::Value, serde_json::Value) {
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/metrics");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -59,13 +59,24 @@ async fn scrape_while(
             }
         }
     }
-    let partitions = match client.get(format!("http://{addr}/api/partitions")).send().await {
-        Ok(r) => r.text().await.expect("body"),
-        Err(e) => format!("{e}"),
+    let get = |path: &str| {
+        let url = format!("http://{addr}{path}");
+        let client = client.clone();
+        async move {
+            match client.get(url).send().await {
+                Ok(r) => r.text().await.expect("body"),
+                Err(e) => format!("{e}"),
+            }
+        }
     };
+    let partitions = get("/api/partitions").await;
+    let transactions = get("/api/transactions").await;
     let _ = child.kill();
     let _ = child.wait();
-    let partitions = serde_json::from_str(&partitions).unwrap_or_else(|e| panic!("{e}: {partitions}"));
+    let partitions: serde_json::Value =
+        serde_json::from_str(&partitions).unwrap_or_else(|e| panic!("{e}: {partitions}"));
+    let transactions: serde_json::Value =
+        serde_json::from_str(&transactions).unwrap_or_else(|e| panic!("{e}: {transactions}"));
     assert!(scrapes.len() >= 2, "no two scrapes with a completed checkpoint: {} scrapes", scrapes.len());
     assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
     let (first, last) = (&scrapes[0], &scrapes[scrapes.len() - 1]);
@@ -77,7 +88,7 @@ async fn scrape_while(
             total(last, name)
         );
     }
-    (scrapes, content_type, partitions)
+    (scrapes, content_type, partitions, transactions)
 }
 
 /// KIP-1289's five metrics, under their names, and the runtime's checkpoint histogram
@@ -116,7 +127,7 @@ async fn a_running_demo_serves_metrics_that_move() {
         "shareflow_records_in_total",
         "shareflow_source_records_emitted_total",
     ];
-    let (scrapes, _, partitions) = scrape_while(child, &addr, &moving).await;
+    let (scrapes, _, partitions, _) = scrape_while(child, &addr, &moving).await;
     let last = &scrapes[scrapes.len() - 1];
     check_seed_names_and_checkpoints(last);
     // The embedded broker's own record counters.
@@ -160,8 +171,13 @@ async fn a_kafka_instance_serves_metrics_that_move() {
         "shareflow_source_intent_wait_ms_total",
         "share_transaction_commit_time_ms_count",
     ];
-    let (scrapes, _, partitions) = scrape_while(child, &addr, &moving).await;
+    let (scrapes, _, partitions, transactions) = scrape_while(child, &addr, &moving).await;
     check_seed_names_and_checkpoints(&scrapes[scrapes.len() - 1]);
+    // The instance's open Kafka transactions, by transactional id (Kafka tells no counts).
+    for t in transactions.as_array().expect("an array") {
+        assert!(t["id"].as_str().expect("an id").starts_with(&format!("{group}-i1-")), "{t}");
+        assert!(t["acknowledgements"].is_null() && t["age_ms"].as_u64().is_some(), "{t}");
+    }
     // The dashboard's share partitions: what Kafka tells (offsets and lag), no states.
     let partitions = partitions.as_array().expect("an array");
     assert_eq!(partitions.len(), 2, "{partitions:?}");
