@@ -95,3 +95,93 @@ impl Checker<'_> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::GOOD;
+    use super::super::JobFile;
+    #[cfg(any(feature = "postgres", feature = "tables"))]
+    use super::super::SinkSpec;
+
+    /// A build without a sink's feature refuses its kind by name, saying how to build
+    /// one that has it.
+    #[cfg(not(all(feature = "tables", feature = "postgres")))]
+    #[test]
+    fn a_sink_kind_this_build_leaves_out_is_refused_with_its_feature() {
+        let sink = |s: &str| GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", s);
+        let mut kinds = Vec::new();
+        if cfg!(not(feature = "postgres")) {
+            kinds.push(("kind = \"postgres\"\nurl = \"postgres://a@h/d\"\ntable = \"t\"", "postgres"));
+        }
+        if cfg!(not(feature = "tables")) {
+            kinds.push(("kind = \"delta\"\nurl = \"memory://lake/t\"", "tables"));
+            kinds.push(("kind = \"parquet\"\nurl = \"memory://lake/t\"", "tables"));
+        }
+        for (s, feature) in kinds {
+            let e = JobFile::parse("job.toml", &sink(s)).unwrap_err().to_string();
+            assert!(e.contains("sink.kind") && e.contains(&format!("--features {feature}")), "{s}: {e}");
+        }
+    }
+
+    /// `kind = "postgres"`: insert by default, upsert with its key; each missing or
+    /// wrong setting named.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_postgres_sink_takes_url_table_mode_and_key() {
+        use shareflow::connector::postgres::{PostgresSettings, WriteMode};
+        let pg = |sink: &str| GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", sink);
+        let url = "postgres://app@127.0.0.1:5432/shop";
+        let insert = pg(&format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"sales.orders\""));
+        let want = PostgresSettings { url: url.into(), table: "sales.orders".into(), mode: WriteMode::Insert };
+        assert_eq!(JobFile::parse("job.toml", &insert).unwrap().sink, SinkSpec::Postgres(want.clone()));
+        let upsert = pg(&format!(
+            "kind = \"postgres\"\nurl = \"{url}\"\ntable = \"sales.orders\"\nmode = \"upsert\"\nkey = [\"id\"]"
+        ));
+        let want = PostgresSettings { mode: WriteMode::Upsert { key: vec!["id".into()] }, ..want };
+        assert_eq!(JobFile::parse("job.toml", &upsert).unwrap().sink, SinkSpec::Postgres(want));
+        let bad = [
+            ("kind = \"postgres\"\ntable = \"t\"".to_string(), "sink.url", "postgres://"),
+            ("kind = \"postgres\"\nurl = \"mysql://x/y\"\ntable = \"t\"".to_string(), "sink.url", "postgres://"),
+            (format!("kind = \"postgres\"\nurl = \"{url}\""), "sink.table", "table ="),
+            (format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"t\"\nmode = \"upsert\""), "sink.key", "key ="),
+            (format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"t\"\nkey = [\"id\"]"), "sink.key", "upsert"),
+            (
+                format!("kind = \"postgres\"\nurl = \"{url}\"\ntable = \"t\"\nmode = \"merge\""),
+                "sink.mode",
+                "\"insert\"",
+            ),
+        ];
+        for (sink, key, word) in bad {
+            let e = JobFile::parse("job.toml", &pg(&sink)).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(word), "{sink}: {e}");
+        }
+    }
+
+    /// `kind = "delta"` and `"parquet"`: url, partition column and file size; a size out
+    /// of range and a URL that does not open are named.
+    #[cfg(feature = "tables")]
+    #[test]
+    fn a_table_sink_takes_url_partition_and_file_size() {
+        use shareflow::connector::table::{TableFormat, TableSettings};
+        let sink = |s: &str| GOOD.replace("kind = \"kafka\"\ntopic = \"orders-upper\"", s);
+        let delta =
+            sink("kind = \"delta\"\nurl = \"memory://lake/orders\"\npartition_by = \"key\"\ntarget_file_mb = 16");
+        let want = TableSettings {
+            partition_by: Some("key".into()),
+            target_file_bytes: 16 << 20,
+            ..TableSettings::new("memory://lake/orders", TableFormat::Delta)
+        };
+        assert_eq!(JobFile::parse("job.toml", &delta).unwrap().sink, SinkSpec::Table(want));
+        let parquet = sink("kind = \"parquet\"\nurl = \"memory://lake/orders\"");
+        let want = TableSettings::new("memory://lake/orders", TableFormat::Parquet);
+        assert_eq!(JobFile::parse("job.toml", &parquet).unwrap().sink, SinkSpec::Table(want));
+        for (s, key) in [
+            ("kind = \"delta\"", "sink.url"),
+            ("kind = \"delta\"\nurl = \"ftp://x/y\"", "sink.url"),
+            ("kind = \"parquet\"\nurl = \"memory://x\"\ntarget_file_mb = 0", "sink.target_file_mb"),
+        ] {
+            let e = JobFile::parse("job.toml", &sink(s)).unwrap_err().to_string();
+            assert!(e.contains(key), "{s}: {e}");
+        }
+    }
+}
