@@ -54,6 +54,13 @@ fn windows(dir: &Path) -> Vec<(String, String, u64)> {
     processes::committed_windows(&dir.join("broker"))
 }
 
+/// The clicks of the test into a new embedded broker under `dir`: `RECORDS` of `USERS`
+/// users, 10 ms of event time apart, over 2 partitions.
+fn produce_clicks(dir: &Path) {
+    let clicks = (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10));
+    processes::produce_lines(&dir.join("broker"), "clicks", 2, clicks);
+}
+
 /// Copies the directory `from` to `to`, files and subdirectories.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -71,12 +78,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn stop_with_a_savepoint_then_start_from_a_copy_at_another_parallelism() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    processes::produce_lines(
-        &dir.join("broker"),
-        "clicks",
-        2,
-        (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10)),
-    );
+    produce_clicks(dir);
     let last = BASE + (RECORDS - 1) * 10;
     let mut want = BTreeMap::<(String, String), u64>::new();
     for i in 0..RECORDS {
@@ -153,12 +155,7 @@ fn stop_with_a_savepoint_then_start_from_a_copy_at_another_parallelism() {
 fn sigusr1_takes_a_savepoint_and_the_job_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    processes::produce_lines(
-        &dir.join("broker"),
-        "clicks",
-        2,
-        (0..RECORDS).map(|i| format!("user-{},{}", i % USERS, BASE + i * 10)),
-    );
+    produce_clicks(dir);
     let job = job_file(dir, "job.toml", "checkpoints", 1);
     let err = dir.join("job.err");
     let mut child = start(&job, &[], &err);

@@ -258,6 +258,26 @@ async fn a_restore_refuses_state_of_another_query() {
     assert!(msg.contains("operator agg") && msg.contains("does not match its query") && msg.contains("max"), "{msg}");
 }
 
+/// Counts per (split, 50 ms window) of event times that part ways: split 1 runs a
+/// second of event time per record, split 0 a millisecond.
+const SKEWED: &str = r#"SELECT split AS k, CAST(tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END,
+    INTERVAL '0.05 seconds') AS BIGINT) AS w, count(*) AS c FROM input
+    GROUP BY split, tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END, INTERVAL '0.05 seconds')"#;
+
+/// The batch answer of [`SKEWED`] over 2 splits of 300 rows: rows "k|w|c".
+fn skewed_oracle() -> Vec<String> {
+    let mut windows: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for split in 0..2i64 {
+        for offset in 0..300i64 {
+            let t = if split == 1 { offset * 1000 } else { offset };
+            *windows.entry((split, t - t % 50)).or_default() += 1;
+        }
+    }
+    let mut want: Vec<String> = windows.into_iter().map(|((k, w), c)| format!("{k}|{w}|{c}")).collect();
+    want.sort();
+    want
+}
+
 /// One source subtask reads two splits (as a share source reads several partitions),
 /// split 1's event time far ahead of split 0's (a second per record against a
 /// millisecond). The watermark follows the slower split: none of split 0's rows is late,
@@ -265,9 +285,6 @@ async fn a_restore_refuses_state_of_another_query() {
 /// streams, split 1 made most of split 0 late.)
 #[tokio::test(start_paused = true)]
 async fn a_partition_behind_another_on_one_subtask_holds_the_watermark_back() {
-    let query = r#"SELECT split AS k, CAST(tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END,
-        INTERVAL '0.05 seconds') AS BIGINT) AS w, count(*) AS c FROM input
-        GROUP BY split, tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END, INTERVAL '0.05 seconds')"#;
     let sink = CollectSink::new();
     let job = JobBuilder::new();
     let options =
@@ -278,23 +295,14 @@ async fn a_partition_behind_another_on_one_subtask_holds_the_watermark_back() {
         SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(1)),
     )
     .parallelism(1)
-    .sql_with("agg", query, options)
+    .sql_with("agg", SKEWED, options)
     .sink("collect", sink.factory())
     .participant(sink.participant());
     let config = JobConfig::new(storage("streams"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
     let job = job.build(config).unwrap();
     job.run().await.unwrap();
     assert_eq!(job.late_rows(), 0, "rows dropped as late");
-    let mut windows: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-    for split in 0..2i64 {
-        for offset in 0..300i64 {
-            let t = if split == 1 { offset * 1000 } else { offset };
-            *windows.entry((split, t - t % 50)).or_default() += 1;
-        }
-    }
-    let mut want: Vec<String> = windows.into_iter().map(|((k, w), c)| format!("{k}|{w}|{c}")).collect();
-    want.sort();
-    assert_eq!(sink.committed_sorted(), want);
+    assert_eq!(sink.committed_sorted(), skewed_oracle());
 }
 
 /// Two sources whose event times part ways: split 1 runs a second of event time per
@@ -305,9 +313,6 @@ async fn a_partition_behind_another_on_one_subtask_holds_the_watermark_back() {
 /// answer. (With an idle timeout of zero, most of split 0 is dropped as late.)
 #[tokio::test(start_paused = true)]
 async fn a_source_that_pauses_holds_the_watermark_back() {
-    let query = r#"SELECT split AS k, CAST(tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END,
-        INTERVAL '0.05 seconds') AS BIGINT) AS w, count(*) AS c FROM input
-        GROUP BY split, tumble(CASE WHEN split = 1 THEN "offset" * 1000 ELSE "offset" END, INTERVAL '0.05 seconds')"#;
     let sink = CollectSink::new();
     let job = JobBuilder::new();
     let slow = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(20));
@@ -315,21 +320,12 @@ async fn a_source_that_pauses_holds_the_watermark_back() {
     // Subtask s owns split s.
     job.source("numbers", SequenceSource::schema(), move |ctx| if ctx.subtask == 0 { slow(ctx) } else { fast(ctx) })
         .parallelism(2)
-        .sql_with("agg", query, SqlOptions { allowed_lateness: Duration::from_millis(100), ..SqlOptions::default() })
+        .sql_with("agg", SKEWED, SqlOptions { allowed_lateness: Duration::from_millis(100), ..SqlOptions::default() })
         .sink("collect", sink.factory())
         .participant(sink.participant());
     let config = JobConfig::new(storage("pause"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
     let job = job.build(config).unwrap();
     job.run().await.unwrap();
     assert_eq!(job.late_rows(), 0, "rows dropped as late");
-    let mut windows: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-    for split in 0..2i64 {
-        for offset in 0..300i64 {
-            let t = if split == 1 { offset * 1000 } else { offset };
-            *windows.entry((split, t - t % 50)).or_default() += 1;
-        }
-    }
-    let mut want: Vec<String> = windows.into_iter().map(|((k, w), c)| format!("{k}|{w}|{c}")).collect();
-    want.sort();
-    assert_eq!(sink.committed_sorted(), want);
+    assert_eq!(sink.committed_sorted(), skewed_oracle());
 }
