@@ -414,13 +414,17 @@ impl Dashboard {
         let now = shareflow_checkpoint::now_ms();
         #[cfg(feature = "kafka")]
         if let Some((cluster, _)) = &self.kafka {
-            // The instance's transactional ids, `{group}-{prefix}-g{generation}-s{slot}`,
-            // each with an open transaction.
+            // The instance's slots, `{group}-{prefix}-g{generation}-s{slot}` (not those
+            // of a longer prefix that starts the same), each with an open transaction.
+            let Ok(template) = shareflow_runtime::TransactionTemplate::new(&self.group, &self.prefix) else {
+                return Ok(Vec::new()); // the job refused such a group or prefix before it ran
+            };
             let ids = format!("{}-{}-", self.group, self.prefix);
             return Ok(cluster
                 .describe_transactions(&ids)
                 .await?
                 .into_iter()
+                .filter(|t| shareflow_connector::kafka::is_slot_id(&t.id, &template))
                 .filter_map(|t| {
                     let started = t.started_at_ms?;
                     Some(TransactionView {

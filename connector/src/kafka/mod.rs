@@ -44,4 +44,4 @@ pub use metrics::seed_transaction_metrics;
 pub use sink::KafkaSink;
 pub use source::KafkaShareSource;
 pub use transactions::{KafkaTransactions, LedgerReads};
-pub use txn_config::KafkaTransactionsConfig;
+pub use txn_config::{is_slot_id, KafkaTransactionsConfig};

@@ -80,6 +80,12 @@ pub(crate) fn slot_id(template: &TransactionTemplate, generation: u32, slot: u16
     format!("{}-{}-g{generation}-s{slot}", template.group_id(), template.prefix())
 }
 
+/// Whether the Kafka transactional id `id` is one of `template`'s slots (an id of that
+/// group and prefix exactly, not of a longer prefix that starts the same).
+pub fn is_slot_id(id: &str, template: &TransactionTemplate) -> bool {
+    parse_slot_id(id, template).is_some()
+}
+
 /// `(generation, slot)` if `id` is a slot id of `template`'s prefix.
 pub(crate) fn parse_slot_id(id: &str, template: &TransactionTemplate) -> Option<(u32, u16)> {
     let rest = id.strip_prefix(template.group_id())?.strip_prefix('-')?.strip_prefix(template.prefix())?;
@@ -172,6 +178,23 @@ pub(crate) fn check_slots(slots: u16, job: &shareflow_runtime::JobSettings) -> R
 mod tests {
     use super::*;
     use shareflow_share::ErrorKind;
+
+    #[test]
+    fn a_slot_id_is_of_its_template_exactly() {
+        let template = TransactionTemplate::new("g", "i1").expect("template");
+        let rows = [
+            ("g-i1-g0-s0", true),
+            ("g-i1-g12-s3", true),
+            ("g-i1-b-g0-s0", false), // instance "i1-b", whose prefix starts the same
+            ("g-i10-g0-s0", false),
+            ("g-i1-g0-s", false),
+            ("g-i1-gx-s0", false),
+            ("h-i1-g0-s0", false),
+        ];
+        for (id, want) in rows {
+            assert_eq!(is_slot_id(id, &template), want, "{id}");
+        }
+    }
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 

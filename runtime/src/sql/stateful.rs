@@ -102,27 +102,31 @@ impl KeyStage {
         let exchange = RecordBatch::try_new(plan.exchange.clone(), columns).map_err(|e| failed(&e))?;
         Ok((exchange, newest))
     }
-}
 
-impl KeyStage {
     /// `batch` split by the values of the plan's stream column (the partition), each
-    /// part with its stream; the whole batch as stream 0 without that column.
+    /// part with its stream. The whole batch is one part when every row has one value
+    /// (found without a copy), and stream 0 without that column or with a null in it.
     fn streams_of(&self, batch: RecordBatch) -> Result<Vec<(i64, RecordBatch)>> {
         let Ok(column) = batch.schema().index_of(self.plan.stream_column) else { return Ok(vec![(0, batch)]) };
-        let ids = cast(batch.column(column), &DataType::Int64).map_err(|e| RuntimeError::arrow(&self.task, e))?;
+        let arrow_err = |e| RuntimeError::arrow(&self.task, e);
+        let ids = cast(batch.column(column), &DataType::Int64).map_err(arrow_err)?;
         let ids = ids.as_primitive::<Int64Type>();
-        let mut values: Vec<i64> = ids.iter().map(|v| v.unwrap_or(-1)).collect();
-        values.sort_unstable();
-        values.dedup();
-        if values.len() <= 1 {
-            return Ok(vec![(values.first().copied().unwrap_or(0), batch)]);
+        let (Some(low), Some(high)) = (arrow::compute::min(ids), arrow::compute::max(ids)) else {
+            return Ok(vec![(0, batch)]); // no rows
+        };
+        if ids.null_count() > 0 {
+            return Ok(vec![(0, batch)]);
         }
+        if low == high {
+            return Ok(vec![(low, batch)]);
+        }
+        let values: std::collections::BTreeSet<i64> = ids.values().iter().copied().collect();
         values
             .into_iter()
             .map(|v| {
-                let mask: arrow::array::BooleanArray = ids.iter().map(|id| Some(id.unwrap_or(-1) == v)).collect();
-                let part = filter_record_batch(&batch, &mask).map_err(|e| RuntimeError::arrow(&self.task, e))?;
-                Ok((v, part))
+                let mask = arrow::compute::kernels::cmp::eq(ids, &arrow::array::Int64Array::new_scalar(v))
+                    .map_err(arrow_err)?;
+                Ok((v, filter_record_batch(&batch, &mask).map_err(arrow_err)?))
             })
             .collect()
     }
