@@ -9,6 +9,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/browser.rs"]
+mod browser;
+use browser::progress;
+
 /// The demo's input: enough that the checks run while it does (a debug build takes
 /// seconds for it).
 const RECORDS: u64 = 3_000_000;
@@ -75,20 +79,18 @@ fn start_demo(dir: &std::path::Path) -> (Child, String) {
 }
 
 /// Chromium's DOM of `url` after the page ran for a few (virtual) seconds.
-fn dump_dom(browser: &str, url: &str) -> String {
-    let out = Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000", "--dump-dom", url])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+fn dump_dom(browser: &str, scratch: &std::path::Path, url: &str) -> String {
+    browser::run_retrying(browser, scratch, &["--dump-dom".to_string()], url, 2)
+        .unwrap_or_else(|e| panic!("the page's DOM: {e}"))
 }
 
 #[test]
 fn the_dashboard_of_a_running_demo_shows_its_graph_checkpoints_and_partitions_in_a_browser() {
     let Some(browser) = chromium() else { return };
     let tmp = tempfile::tempdir().unwrap();
+    progress("starting the demo");
     let (mut demo, addr) = start_demo(tmp.path());
+    progress(&format!("the demo serves its dashboard on {addr}"));
     let outcome = std::panic::catch_unwind(|| {
         // The endpoints, as a script reads them: wait for a completed checkpoint.
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -97,6 +99,7 @@ fn the_dashboard_of_a_running_demo_shows_its_graph_checkpoints_and_partitions_in
             assert!(Instant::now() < deadline, "no checkpoint completed in 120 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        progress("a checkpoint completed; reading /api/");
         let job = api(&addr, "/api/job");
         let names: Vec<&str> = job["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["share-source", "transform", "topic-sink"], "{job}");
@@ -120,7 +123,7 @@ fn the_dashboard_of_a_running_demo_shows_its_graph_checkpoints_and_partitions_in
         assert!(body.contains("/api/job"), "{body}");
 
         // The page, in the browser.
-        let dom = dump_dom(&browser, &format!("http://{addr}/"));
+        let dom = dump_dom(&browser, tmp.path(), &format!("http://{addr}/"));
         for node in names {
             assert!(dom.contains(&format!("data-name=\"{node}\"")), "node {node} is not drawn: {dom}");
         }
@@ -131,13 +134,13 @@ fn the_dashboard_of_a_running_demo_shows_its_graph_checkpoints_and_partitions_in
 
         let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
         let _ = std::fs::remove_file(&shot);
-        let out = Command::new(&browser)
-            .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,900"])
-            .args(["--virtual-time-budget=4000", &format!("--screenshot={}", shot.display())])
-            .arg(format!("http://{addr}/"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+        let shot_flags = [
+            "--hide-scrollbars".to_string(),
+            "--window-size=1280,900".to_string(),
+            format!("--screenshot={}", shot.display()),
+        ];
+        browser::run_retrying(&browser, tmp.path(), &shot_flags, &format!("http://{addr}/"), 2)
+            .unwrap_or_else(|e| panic!("the screenshot: {e}"));
         let png = std::fs::read(&shot).expect("a screenshot");
         assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "{} bytes", png.len());
         eprintln!("screenshot: {}", shot.display());
