@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 pub const LIMIT: Duration = Duration::from_secs(90);
 
 /// The flags of every run: headless, no sandbox (tests run as root in CI), no GPU, no
-/// first-run work, nothing from the network beyond the page.
+/// first-run work, no crash reporter (a helper process that may outlive the browser),
+/// nothing from the network beyond the page.
 const FLAGS: &[&str] = &[
     "--headless",
     "--no-sandbox",
@@ -24,6 +25,8 @@ const FLAGS: &[&str] = &[
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
     "--virtual-time-budget=4000",
 ];
 
