@@ -317,7 +317,8 @@ def counter_command(classpath: str, topic: str, records: int, grace_ms: int, tim
 
 
 def counter(classpath: str, topic: str, records: int, grace_ms: int, timeout_ms: int) -> tuple[int, list[dict]]:
-    """Runs the counter to its end: its exit status and its JSON lines."""
+    """Runs the counter to its end: its exit status and its JSON lines (with the tail of
+    its stderr when it ended with none of its verdicts: 0 exact, 3 not, 4 timed out)."""
     out = subprocess.run(counter_command(classpath, topic, records, grace_ms, timeout_ms),
                          capture_output=True, text=True, timeout=timeout_ms / 1000 + 120)
     lines = []
@@ -326,6 +327,9 @@ def counter(classpath: str, topic: str, records: int, grace_ms: int, timeout_ms:
             lines.append(json.loads(line))
         except json.JSONDecodeError:
             continue
+    if out.returncode not in (0, 3, 4):
+        # Not one of its verdicts: an exception. Its stderr says which.
+        lines.append({"event": "stderr", "tail": out.stderr.splitlines()[-15:]})
     return out.returncode, lines
 
 

@@ -95,7 +95,14 @@ final class Count {
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> partitions = new ArrayList<>();
             while (partitions.isEmpty()) {
-                List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofSeconds(5));
+                // A cold consumer on a loaded machine may need more than the 5 s to learn
+                // the metadata: that is "not yet", not a failure (it exited 1 before).
+                List<PartitionInfo> infos;
+                try {
+                    infos = consumer.partitionsFor(topic, Duration.ofSeconds(5));
+                } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                    infos = null;
+                }
                 if (infos != null) {
                     for (PartitionInfo info : infos) {
                         partitions.add(new TopicPartition(topic, info.partition()));
