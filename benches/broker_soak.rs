@@ -295,9 +295,14 @@ fn describe(o: &Opened) -> String {
 /// and what the open read.
 async fn reopen(dir: &std::path::Path, retention: Retention, reported: u64) -> (f64, u64, u64, Opened) {
     let reopening = Instant::now();
-    let broker = EmbeddedBroker::open(BrokerOptions::local_dir(dir).unwrap().log_retention(retention))
-        .await
-        .unwrap_or_else(|e| panic!("the soak's broker directory does not open again: {e}"));
+    let broker = EmbeddedBroker::open(
+        BrokerOptions::local_dir(dir)
+            .unwrap()
+            .log_retention(retention)
+            .log_retention_check_interval(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the soak's broker directory does not open again: {e}"));
     let reopen_s = reopening.elapsed().as_secs_f64();
     let committed = total(&broker, "out", |_, e, _| e as u64).await;
     assert!(committed >= reported, "the reopened broker has {committed} output records; the child reported {reported}");
@@ -319,7 +324,11 @@ async fn child(dir: std::path::PathBuf, retention: Retention) {
         .build()
         .unwrap();
     let broker = EmbeddedBroker::open(
-        BrokerOptions::local_dir(&dir).unwrap().default_config(config.clone()).log_retention(retention),
+        BrokerOptions::local_dir(&dir)
+            .unwrap()
+            .default_config(config.clone())
+            .log_retention(retention)
+            .log_retention_check_interval(Duration::from_secs(1)),
     )
     .await
     .unwrap();

@@ -1,6 +1,8 @@
 //! Topic retention on the embedded broker: time and size limits delete whole batches
 //! from the start of a log, a share partition's start offset advances past them,
-//! records in flight hold retention back, and all of it survives a restart.
+//! records in flight hold retention back, and all of it survives a restart. Retention
+//! looks at the logs as often as Kafka's `log.retention.check.interval.ms` says, first
+//! one interval after the broker opens.
 
 #![allow(clippy::unwrap_used)]
 
@@ -23,7 +25,8 @@ async fn broker(store: &Arc<dyn ObjectStore>, clock: &ManualClock, retention: Re
         BrokerOptions::with_store(store.clone(), Path::from("broker"))
             .clock(clock.clone())
             .default_config(config(Explicit))
-            .log_retention(retention),
+            .log_retention(retention)
+            .log_retention_check_interval(Duration::from_secs(1)),
     )
     .await
     .unwrap();
@@ -116,4 +119,38 @@ async fn size_retention_keeps_the_log_under_its_limit() {
     let start = b.start_offset(&tp(0)).await.unwrap();
     assert_eq!(b.end_offset(&tp(0)).await.unwrap() - start, 300, "3 batches of 600 bytes fit in 2,000");
     assert_eq!(b.log_bytes(&tp(0)).await.unwrap(), 1_800);
+}
+
+#[tokio::test]
+async fn retention_first_looks_one_check_interval_after_the_open_as_kafka_does() {
+    // Input produced with timestamps a year old, as a replay of history is: past the
+    // default 7 days of retention from the start. It stays until the first check, five
+    // minutes (Kafka's default interval) after the open, and a job that starts at once
+    // reads it; then it goes.
+    let clock = ManualClock::new(1_800_000_000_000);
+    let b = EmbeddedBroker::open(BrokerOptions::in_memory().clock(clock.clone()).default_config(config(Explicit)))
+        .await
+        .unwrap();
+    b.create_topic(IN, 1).await.unwrap();
+    let old = 1_800_000_000_000 - 365 * 24 * 3_600_000;
+    let records =
+        (0..10).map(|i| ProducerRecord { timestamp_ms: old + i, ..ProducerRecord::new(IN, 0, format!("r{i}")) });
+    b.produce(records.collect()).await.unwrap();
+    for _ in 0..4 {
+        clock.advance(Duration::from_secs(60));
+        b.tick().await.unwrap();
+        assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 0, "deleted before the first check");
+    }
+    let mut c = b.consumer(GROUP, config(Explicit)).await.unwrap();
+    c.subscribe(&[IN]).await.unwrap();
+    let got = poll(&mut c, 100).await;
+    assert_eq!(got.len(), 10);
+    for r in &got {
+        c.acknowledge(r, Accept).await.unwrap();
+    }
+    c.commit().await.unwrap();
+    clock.advance(Duration::from_secs(61));
+    b.tick().await.unwrap();
+    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 10, "the first check, 5 minutes after the open, deletes them");
+    assert_eq!(shareflow::connector::broker::DEFAULT_RETENTION_CHECK, Duration::from_secs(300));
 }

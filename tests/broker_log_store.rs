@@ -26,12 +26,13 @@ fn tp(p: i32) -> TopicPartition {
 }
 
 /// Options on `dir` with snapshots every `every` journal bytes, no retention unless the
-/// test sets one, and the test's clock.
+/// test sets one (then checked every second of the test's clock), and the test's clock.
 fn options(dir: &Path, clock: &ManualClock, every: u64) -> BrokerOptions {
     BrokerOptions::local_dir(dir)
         .unwrap()
         .clock(clock.clone())
         .log_retention(Retention::default())
+        .log_retention_check_interval(Duration::from_secs(1))
         .snapshot_every_bytes(every)
 }
 

@@ -33,7 +33,8 @@ mod txn;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use embedded::{
     Backlog, BrokerOptions, DeadLetterTarget, EmbeddedBroker, EmbeddedShareConsumer, EmbeddedTransactionCoordinator,
-    FetchedRecord, SharePartitionInfo, TransactionInfo, TransactionalShareAcknowledger, DEFAULT_RETENTION_MS,
+    FetchedRecord, SharePartitionInfo, TransactionInfo, TransactionalShareAcknowledger, DEFAULT_RETENTION_CHECK,
+    DEFAULT_RETENTION_MS,
 };
 pub use journal::{Durability, Opened};
 pub use log::Retention;

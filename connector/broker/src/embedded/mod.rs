@@ -24,7 +24,7 @@ pub use acknowledger::TransactionalShareAcknowledger;
 pub use clients::{EmbeddedShareConsumer, EmbeddedTransactionCoordinator};
 pub use dead_letters::DeadLetterTarget;
 pub use fetched::FetchedRecord;
-pub use options::{BrokerOptions, DEFAULT_RETENTION_MS};
+pub use options::{BrokerOptions, DEFAULT_RETENTION_CHECK, DEFAULT_RETENTION_MS};
 use options::{DirLock, MAX_BATCH_BYTES};
 
 use super::batch;
@@ -126,8 +126,10 @@ struct Inner {
     dir_lock: Mutex<Option<DirLock>>,
     /// Retention, broker-wide and per topic; `None` if nothing is limited.
     retention: Option<(Retention, BTreeMap<String, Retention>)>,
-    /// Broker time of the last retention pass.
+    /// Broker time of the last retention pass (the opening, before the first).
     retention_at_ms: AtomicU64,
+    /// Broker time between retention passes.
+    retention_every_ms: u64,
     /// What the open read, and how long it took.
     opened: Opened,
     /// The group config a reload starts its state from (as a reopen does).
@@ -276,6 +278,7 @@ impl EmbeddedBroker {
             read_only,
             "embedded broker opened"
         );
+        let opened_ms = options.clock.now_ms();
         Ok(EmbeddedBroker {
             inner: Arc::new(Inner {
                 state: Mutex::new(recovered.state),
@@ -289,7 +292,8 @@ impl EmbeddedBroker {
                 dir_lock: Mutex::new(dir_lock),
                 retention: (options.retention.limits() || options.topic_retention.values().any(Retention::limits))
                     .then_some((options.retention, options.topic_retention)),
-                retention_at_ms: AtomicU64::new(0),
+                retention_at_ms: AtomicU64::new(opened_ms),
+                retention_every_ms: options.retention_check_ms,
                 opened: recovered.opened,
                 default_config: options.default_config,
                 reloaded_at: tokio::sync::Mutex::new(None),

@@ -13,6 +13,7 @@ pub struct BrokerOptions {
     pub(super) default_config: ShareConfig,
     pub(super) retention: Retention,
     pub(super) topic_retention: BTreeMap<String, Retention>,
+    pub(super) retention_check_ms: u64,
     pub(super) tuning: Tuning,
 }
 
@@ -22,6 +23,9 @@ pub(super) const MAX_BATCH_BYTES: usize = 512 << 20;
 
 /// Kafka's default `log.retention.ms`: 7 days.
 pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Kafka's default `log.retention.check.interval.ms`: 5 minutes.
+pub const DEFAULT_RETENTION_CHECK: Duration = Duration::from_secs(5 * 60);
 
 impl BrokerOptions {
     /// A journal in a fresh in-memory store: nothing survives the process.
@@ -39,6 +43,7 @@ impl BrokerOptions {
             default_config: ShareConfig::default(),
             retention: Retention { ms: Some(DEFAULT_RETENTION_MS), bytes: None },
             topic_retention: BTreeMap::new(),
+            retention_check_ms: DEFAULT_RETENTION_CHECK.as_millis() as u64,
             tuning: Tuning::default(),
         }
     }
@@ -143,12 +148,25 @@ impl BrokerOptions {
     /// `log.retention.ms` and `log.retention.bytes`; default Kafka's: 7 days
     /// ([`DEFAULT_RETENTION_MS`]) and no byte limit; `Retention::default()` keeps
     /// everything, forever).
-    /// Retention deletes whole batches from the start of a partition, about once a
-    /// second, and never a record of an open producer transaction or one a share group
-    /// has ACQUIRED or LOCKED. A share partition's start offset advances past what it
-    /// deletes: records deleted before they were delivered are never delivered.
+    /// Retention deletes whole batches from the start of a partition, once per
+    /// [`log_retention_check_interval`](Self::log_retention_check_interval), and never a
+    /// record of an open producer transaction or one a share group has ACQUIRED or
+    /// LOCKED. A share partition's start offset advances past what it deletes: records
+    /// deleted before they were delivered are never delivered. As on Kafka, a record's
+    /// age is its timestamp's: records produced with timestamps older than `ms` are
+    /// deleted at the next check.
     pub fn log_retention(mut self, retention: Retention) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// How often retention looks at the logs, in broker time (Kafka's
+    /// `log.retention.check.interval.ms`; default 5 minutes, [`DEFAULT_RETENTION_CHECK`]).
+    /// The first check comes one interval after the broker opens, so input produced
+    /// with old timestamps is not deleted under a job that has just started. A zero
+    /// interval is taken as one millisecond.
+    pub fn log_retention_check_interval(mut self, every: Duration) -> Self {
+        self.retention_check_ms = (every.as_millis() as u64).max(1);
         self
     }
 

@@ -1,4 +1,4 @@
-//! Retention on the embedded broker: journaled trims, at most once a second.
+//! Retention on the embedded broker: journaled trims, once per check interval.
 
 use std::sync::atomic::Ordering;
 
@@ -7,16 +7,13 @@ use crate::journal::Written;
 use crate::state::{BrokerState, Command, Entry};
 use shareflow_share::Result;
 
-/// How often retention looks at the logs, in broker time.
-const RETENTION_EVERY_MS: u64 = 1_000;
-
 impl EmbeddedBroker {
-    /// At most once a second of broker time: deletes what retention allows, one
+    /// Once per check interval of broker time: deletes what retention allows, one
     /// journaled `Trim` per partition. Returns the last entry written, if any.
     pub(super) fn apply_retention(&self, st: &mut BrokerState, now_ms: u64) -> Result<Option<Written>> {
         let Some((default, per_topic)) = &self.inner.retention else { return Ok(None) };
         let last = self.inner.retention_at_ms.load(Ordering::Relaxed);
-        if now_ms < last.saturating_add(RETENTION_EVERY_MS) {
+        if now_ms < last.saturating_add(self.inner.retention_every_ms) {
             return Ok(None);
         }
         self.inner.retention_at_ms.store(now_ms, Ordering::Relaxed);
