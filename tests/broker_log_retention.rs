@@ -58,6 +58,10 @@ async fn time_retention_deletes_old_batches_and_delivery_goes_on_past_them() {
     b.tick().await.unwrap();
     assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 10);
     assert_eq!(b.end_offset(&tp(0)).await.unwrap(), 13);
+    // What was deleted has no state, and is not counted as waiting for delivery.
+    assert!(b.record_status(GROUP, &tp(0), 5).await.is_err(), "a deleted offset has no status");
+    let backlog = b.backlog(GROUP, IN).await.unwrap();
+    assert_eq!(backlog.available + backlog.acquired + backlog.acknowledged, 3, "{backlog:?}");
     assert!(b.fetch_all(&tp(0), IsolationLevel::ReadUncommitted).await.unwrap().iter().all(|r| r.offset >= 10));
     // The share partition starts at the log start: only the new records are delivered.
     let got = poll(&mut c, 100).await;

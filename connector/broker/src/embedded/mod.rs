@@ -643,7 +643,8 @@ impl EmbeddedBroker {
                         RecordState::Archived => b.archived += n,
                     }
                 }
-                b.available += (end as u64).saturating_sub(covered);
+                // Never delivered: from the log start (retention deletes the rest) on.
+                b.available += (end.saturating_sub(st.log(&tp)?.start()) as u64).saturating_sub(covered);
             }
             Ok(b)
         })

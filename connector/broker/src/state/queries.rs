@@ -49,7 +49,8 @@ impl BrokerState {
     /// The state of one record for `group`, or `None` if the offset does not exist.
     pub(crate) fn record_status(&self, group: &str, tp: &TopicPartition, offset: i64) -> Option<RecordStatus> {
         let log = self.log(tp).ok()?;
-        if offset < 0 || offset >= log.end() {
+        // Below the log start the record was deleted (retention): it has no state.
+        if offset < log.start() || offset >= log.end() {
             return None;
         }
         let slot = self.groups.get(group).and_then(|g| g.partitions.get(tp)).and_then(|sp| sp.slot(offset));
