@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shareflow::checkpoint::CheckpointStore;
-use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker};
+use shareflow::connector::broker::{BrokerOptions, EmbeddedBroker, Retention};
 use shareflow::connector::embedded::{BrokerTransactions, ShareGroupSource, TopicSink};
 use shareflow::connector::share::{AcknowledgementMode, ProducerRecord, ShareConfig};
 use shareflow::connector::{record_schema, SourceMetrics, SourceSettings};
@@ -58,7 +58,13 @@ fn group_config() -> ShareConfig {
 /// event times spread over 100 s, values as the demo's (100 bytes).
 async fn broker(dir: &std::path::Path, records: u64, keys: u64) -> EmbeddedBroker {
     let broker =
-        EmbeddedBroker::open(BrokerOptions::local_dir(dir.join("broker")).unwrap().default_config(group_config()))
+        // No retention: the input's event times (2023) are past the default 7 days.
+        EmbeddedBroker::open(
+            BrokerOptions::local_dir(dir.join("broker"))
+                .unwrap()
+                .default_config(group_config())
+                .log_retention(Retention::default()),
+        )
             .await
             .unwrap();
     broker.create_topic(INPUT, 4).await.unwrap();
@@ -175,7 +181,7 @@ async fn rates(results: &mut results::Results, rounds: usize) {
             // share group over one broker's topic used to stall part-way here: the
             // input's 2023 event times are past the default 7 days of retention, and
             // retention, then checked every second, deleted it once the first group had
-            // nothing in flight. It is checked every 5 minutes now, as on Kafka.)
+            // nothing in flight. These brokers keep everything now.)
             let dir = tempfile::tempdir().unwrap();
             let broker = broker(dir.path(), scaled(RECORDS), KEYS).await;
             let group = format!("{name}-{round}");

@@ -126,25 +126,28 @@ async fn size_retention_keeps_the_log_under_its_limit() {
 }
 
 #[tokio::test]
-async fn retention_first_looks_one_check_interval_after_the_open_as_kafka_does() {
+async fn retention_looks_30_s_after_the_open_then_once_per_check_interval_as_kafka_does() {
     // Input produced with timestamps a year old, as a replay of history is: past the
-    // default 7 days of retention from the start. It stays until the first check, five
-    // minutes (Kafka's default interval) after the open, and a job that starts at once
-    // reads it; then it goes.
+    // default 7 days of retention from the start. It stays until the first check, 30 s
+    // after the open (Kafka's initial delay), and a job that starts at once reads it.
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let clock = ManualClock::new(1_800_000_000_000);
-    let b = EmbeddedBroker::open(BrokerOptions::in_memory().clock(clock.clone()).default_config(config(Explicit)))
-        .await
-        .unwrap();
+    let open = || async {
+        let options = BrokerOptions::with_store(store.clone(), Path::from("broker"));
+        EmbeddedBroker::open(options.clock(clock.clone()).default_config(config(Explicit))).await.unwrap()
+    };
+    let b = open().await;
     b.create_topic(IN, 1).await.unwrap();
     let old = 1_800_000_000_000 - 365 * 24 * 3_600_000;
-    let records =
-        (0..10).map(|i| ProducerRecord { timestamp_ms: old + i, ..ProducerRecord::new(IN, 0, format!("r{i}")) });
-    b.produce(records.collect()).await.unwrap();
-    for _ in 0..4 {
-        clock.advance(Duration::from_secs(60));
-        b.tick().await.unwrap();
-        assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 0, "deleted before the first check");
-    }
+    let produce_old = |n: i64| {
+        (0..n)
+            .map(|i| ProducerRecord { timestamp_ms: old + i, ..ProducerRecord::new(IN, 0, format!("r{i}")) })
+            .collect()
+    };
+    b.produce(produce_old(10)).await.unwrap();
+    clock.advance(Duration::from_secs(29));
+    b.tick().await.unwrap();
+    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 0, "deleted before the first check");
     let mut c = b.consumer(GROUP, config(Explicit)).await.unwrap();
     c.subscribe(&[IN]).await.unwrap();
     let got = poll(&mut c, 100).await;
@@ -153,8 +156,24 @@ async fn retention_first_looks_one_check_interval_after_the_open_as_kafka_does()
         c.acknowledge(r, Accept).await.unwrap();
     }
     c.commit().await.unwrap();
-    clock.advance(Duration::from_secs(61));
+    clock.advance(Duration::from_secs(2));
     b.tick().await.unwrap();
-    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 10, "the first check, 5 minutes after the open, deletes them");
+    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 10, "the first check, 30 s after the open");
+    // Then once per interval: 5 minutes by default.
+    b.produce(produce_old(5)).await.unwrap();
+    clock.advance(Duration::from_secs(290));
+    b.tick().await.unwrap();
+    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 10, "checked again before the interval");
+    clock.advance(Duration::from_secs(11));
+    b.tick().await.unwrap();
+    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 15, "the second check, 5 minutes after the first");
     assert_eq!(shareflow::connector::broker::DEFAULT_RETENTION_CHECK, Duration::from_secs(300));
+    // Reopened more than an interval after its last command, it looks at once.
+    b.produce(produce_old(5)).await.unwrap();
+    b.close();
+    drop(b);
+    clock.advance(Duration::from_secs(600));
+    let b = open().await;
+    b.tick().await.unwrap();
+    assert_eq!(b.start_offset(&tp(0)).await.unwrap(), 20, "a reopen after 10 minutes checks at once");
 }

@@ -126,8 +126,8 @@ struct Inner {
     dir_lock: Mutex<Option<DirLock>>,
     /// Retention, broker-wide and per topic; `None` if nothing is limited.
     retention: Option<(Retention, BTreeMap<String, Retention>)>,
-    /// Broker time of the last retention pass (the opening, before the first).
-    retention_at_ms: AtomicU64,
+    /// Broker time at which retention next looks at the logs.
+    retention_due_ms: AtomicU64,
     /// Broker time between retention passes.
     retention_every_ms: u64,
     /// What the open read, and how long it took.
@@ -278,7 +278,11 @@ impl EmbeddedBroker {
             read_only,
             "embedded broker opened"
         );
-        let opened_ms = options.clock.now_ms();
+        let first_retention_ms = retention::retention_first_due(
+            options.clock.now_ms(),
+            recovered.state.last_now_ms,
+            options.retention_check_ms,
+        );
         Ok(EmbeddedBroker {
             inner: Arc::new(Inner {
                 state: Mutex::new(recovered.state),
@@ -292,7 +296,7 @@ impl EmbeddedBroker {
                 dir_lock: Mutex::new(dir_lock),
                 retention: (options.retention.limits() || options.topic_retention.values().any(Retention::limits))
                     .then_some((options.retention, options.topic_retention)),
-                retention_at_ms: AtomicU64::new(opened_ms),
+                retention_due_ms: AtomicU64::new(first_retention_ms),
                 retention_every_ms: options.retention_check_ms,
                 opened: recovered.opened,
                 default_config: options.default_config,

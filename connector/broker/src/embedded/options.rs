@@ -162,8 +162,8 @@ impl BrokerOptions {
 
     /// How often retention looks at the logs, in broker time (Kafka's
     /// `log.retention.check.interval.ms`; default 5 minutes, [`DEFAULT_RETENTION_CHECK`]).
-    /// The first check comes one interval after the broker opens, so input produced
-    /// with old timestamps is not deleted under a job that has just started. A zero
+    /// The first look comes 30 s after the broker opens (Kafka's initial task delay), or
+    /// at once when it reopens more than an interval after its last command. A zero
     /// interval is taken as one millisecond.
     pub fn log_retention_check_interval(mut self, every: Duration) -> Self {
         self.retention_check_ms = (every.as_millis() as u64).max(1);
