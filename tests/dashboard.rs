@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 #[path = "support/browser.rs"]
 mod browser;
+#[path = "support/processes.rs"]
+mod processes;
 use browser::progress;
 
 /// The demo's input: enough that the checks run while it does (a debug build takes

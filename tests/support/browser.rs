@@ -1,11 +1,12 @@
 //! Headless Chromium for the dashboard's browser test, run so that it cannot hang a
 //! test: a fresh profile per run, its output to files (not pipes, which a lingering
 //! helper process of the browser could hold open forever), its own process group,
-//! and a time limit after which the whole group is killed by its id.
+//! and a time limit after which the whole group is killed by its id. The test that
+//! includes it includes `support/processes.rs` as `processes` too.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,7 @@ pub fn run(browser: &str, scratch: &Path, extra: &[String], url: &str) -> Result
     let dir = tempfile::tempdir_in(scratch).map_err(|e| format!("scratch dir: {e}"))?;
     let out_path = dir.path().join("stdout");
     let err_path = dir.path().join("stderr");
-    let profile: PathBuf = dir.path().join("profile");
+    let profile = dir.path().join("profile");
     let file = |p: &Path| std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()));
     let mut child = {
         use std::os::unix::process::CommandExt;
@@ -59,14 +60,8 @@ pub fn run(browser: &str, scratch: &Path, extra: &[String], url: &str) -> Result
             .spawn()
             .map_err(|e| format!("cannot start {browser}: {e}"))?
     };
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() < LIMIT => std::thread::sleep(Duration::from_millis(50)),
-            Ok(None) | Err(_) => break None,
-        }
-    };
+    // Waiting is the tests' own bounded wait; `None` when the limit passed.
+    let status = crate::processes::wait(&mut child, LIMIT);
     // The group goes in every case: the browser's helpers may outlive it.
     let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
     let _ = child.wait();

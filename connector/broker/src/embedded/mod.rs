@@ -634,7 +634,8 @@ impl EmbeddedBroker {
             let mut b = Backlog::default();
             for p in 0..partitions as i32 {
                 let tp = TopicPartition::new(topic, p);
-                let end = st.log(&tp)?.end();
+                let log = st.log(&tp)?;
+                let (start, end) = (log.start(), log.end());
                 let mut covered = 0;
                 for (first, last, state) in st.share_partition_runs(group, &tp) {
                     let n = (last - first + 1) as u64;
@@ -648,7 +649,7 @@ impl EmbeddedBroker {
                     }
                 }
                 // Never delivered: from the log start (retention deletes the rest) on.
-                b.available += (end.saturating_sub(st.log(&tp)?.start()) as u64).saturating_sub(covered);
+                b.available += (end.saturating_sub(start) as u64).saturating_sub(covered);
             }
             Ok(b)
         })
