@@ -24,8 +24,12 @@ use shareflow::runtime::{ErrorKind, InstanceConfig, Job, JobBuilder, JobConfig, 
 
 const RECORDS: u64 = 3_000;
 const INTERVAL: Duration = Duration::from_millis(20);
-const CHECKPOINT_TIMEOUT: Duration = Duration::from_millis(200);
-const ADOPTION: Duration = Duration::from_millis(600);
+// Wide enough for a loaded machine (CI runs three test binaries beside a build): an
+// instance that never restarts fails its test at its first timed-out checkpoint, and a
+// live instance whose beats a starved runtime holds back past the adoption timeout is
+// adopted. At 200 ms and 600 ms, two tests of this file failed in a loaded CI run.
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_millis(1_000);
+const ADOPTION: Duration = Duration::from_millis(3_000);
 
 /// One instance: the share source -> SQL -> topic sink pipeline of the eos tests, as
 /// prefix `prefix`, with its checkpoints under `{root}/{prefix}` in `store`.
@@ -241,9 +245,11 @@ async fn bad_instance_settings_are_named() {
             .instance(InstanceConfig::new(adoption));
         job.build(config)
     };
-    let err = build("a", "a", Duration::from_millis(150)).err().expect("too short");
-    assert!(err.to_string().contains("adoption.timeout.ms=150"), "{err}");
-    assert!(err.to_string().contains("checkpoint interval + checkpoint timeout (220 ms)"), "{err}");
+    let short = INTERVAL + CHECKPOINT_TIMEOUT;
+    let err = build("a", "a", short).err().expect("too short");
+    assert!(err.to_string().contains(&format!("adoption.timeout.ms={}", short.as_millis())), "{err}");
+    let needed = format!("checkpoint interval + checkpoint timeout ({} ms)", short.as_millis());
+    assert!(err.to_string().contains(&needed), "{err}");
     let err = build("a", "other", ADOPTION).err().expect("job id differs from the prefix");
     assert!(err.to_string().contains("job.id=other"), "{err}");
     assert!(build("a", "a", ADOPTION).is_ok());
@@ -308,7 +314,7 @@ async fn a_slow_commit_does_not_get_a_live_instance_adopted() {
     use shareflow::checkpoint::testing::{Fault, FaultRule, FaultyStore, StoreOp};
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 7));
-    // a's second manifest takes 2.4 s to land.
+    // a's second manifest takes four adoption timeouts to land.
     faulty.inject(FaultRule::once(
         StoreOp::Put,
         "chk/a/chk-00000000000000000002/_metadata",

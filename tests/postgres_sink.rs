@@ -291,9 +291,11 @@ fn pg_instance(
     let storage = CheckpointStore::new(store.clone(), CheckpointPaths::new("chk", prefix).unwrap());
     let config = JobConfig::new(storage, group, prefix)
         .checkpoint_interval(Duration::from_millis(20))
-        .checkpoint_timeout(Duration::from_millis(500))
+        // Wide for a loaded machine, where an instance that never restarts would fail at
+        // its first timed-out checkpoint.
+        .checkpoint_timeout(Duration::from_millis(1_000))
         .restart(RestartStrategy::FixedDelay { attempts: restarts, delay: Duration::from_millis(10) })
-        .instance(shareflow::runtime::InstanceConfig::new(Duration::from_millis(800)));
+        .instance(shareflow::runtime::InstanceConfig::new(Duration::from_millis(2_500)));
     job.build(config).unwrap()
 }
 
@@ -368,16 +370,19 @@ async fn a_fenced_zombies_prepared_rows_are_never_committed() {
     let settings = PostgresSettings { url: url.clone(), table: table.clone(), mode: WriteMode::Insert };
     let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new()), 11));
     let store: Arc<dyn object_store::ObjectStore> = faulty.clone();
-    let a = pg_instance(&broker, &store, (&group, "a"), &settings, (0, Some(2_000), true));
+    // a never stops on its own (a drained input would end it, and the stall below would
+    // then land on b's manifest): it ends only fenced. At 1,000 records/s it still has
+    // input when the stall comes, so the stalled checkpoint holds prepared rows.
+    let a = pg_instance(&broker, &store, (&group, "a"), &settings, (0, Some(1_000), false));
     let b = pg_instance(&broker, &store, (&group, "b"), &settings, (3, Some(2_000), false));
     let stop_b = b.stop_handle();
     let count = |sql: String| {
         let client = &client;
         async move { client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) }
     };
-    let (ra, rb) = tokio::join!(
+    let (ra, (held, rb)) = tokio::join!(
         async {
-            let ra = tokio::time::timeout(Duration::from_secs(60), a.run()).await;
+            let ra = tokio::time::timeout(Duration::from_secs(90), a.run()).await;
             // b goes on until every row is in: a's held records return only with b's
             // adoption.
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -396,7 +401,9 @@ async fn a_fenced_zombies_prepared_rows_are_never_committed() {
             while count(format!("SELECT count(*) FROM {table}")).await == 0 && std::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            faulty.inject(FaultRule::once(StoreOp::Put, "/_metadata", Fault::Latency(Duration::from_secs(5))));
+            // The stall outlasts b's start, the adoption timeout and the adoption, with
+            // room for a loaded machine.
+            faulty.inject(FaultRule::once(StoreOp::Put, "/_metadata", Fault::Latency(Duration::from_secs(10))));
             // ...and its heartbeats stall too: it goes silent.
             while faulty.injected().is_empty() && std::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -404,14 +411,18 @@ async fn a_fenced_zombies_prepared_rows_are_never_committed() {
             faulty.inject(FaultRule::always(
                 StoreOp::Put,
                 "_instances/a/heartbeat",
-                Fault::Latency(Duration::from_secs(8)),
+                Fault::Latency(Duration::from_secs(15)),
             ));
-            tokio::time::timeout(Duration::from_secs(60), b.run()).await
+            // The stalled checkpoint's rows are prepared (the sink prepares at the
+            // barrier, before the manifest): these are what must never commit.
+            let held = pg::prepared(&client, &format!("{group}-a-")).await;
+            (held, tokio::time::timeout(Duration::from_secs(90), b.run()).await)
         }
     );
     let injected = faulty.injected();
     let stale_manifest = injected.first().and_then(|i| i.split(' ').next_back()).unwrap_or_default().to_string();
     assert!(stale_manifest.starts_with("chk/a/chk-"), "a's manifest stalled: {injected:?}");
+    assert!(!held.is_empty(), "a's stalled checkpoint held prepared rows");
     let err = ra.expect("a ends").expect_err("a is fenced");
     assert_eq!(err.kind(), shareflow::runtime::ErrorKind::Fenced, "{err}");
     let rb = rb.expect("b ends").expect("b ends well");
