@@ -671,7 +671,7 @@ async fn a_failed_snapshot_does_not_fail_the_command() {
         f.broker.produce(vec![ProducerRecord::new(IN, 0, vec![i; 32 * 1024])]).await.unwrap();
     }
     // Snapshots run in the background: wait (bounded) for the failed attempt.
-    for _ in 0..500 {
+    for _ in 0..3_000 {
         if !faulty.injected().is_empty() {
             break;
         }
@@ -702,7 +702,7 @@ async fn a_snapshot_being_written_blocks_no_command() {
         .expect("the commands waited for a snapshot write that never ends");
     // The snapshot is encoded on a blocking thread before its write starts: wait
     // (bounded) for the write to be under way.
-    for _ in 0..500 {
+    for _ in 0..3_000 {
         if !faulty.injected().is_empty() {
             break;
         }

@@ -118,12 +118,14 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
     use shareflow::runtime::{JobBuilder, JobConfig, RestartStrategy};
     let broker = broker_with_input(RECORDS, 2, &share_config()).await;
     let build = |checkpoint_timeout: Duration| {
-        let txns = BrokerTransactions::new(broker.clone(), Duration::from_millis(300));
+        // Five times the first values of this test (300 ms, 250 ms, 600 ms), so that on a
+        // loaded machine no checkpoint but the stalled one outlasts the timeouts.
+        let txns = BrokerTransactions::new(broker.clone(), Duration::from_millis(1_500));
         let mut source = SourceSettings::new(GROUP, &[INPUT]);
         source.stop_when_drained = true;
         source.max_poll_records = 100;
         // An idle poll holds a barrier back: short ones keep every checkpoint but the
-        // stalled one well inside its 250 ms.
+        // stalled one well inside its timeout.
         source.poll_timeout = Duration::from_millis(5);
         let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let job = JobBuilder::new();
@@ -139,7 +141,7 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
             ),
         )
         .operator("stall", Some(record_schema()), move |ctx: &shareflow::runtime::SubtaskContext| {
-            Stall(ctx.first_checkpoint_id, Duration::from_millis(600), stalled.clone())
+            Stall(ctx.first_checkpoint_id, Duration::from_millis(3_000), stalled.clone())
         })
         .sink("topic-sink", TopicSink::factory(broker.clone(), Some(txns.clone()), OUTPUT))
         .participant(txns.clone());
@@ -157,7 +159,7 @@ async fn an_ongoing_transaction_times_out_while_its_checkpoint_is_slow() {
     assert!(refused.to_string().contains("share.transaction.timeout.ms"), "{refused}");
     assert!(broker.transactions().await.unwrap().is_empty(), "refused before any transaction began");
 
-    let report = build(Duration::from_millis(250)).unwrap().run().await.unwrap();
+    let report = build(Duration::from_millis(1_250)).unwrap().run().await.unwrap();
     let m = broker.metrics().await.unwrap();
     assert!(report.attempts >= 2, "the stalled checkpoint restarted the job: {report:?}");
     assert!(m.transaction_abort_total >= 1, "its transaction aborted (by timeout or by the coordinator): {m:?}");
@@ -203,10 +205,10 @@ async fn a_prepared_transaction_survives_its_timeout_and_is_committed_by_recover
     run.interval = Duration::from_millis(2);
     // Long enough for a loaded machine to prepare a transaction in time, short enough
     // to wait out.
-    run.txn_timeout = Duration::from_secs(2);
+    run.txn_timeout = Duration::from_secs(4);
     let (result, _) = run.run(vec![(points::AFTER_MANIFEST.to_string(), 0)]).await;
     assert!(result.is_err());
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
     broker.tick().await.unwrap();
     let prepared: Vec<_> = broker
         .transactions()

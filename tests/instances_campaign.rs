@@ -116,7 +116,9 @@ async fn run_seed(seed: u64, root: &Root) -> Result<Outcome, String> {
         plan.push(format!("{prefix}: {point}+{skip} restarts={restarts}"));
         jobs.push(j);
     }
-    let survivor = job(&broker, root, "c", 2);
+    // The survivor and the janitor have restarts to spare: one may go to the scheduled
+    // crash mid-adoption, the rest to runs of late checkpoints on a loaded machine.
+    let survivor = job(&broker, root, "c", 8);
     if rng.below(2) == 0 {
         survivor.failpoints().schedule(vec![(points::ADOPTION_MID.to_string(), 0)]);
         plan.push("c: adoption.mid+0".into());
@@ -189,7 +191,7 @@ async fn run_seed(seed: u64, root: &Root) -> Result<Outcome, String> {
     let mut janitor_adopted = 0;
     let mut drained_by_janitor = false;
     if orphans(&broker.transactions().await.unwrap()) > 0 || survivor_fenced {
-        let janitor = job(&broker, root, "z", 2);
+        let janitor = job(&broker, root, "z", 8);
         let stop = janitor.stop_handle();
         let (report, ()) = tokio::join!(janitor.run(), async {
             let start = Instant::now();

@@ -359,7 +359,9 @@ async fn an_adopters_restart_needs_no_collected_ledger_of_the_instance_it_adopte
     };
     let gone_ledger = format!("{group}-gone-ledger");
     let committed = |c: &shareflow::connector::kafka::KafkaCluster| committed_once(c.clone(), output.clone());
-    let fast = ["--adoption-timeout", "5000"];
+    // Fast, but far above a start's gap between beats on a loaded machine (see
+    // ADOPTION_TIMEOUT_MS): the two start together, and each watches the other.
+    let fast = ["--adoption-timeout", "10000"];
     let start =
         |name: &str, err: &str| Run::start_with(name, &bootstrap, &group, &checkpoints, dir.path().join(err), &fast);
     c.produce(&input, (0..1_000).map(|i| (None, Bytes::from(value_of(i, 32))))).await.expect("produce");

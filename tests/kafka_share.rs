@@ -113,12 +113,13 @@ async fn members_of_one_group_split_the_work_and_every_record_arrives_once() {
 async fn an_expired_lock_redelivers_with_the_delivery_count_raised() {
     let Some(c) = cluster().await else { return };
     let topic = topic_with(&c, 1, 1).await;
-    let group = group_with(&c, 1_000).await;
+    let group = group_with(&c, 3_000).await;
     let mut a = member(&c, &group, &topic, 10).await;
     let first = poll_some(&mut a, Duration::from_secs(30)).await;
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].delivery_count, 1);
-    // a never settles it; after the 1 s lock another member gets it again.
+    // a never settles it; after the lock another member gets it again. (3 s: b's accept
+    // must reach the broker within b's own lock, on a loaded machine too.)
     let mut b = member(&c, &group, &topic, 10).await;
     let again = poll_some(&mut b, Duration::from_secs(30)).await;
     assert_eq!(again.len(), 1, "redelivered after the lock expired");
@@ -163,15 +164,17 @@ async fn release_redelivers_at_once_and_reject_archives() {
 async fn renew_keeps_the_lock_past_its_duration() {
     let Some(c) = cluster().await else { return };
     let topic = topic_with(&c, 1, 1).await;
-    let group = group_with(&c, 2_000).await;
+    // A renewal's round trip, and b's poll, take a second on a loaded machine: the lock
+    // is 6 s so that every renewal lands well inside it.
+    let group = group_with(&c, 6_000).await;
     let mut a = member(&c, &group, &topic, 10).await;
     // b joins before a takes the record (it fetches only when it polls), so that its
-    // join does not eat into the 2 s lock before the first renewal.
+    // join does not eat into the lock before the first renewal.
     let mut b = member(&c, &group, &topic, 10).await;
     let got = poll_some(&mut a, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1);
     // Hold it for 2.5 lock durations, renewing every ~600 ms; b must never see it.
-    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    let end = tokio::time::Instant::now() + Duration::from_secs(15);
     while tokio::time::Instant::now() < end {
         a.acknowledge(&got[0], AcknowledgeType::Renew).await.expect("renew");
         a.commit().await.expect("renew accepted by the broker");
@@ -292,7 +295,7 @@ async fn renewing_an_expired_lock_is_refused() {
     // releases the record instead of naming it in an intent.
     let Some(c) = cluster().await else { return };
     let topic = topic_with(&c, 1, 1).await;
-    let group = group_with(&c, 1_000).await;
+    let group = group_with(&c, 3_000).await;
     let mut a = member(&c, &group, &topic, 10).await;
     let got = poll_some(&mut a, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1);

@@ -26,7 +26,14 @@ const KEYS: u64 = 10;
 const TXN_TIMEOUT: Duration = Duration::from_secs(8);
 
 fn job(cluster: &KafkaCluster, group: &str, input: &str, output: &str, root: &str, drain: bool) -> Job {
-    let counts = Counts { parallelism: 1, drain, restarts: 0, transaction_timeout: Some(TXN_TIMEOUT), savepoint: None };
+    let counts = Counts {
+        parallelism: 1,
+        drain,
+        restarts: 0,
+        transaction_timeout: Some(TXN_TIMEOUT),
+        savepoint: None,
+        rate: 1_000,
+    };
     counting_job(cluster, (group, input, output), root, &counts)
 }
 

@@ -367,7 +367,9 @@ mod kafka {
         for &kind in &crashes {
             let at = 1 + rng.below(4) as u32;
             let mut end = End::Restart;
-            for _ in 0..4 {
+            // A restart is a ledger write slower than half the lock: on a loaded machine
+            // a few come in a row.
+            for _ in 0..8 {
                 let stream = ShareStream::kafka(&c, options(&n), store.last().as_ref()).await.expect("recover");
                 end = run(stream, &mut store, &n.output, 1, Some((at, kind))).await;
                 if end != End::Restart {
@@ -377,7 +379,7 @@ mod kafka {
             assert_eq!(end, End::Crashed, "the crash {kind:?} at batch {at} happened");
         }
         let mut end = End::Restart;
-        for _ in 0..4 {
+        for _ in 0..8 {
             let stream = ShareStream::kafka(&c, options(&n), store.last().as_ref()).await.expect("recover");
             end = run(stream, &mut store, &n.output, 1, None).await;
             if end != End::Restart {

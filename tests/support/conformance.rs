@@ -24,8 +24,9 @@ pub trait Backend: Send + Sync {
     async fn pass(&self, by: Duration);
 }
 
-/// Long enough that a renewal every quarter of it has a wide margin on a loaded machine.
-const LOCK: Duration = Duration::from_millis(2_000);
+/// Long enough that a renewal every quarter of it has a wide margin on a loaded machine
+/// (a Kafka round trip there can take a second).
+const LOCK: Duration = Duration::from_millis(5_000);
 
 /// Polls until `want` records arrived; callers ask for at most one poll's worth.
 async fn poll_until(m: &mut dyn ShareConsumer, want: usize, backend: &dyn Backend) -> Vec<Record> {
@@ -111,8 +112,9 @@ pub async fn renew_keeps_the_lock(b: &dyn Backend) {
     let topic = b.topic(1, 1).await;
     let group = b.group(LOCK).await;
     let mut holder = b.member(&group, &topic).await;
-    let got = poll_until(holder.as_mut(), 1, b).await;
+    // Joined first: its join must not eat into the lock before the first renewal.
     let mut other = b.member(&group, &topic).await;
+    let got = poll_until(holder.as_mut(), 1, b).await;
     // Held for 1.5 lock durations, renewed every quarter.
     for _ in 0..6 {
         b.pass(LOCK / 4).await;

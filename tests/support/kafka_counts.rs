@@ -25,6 +25,8 @@ pub struct Counts {
     pub transaction_timeout: Option<Duration>,
     /// The savepoint to start from.
     pub savepoint: Option<String>,
+    /// Records per second per source subtask.
+    pub rate: u64,
 }
 
 /// The count of `group` from `input` into `output`, checkpoints under `root`.
@@ -38,7 +40,7 @@ pub fn counting_job(cluster: &KafkaCluster, (group, input, output): (&str, &str,
     source.from_earliest = true;
     source.stop_when_drained = c.drain;
     source.max_poll_records = 50;
-    source.max_records_per_second = Some(1_000);
+    source.max_records_per_second = Some(c.rate);
     let builder = JobBuilder::new();
     builder
         .source(
