@@ -35,10 +35,14 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * </ul>
  *
  * Exit status 0 when every id came once, upper-cased; 3 when a check failed; 4 when not
- * every id came within TIMEOUT_MS. With JMX_PORT, the request counters come from the
+ * every id came within TIMEOUT_MS of {@code ready}; 6 when the topic's partitions could
+ * not be learned within two minutes. With JMX_PORT, the request counters come from the
  * broker's JMX on 127.0.0.1 (requests and their local time by API).
  */
 final class Count {
+    /** How long the counter waits to learn the topic's partitions before it gives up (status 6). */
+    private static final long METADATA_WAIT_MS = 120_000;
+
     private Count() {}
 
     static void run(String[] args) throws Exception {
@@ -62,7 +66,10 @@ final class Count {
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        long deadline = System.currentTimeMillis() + timeout;
+        // Learning the topic's partitions has a bound of its own: on a loaded machine a cold
+        // consumer took longer than a short TIMEOUT_MS to get them, and that is no verdict
+        // on the records.
+        long metadataDeadline = System.currentTimeMillis() + METADATA_WAIT_MS;
         try (Jmx jmx = jmxPort == null ? null : Jmx.connect(jmxPort);
                 KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> partitions = new ArrayList<>();
@@ -81,9 +88,10 @@ final class Count {
                     }
                 }
                 if (partitions.isEmpty()) {
-                    if (System.currentTimeMillis() > deadline) {
-                        System.err.println("streams-bench count: topic " + topic + " does not exist; create it first");
-                        System.exit(4);
+                    if (System.currentTimeMillis() > metadataDeadline) {
+                        System.err.println("streams-bench count: no partitions of topic " + topic + " within "
+                                + METADATA_WAIT_MS / 1000 + " s: create it first, and check the broker answers");
+                        System.exit(6);
                     }
                     Thread.sleep(100);
                 }
@@ -93,6 +101,7 @@ final class Count {
             for (TopicPartition p : partitions) {
                 consumer.position(p);
             }
+            long deadline = System.currentTimeMillis() + timeout;
             System.out.printf("{\"event\":\"ready\",\"unix_ms\":%d,\"partitions\":%d,\"requests\":%s}%n",
                     System.currentTimeMillis(), partitions.size(), Jmx.json(jmx));
             System.out.flush();

@@ -45,9 +45,14 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * Exit status 0 when every pair came once with its count and nothing else came but
  * sentinel rows; 3 when a check failed; 4 when no row came within TIMEOUT_MS, or not
- * every pair came and rows never stalled; 5 after {@code stalled}.
+ * every pair came and rows never stalled; 5 after {@code stalled}; 6 when the topic's
+ * partitions could not be learned within two minutes. TIMEOUT_MS counts from
+ * {@code ready}.
  */
 final class Count {
+    /** How long the counter waits to learn the topic's partitions before it gives up (status 6). */
+    private static final long METADATA_WAIT_MS = 120_000;
+
     private Count() {}
 
     /** The window the query groups by, 10 s, as Flink's and shareflow's SQL say. */
@@ -91,7 +96,10 @@ final class Count {
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        long deadline = System.currentTimeMillis() + timeout;
+        // Learning the topic's partitions has a bound of its own: on a loaded machine a cold
+        // consumer took longer than a short TIMEOUT_MS to get them, and that is no verdict
+        // on the records.
+        long metadataDeadline = System.currentTimeMillis() + METADATA_WAIT_MS;
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> partitions = new ArrayList<>();
             while (partitions.isEmpty()) {
@@ -109,9 +117,10 @@ final class Count {
                     }
                 }
                 if (partitions.isEmpty()) {
-                    if (System.currentTimeMillis() > deadline) {
-                        System.err.println("flink-bench count: topic " + topic + " does not exist; create it first");
-                        System.exit(4);
+                    if (System.currentTimeMillis() > metadataDeadline) {
+                        System.err.println("flink-bench count: no partitions of topic " + topic + " within "
+                                + METADATA_WAIT_MS / 1000 + " s: create it first, and check the broker answers");
+                        System.exit(6);
                     }
                     Thread.sleep(100);
                 }
@@ -121,6 +130,7 @@ final class Count {
             for (TopicPartition p : partitions) {
                 consumer.position(p);
             }
+            long deadline = System.currentTimeMillis() + timeout;
             System.out.printf("{\"event\":\"ready\",\"unix_ms\":%d,\"partitions\":%d,\"pairs\":%d}%n",
                     System.currentTimeMillis(), partitions.size(), pairs);
             System.out.flush();
