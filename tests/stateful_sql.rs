@@ -329,3 +329,65 @@ async fn a_source_that_pauses_holds_the_watermark_back() {
     assert_eq!(job.late_rows(), 0, "rows dropped as late");
     assert_eq!(sink.committed_sorted(), skewed_oracle());
 }
+
+/// A source that has nothing for its first `wait` (it polls idle, as a share source
+/// whose first fetch is slow), then reads its [`SequenceSource`].
+struct LateStart {
+    inner: SequenceSource,
+    until: Option<tokio::time::Instant>,
+    wait: Duration,
+}
+
+#[shareflow::runtime::async_trait]
+impl shareflow::runtime::Source for LateStart {
+    async fn open(
+        &mut self,
+        ctx: &shareflow::runtime::SubtaskContext,
+        restored: shareflow::runtime::StateItems,
+    ) -> shareflow::runtime::Result<()> {
+        self.until = Some(tokio::time::Instant::now() + self.wait);
+        self.inner.open(ctx, restored).await
+    }
+    async fn poll_next(
+        &mut self,
+        checkpoint_id: shareflow::runtime::CheckpointId,
+    ) -> shareflow::runtime::Result<shareflow::runtime::SourceEvent> {
+        if self.until.is_some_and(|u| tokio::time::Instant::now() < u) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            return Ok(shareflow::runtime::SourceEvent::Idle);
+        }
+        self.inner.poll_next(checkpoint_id).await
+    }
+    async fn snapshot_state(
+        &mut self,
+        checkpoint_id: shareflow::runtime::CheckpointId,
+    ) -> shareflow::runtime::Result<shareflow::runtime::StateItems> {
+        self.inner.snapshot_state(checkpoint_id).await
+    }
+}
+
+/// One source subtask gets its first rows 50 ms after the other, whose event time runs
+/// far ahead (the first fetch of a restarted share source can come late on a loaded
+/// machine). Until its first rows, the late subtask holds the watermark back: none of
+/// its rows is late, and the counts are the batch answer. (A subtask without rows held
+/// nothing back before: the other's watermark closed the late one's windows first.)
+#[tokio::test(start_paused = true)]
+async fn a_subtask_without_rows_yet_holds_the_watermark_back() {
+    let sink = CollectSink::new();
+    let job = JobBuilder::new();
+    let numbers = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(1));
+    // Subtask s owns split s; split 0's subtask starts late.
+    job.source("numbers", SequenceSource::schema(), move |ctx| {
+        let wait = Duration::from_millis(if ctx.subtask == 0 { 50 } else { 0 });
+        LateStart { inner: numbers(ctx), until: None, wait }
+    })
+    .parallelism(2)
+    .sql_with("agg", SKEWED, SqlOptions { allowed_lateness: Duration::from_millis(100), ..SqlOptions::default() })
+    .sink("collect", sink.factory())
+    .participant(sink.participant());
+    let config = JobConfig::new(storage("late-start"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let job = job.build(config).unwrap();
+    job.run().await.unwrap();
+    assert_eq!(job.late_rows(), 0, "rows dropped as late");
+    assert_eq!(sink.committed_sorted(), skewed_oracle());
+}

@@ -31,7 +31,8 @@ pub struct SqlOptions {
     pub allowed_lateness: std::time::Duration,
     /// How long (processing time) an input of the aggregate may send no rows before it
     /// is idle and stops holding the watermark back (Flink's `withIdleness`). Until
-    /// then it holds the watermark at its last value, however briefly it paused.
+    /// then it holds the watermark at its last value, however briefly it paused; one
+    /// with no rows yet since it started holds it where it is.
     pub idle_timeout: std::time::Duration,
     /// The input column whose values name independent streams of event time: a share
     /// source's `partition` (the default). A subtask of the key stage holds the

@@ -33,6 +33,8 @@ use crate::partition::{hash_rows, key_groups_of_subtask};
 const ROWS_PER_ITEM: usize = 65_536;
 const LAYOUT_KEY: &str = "shareflow.state.layout";
 const WATERMARK_KEY: &str = "shareflow.state.watermark";
+/// The watermark of a key-stage subtask that holds the aggregate's where it is.
+const HOLD: i64 = i64::MIN;
 
 /// Rows dropped as late by a stateful query's operators, over all subtasks and
 /// attempts.
@@ -54,6 +56,10 @@ pub struct KeyStage {
     /// Per stream (a value of the plan's stream column): its newest event time, and
     /// when it last had rows.
     streams: HashMap<i64, (i64, std::time::Instant)>,
+    /// When this subtask started, and whether it has had rows since: until its first
+    /// rows or the idle timeout, it holds the watermark back.
+    started: std::time::Instant,
+    had_rows: bool,
     dead_letters: Option<crate::DeadLetters>,
     /// Dead letters of the open checkpoint, written at its barrier (or once many).
     pending: Vec<crate::DeadLetter>,
@@ -68,6 +74,8 @@ impl KeyStage {
             plan,
             task: ctx.task_name(),
             streams: HashMap::new(),
+            started: std::time::Instant::now(),
+            had_rows: false,
             dead_letters: ctx.dead_letters.clone(),
             pending: Vec::new(),
             isolator: crate::Isolator::default(),
@@ -161,6 +169,7 @@ impl Operator for KeyStage {
                 let now = std::time::Instant::now();
                 let seen = self.streams.entry(stream).or_insert((max, now));
                 *seen = (seen.0.max(max), now);
+                self.had_rows = true;
             }
             parts.extend(stream_parts);
         }
@@ -183,6 +192,14 @@ impl Operator for KeyStage {
             // the last ones go idle together (the input ended), the newest row of any
             // counts once (the aggregate keeps the highest watermark), then nothing.
             let timeout = self.plan.idle_timeout;
+            // A subtask with no rows yet since it started holds the watermark at its
+            // lowest until the idle timeout: the share group may still hand it records
+            // older than the other subtasks' (after a restart, on a slow machine),
+            // as a Flink split without a watermark holds its operator back.
+            if !self.had_rows && self.started.elapsed() < timeout {
+                out.watermark(Some(HOLD)).await?;
+                return Ok(Vec::new());
+            }
             let newest = self.streams.values().map(|(newest, _)| *newest).max();
             self.streams.retain(|_, (_, at)| at.elapsed() < timeout);
             let slowest = self.streams.values().map(|(newest, _)| *newest).min();
@@ -473,6 +490,9 @@ impl Operator for AggregateOperator {
     }
 
     async fn on_watermark(&mut self, watermark: i64) -> Result<()> {
+        if watermark == HOLD {
+            return Ok(()); // an input with no rows yet holds it where it is
+        }
         self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
         Ok(())
     }
