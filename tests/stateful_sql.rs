@@ -313,17 +313,27 @@ async fn a_partition_behind_another_on_one_subtask_holds_the_watermark_back() {
 /// answer. (With an idle timeout of zero, most of split 0 is dropped as late.)
 #[tokio::test(start_paused = true)]
 async fn a_source_that_pauses_holds_the_watermark_back() {
-    let sink = CollectSink::new();
-    let job = JobBuilder::new();
     let slow = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(20));
     let fast = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(1));
     // Subtask s owns split s.
-    job.source("numbers", SequenceSource::schema(), move |ctx| if ctx.subtask == 0 { slow(ctx) } else { fast(ctx) })
+    skewed_over_two_subtasks("pause", move |ctx| if ctx.subtask == 0 { slow(ctx) } else { fast(ctx) }).await;
+}
+
+/// Runs [`SKEWED`] (100 ms of allowed lateness) over `source` at parallelism 2 to the
+/// end: nothing is late, and the counts are the batch answer.
+async fn skewed_over_two_subtasks<S, F>(name: &str, source: F)
+where
+    S: shareflow::runtime::Source,
+    F: Fn(&shareflow::runtime::SubtaskContext) -> S + Send + Sync + 'static,
+{
+    let sink = CollectSink::new();
+    let job = JobBuilder::new();
+    job.source("numbers", SequenceSource::schema(), source)
         .parallelism(2)
         .sql_with("agg", SKEWED, SqlOptions { allowed_lateness: Duration::from_millis(100), ..SqlOptions::default() })
         .sink("collect", sink.factory())
         .participant(sink.participant());
-    let config = JobConfig::new(storage("pause"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
+    let config = JobConfig::new(storage(name), "agg", "job").checkpoint_interval(Duration::from_millis(3));
     let job = job.build(config).unwrap();
     job.run().await.unwrap();
     assert_eq!(job.late_rows(), 0, "rows dropped as late");
@@ -373,21 +383,11 @@ impl shareflow::runtime::Source for LateStart {
 /// nothing back before: the other's watermark closed the late one's windows first.)
 #[tokio::test(start_paused = true)]
 async fn a_subtask_without_rows_yet_holds_the_watermark_back() {
-    let sink = CollectSink::new();
-    let job = JobBuilder::new();
     let numbers = SequenceSource::factory_throttled(2, 300, 10, Duration::from_millis(1));
     // Subtask s owns split s; split 0's subtask starts late.
-    job.source("numbers", SequenceSource::schema(), move |ctx| {
+    skewed_over_two_subtasks("late-start", move |ctx| {
         let wait = Duration::from_millis(if ctx.subtask == 0 { 50 } else { 0 });
         LateStart { inner: numbers(ctx), until: None, wait }
     })
-    .parallelism(2)
-    .sql_with("agg", SKEWED, SqlOptions { allowed_lateness: Duration::from_millis(100), ..SqlOptions::default() })
-    .sink("collect", sink.factory())
-    .participant(sink.participant());
-    let config = JobConfig::new(storage("late-start"), "agg", "job").checkpoint_interval(Duration::from_millis(3));
-    let job = job.build(config).unwrap();
-    job.run().await.unwrap();
-    assert_eq!(job.late_rows(), 0, "rows dropped as late");
-    assert_eq!(sink.committed_sorted(), skewed_oracle());
+    .await;
 }

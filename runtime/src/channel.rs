@@ -24,6 +24,10 @@ pub(crate) struct Barrier {
     pub(crate) end_of_input: bool,
 }
 
+/// The watermark of an input that has had no rows yet: the minimum over the inputs is
+/// then this, and the operator's watermark stays where it is.
+pub(crate) const HOLD_WATERMARK: i64 = i64::MIN;
+
 /// What flows on an edge.
 #[derive(Debug, Clone)]
 pub(crate) enum Message {
@@ -150,7 +154,8 @@ impl Collector {
     }
 
     /// Sends this subtask's event-time watermark (ms since the Unix epoch; `None`: idle,
-    /// no rows in this checkpoint's period) to every downstream subtask. An operator
+    /// no rows in this checkpoint's period; `Some(i64::MIN)`: no rows yet, so every
+    /// downstream watermark stays where it is) to every downstream subtask. An operator
     /// sends it from [`snapshot_state`](crate::Operator::snapshot_state), just before the
     /// barrier; a downstream operator sees the minimum over its inputs
     /// ([`on_watermark`](crate::Operator::on_watermark)).

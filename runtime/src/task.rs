@@ -9,7 +9,7 @@ use arrow::record_batch::RecordBatch;
 use shareflow_checkpoint::CheckpointId;
 use tokio::sync::mpsc;
 
-use crate::channel::{Barrier, Collector, Message, Tagged};
+use crate::channel::{Barrier, Collector, Message, Tagged, HOLD_WATERMARK};
 use crate::error::{Result, RuntimeError};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Operator, Source, SourceEvent, StateItems, SubtaskContext};
@@ -72,11 +72,12 @@ impl Inputs {
     /// The minimum of the watermarks the inputs sent since the last alignment, over the
     /// inputs that were not idle. If every input was idle, none holds the watermark
     /// back: the newest of the last watermarks they sent (`None` if none ever sent
-    /// one). Resets the period's.
+    /// one). `None` too while an input holds it ([`HOLD_WATERMARK`]). Resets the
+    /// period's.
     pub(crate) fn take_watermark(&mut self) -> Option<i64> {
         let min = self.watermarks.iter().flatten().min().copied();
         self.watermarks.iter_mut().for_each(|w| *w = None);
-        min.or_else(|| self.last_watermarks.iter().flatten().max().copied())
+        min.or_else(|| self.last_watermarks.iter().flatten().max().copied()).filter(|w| *w != HOLD_WATERMARK)
     }
 
     fn raw_next(&mut self) -> Option<(usize, Message)> {
@@ -404,11 +405,12 @@ mod tests {
         let mut inputs = Inputs::new(rx, 2, vec![0, 0]);
         let barrier = |n| Message::Barrier(Barrier { checkpoint_id: n, is_final: false, end_of_input: false });
         // (watermarks of inputs 0 and 1 in the period, the aligned watermark)
-        let table: [(Option<i64>, Option<i64>, Option<i64>); 4] = [
+        let table: [(Option<i64>, Option<i64>, Option<i64>); 5] = [
             (Some(5), Some(9), Some(5)),
-            (None, Some(12), Some(12)), // input 0 idle: it holds nothing back
-            (None, None, Some(12)),     // both idle: the newest of their last ones
-            (Some(7), None, Some(7)),   // input 0 back, lower: the operator keeps its own maximum
+            (None, Some(12), Some(12)),             // input 0 idle: it holds nothing back
+            (None, None, Some(12)),                 // both idle: the newest of their last ones
+            (Some(7), None, Some(7)),               // input 0 back, lower: the operator keeps its own maximum
+            (Some(HOLD_WATERMARK), Some(20), None), // input 0 without rows yet holds it
         ];
         for (n, (a, b, want)) in table.into_iter().enumerate() {
             for (input, w) in [(0, a), (1, b)] {

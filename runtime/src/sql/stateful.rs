@@ -33,8 +33,6 @@ use crate::partition::{hash_rows, key_groups_of_subtask};
 const ROWS_PER_ITEM: usize = 65_536;
 const LAYOUT_KEY: &str = "shareflow.state.layout";
 const WATERMARK_KEY: &str = "shareflow.state.watermark";
-/// The watermark of a key-stage subtask that holds the aggregate's where it is.
-const HOLD: i64 = i64::MIN;
 
 /// Rows dropped as late by a stateful query's operators, over all subtasks and
 /// attempts.
@@ -197,7 +195,7 @@ impl Operator for KeyStage {
             // older than the other subtasks' (after a restart, on a slow machine),
             // as a Flink split without a watermark holds its operator back.
             if !self.had_rows && self.started.elapsed() < timeout {
-                out.watermark(Some(HOLD)).await?;
+                out.watermark(Some(crate::channel::HOLD_WATERMARK)).await?;
                 return Ok(Vec::new());
             }
             let newest = self.streams.values().map(|(newest, _)| *newest).max();
@@ -490,9 +488,6 @@ impl Operator for AggregateOperator {
     }
 
     async fn on_watermark(&mut self, watermark: i64) -> Result<()> {
-        if watermark == HOLD {
-            return Ok(()); // an input with no rows yet holds it where it is
-        }
         self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
         Ok(())
     }
